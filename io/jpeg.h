@@ -1,0 +1,36 @@
+/* JPEG decoding and the CPU preprocessing of one image: TurboJPEG decode to RGB, antialiased
+ * bilinear resize of the shorter side (Pillow's BILINEAR resampling, which torchvision's Resize
+ * uses), center crop (torchvision's rounding), then normalisation to float CHW.
+ * A si_decoder belongs to one thread; its scratch grows to the largest image seen and is reused. */
+#ifndef SI_JPEG_H
+#define SI_JPEG_H
+
+#include "../src/common.h"
+
+typedef struct {
+    int resize;          /* shorter side after resize, in pixels; >= crop */
+    int crop_h, crop_w;  /* center crop = model input size */
+    uint64_t max_pixels; /* header width*height above this -> SI_IMG_TOO_LARGE */
+} si_preproc;
+
+typedef struct si_decoder si_decoder;
+
+si_decoder *si_decoder_create(void);
+void si_decoder_destroy(si_decoder *d); /* accepts NULL */
+
+/* Decodes len bytes and writes the crop as uint8 RGB, HWC, crop_h*crop_w*3 bytes, into dst.
+ * Returns SI_IMG_OK or the image's failure status; on failure msg (cap bytes) says why and dst
+ * is left untouched. Never aborts on bad input. */
+si_image_status si_decode_crop(si_decoder *d, const uint8_t *data, size_t len, const si_preproc *p,
+                               uint8_t *dst, char *msg, size_t cap);
+
+/* Resize (shorter side to `resize`, Pillow BILINEAR with antialiasing) and center crop of an RGB
+ * HWC uint8 image into dst (crop_h*crop_w*3); computes only the rows and columns the crop keeps.
+ * Allocates its own scratch (the decoder path reuses the decoder's); exposed for tests. */
+si_status si_resize_crop(const uint8_t *src, int w, int h, const si_preproc *p, uint8_t *dst);
+
+/* (H, W, 3) uint8 -> (3, H, W) float: (x/255 - mean[c]) / std[c]. */
+void si_normalize_chw(const uint8_t *src, int h, int w, const float mean[3], const float std[3],
+                      float *dst);
+
+#endif

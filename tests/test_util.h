@@ -1,0 +1,41 @@
+/* A twenty-line test helper: CHECK records a failure with file and line and carries on;
+ * test_finish prints "N passed, N failed" and returns the exit code. Exit 77 means skipped. */
+#ifndef SI_TEST_UTIL_H
+#define SI_TEST_UTIL_H
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int test_pass, test_fail;
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (cond) test_pass++;                                                                     \
+        else {                                                                                     \
+            test_fail++;                                                                           \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
+        }                                                                                          \
+    } while (0)
+#define CHECK_MSG(cond, ...)                                                                       \
+    do {                                                                                           \
+        if (cond) test_pass++;                                                                     \
+        else {                                                                                     \
+            test_fail++;                                                                           \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);               \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
+    } while (0)
+#define TEST_SKIP_CODE 77
+static inline int test_finish(void) {
+    printf("%d passed, %d failed\n", test_pass, test_fail);
+    return test_fail ? 1 : 0;
+}
+/* Deterministic xorshift generator for seeded random inputs. */
+static inline unsigned test_rand(unsigned *s) {
+    *s ^= *s << 13; *s ^= *s >> 17; *s ^= *s << 5;
+    return *s;
+}
+static inline float test_randf(unsigned *s) { /* uniform in [-1, 1) */
+    return (float)(test_rand(s) >> 8) / (float)(1u << 23) - 1.0f;
+}
+#endif
