@@ -1,5 +1,4 @@
 /* Error buffer, logging, fatal checks and small utilities shared by every module. */
-#define _GNU_SOURCE
 #include "common.h"
 
 #include <errno.h>
@@ -61,7 +60,13 @@ si_status si_error_prefix(si_status code, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, errbuf, sizeof old);
-    snprintf(errbuf, sizeof errbuf, "%s%s", prefix, old);
+    size_t n = strlen(prefix);
+    if (n >= sizeof errbuf) n = sizeof errbuf - 1;
+    memcpy(errbuf, prefix, n);
+    size_t m = strlen(old);
+    if (m > sizeof errbuf - 1 - n) m = sizeof errbuf - 1 - n;
+    memcpy(errbuf + n, old, m);
+    errbuf[n + m] = 0;
     return code;
 }
 

@@ -9,6 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define SI_VERSION "0.1.0"
 
 typedef enum {
@@ -89,5 +93,9 @@ double si_now(void); /* monotonic seconds */
 
 /* Lowercase hex sha256 of a file into out[65]. */
 si_status si_sha256_file(const char *path, char out[65]);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

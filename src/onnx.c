@@ -1,0 +1,740 @@
+/* Protobuf wire-format reader for ONNX ModelProto and TensorProto.
+ * Field numbers follow onnx/onnx.proto3. Unknown fields are skipped, so newer files load. */
+#include "onnx.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Wire types. Groups (3, 4) are deprecated and never appear in ONNX files. */
+enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
+
+typedef struct {
+    const uint8_t *p, *end;
+} rd;
+
+static bool rd_varint(rd *r, uint64_t *v) {
+    uint64_t x = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (r->p >= r->end) return false;
+        uint8_t b = *r->p++;
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = x;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool rd_key(rd *r, uint32_t *field, int *wt) {
+    uint64_t k;
+    if (!rd_varint(r, &k)) return false;
+    *field = (uint32_t)(k >> 3);
+    *wt = (int)(k & 7);
+    return *field != 0;
+}
+
+static bool rd_len(rd *r, rd *sub) {
+    uint64_t n;
+    if (!rd_varint(r, &n) || n > (uint64_t)(r->end - r->p)) return false;
+    sub->p = r->p;
+    sub->end = r->p + n;
+    r->p += n;
+    return true;
+}
+
+static bool rd_fixed(rd *r, void *dst, size_t n) {
+    if ((size_t)(r->end - r->p) < n) return false;
+    memcpy(dst, r->p, n);
+    r->p += n;
+    return true;
+}
+
+static bool rd_skip(rd *r, int wt) {
+    uint64_t v;
+    rd sub;
+    switch (wt) {
+    case WT_VARINT: return rd_varint(r, &v);
+    case WT_I64: return (size_t)(r->end - r->p) >= 8 ? (r->p += 8, true) : false;
+    case WT_I32: return (size_t)(r->end - r->p) >= 4 ? (r->p += 4, true) : false;
+    case WT_LEN: return rd_len(r, &sub);
+    default: return false;
+    }
+}
+
+static char *rd_string(rd *r) {
+    rd sub;
+    if (!rd_len(r, &sub)) return NULL;
+    size_t n = (size_t)(sub.end - sub.p);
+    char *s = si_xmalloc(n + 1);
+    memcpy(s, sub.p, n);
+    s[n] = 0;
+    return s;
+}
+
+/* A growable array helper: ensures room for one more element of `size` bytes. */
+static void *grow(void *arr, int n, size_t size) {
+    if ((n & (n - 1)) == 0) { /* n is 0 or a power of two: double */
+        size_t cap = n ? (size_t)n * 2 : 4;
+        arr = si_xrealloc(arr, cap * size);
+    }
+    return arr;
+}
+
+/* Repeated scalar fields arrive packed (one LEN record) or one record per element; both are
+ * legal protobuf. Appends to vals and n; the count is bounded by the bytes, so no blow-up. */
+static bool rd_repeated_i64(rd *r, int wt, int64_t **vals, int64_t *n) {
+    if (wt == WT_LEN) {
+        rd sub;
+        if (!rd_len(r, &sub)) return false;
+        while (sub.p < sub.end) {
+            uint64_t v;
+            if (!rd_varint(&sub, &v)) return false;
+            *vals = grow(*vals, (int)*n, sizeof **vals);
+            (*vals)[(*n)++] = (int64_t)v;
+        }
+        return true;
+    }
+    if (wt != WT_VARINT) return false;
+    uint64_t v;
+    if (!rd_varint(r, &v)) return false;
+    *vals = grow(*vals, (int)*n, sizeof **vals);
+    (*vals)[(*n)++] = (int64_t)v;
+    return true;
+}
+
+/* Fixed-width repeated fields (float, double, fixed64): packed or not. */
+static bool rd_repeated_fixed(rd *r, int wt, int want_wt, size_t width, uint8_t **vals,
+                              int64_t *n) {
+    if (wt == WT_LEN) {
+        rd sub;
+        if (!rd_len(r, &sub)) return false;
+        size_t bytes = (size_t)(sub.end - sub.p);
+        if (bytes % width) return false;
+        *vals = si_xrealloc(*vals, ((size_t)*n) * width + bytes);
+        memcpy(*vals + (size_t)*n * width, sub.p, bytes);
+        *n += (int64_t)(bytes / width);
+        return true;
+    }
+    if (wt != want_wt) return false;
+    *vals = si_xrealloc(*vals, ((size_t)*n + 1) * width);
+    if (!rd_fixed(r, *vals + (size_t)*n * width, width)) return false;
+    (*n)++;
+    return true;
+}
+
+const char *si_dtype_name(int dtype) {
+    static const char *names[] = {"undefined", "float32", "uint8", "int8", "uint16", "int16",
+                                  "int32", "int64", "string", "bool", "float16", "float64",
+                                  "uint32", "uint64", "complex64", "complex128", "bfloat16"};
+    return dtype >= 0 && dtype <= 16 ? names[dtype] : "unknown";
+}
+
+size_t si_dtype_size(int dtype) {
+    switch (dtype) {
+    case SI_DT_FLOAT: case SI_DT_INT32: case SI_DT_UINT32: return 4;
+    case SI_DT_UINT8: case SI_DT_INT8: case SI_DT_BOOL: return 1;
+    case SI_DT_UINT16: case SI_DT_INT16: case SI_DT_FLOAT16: case SI_DT_BFLOAT16: return 2;
+    case SI_DT_INT64: case SI_DT_DOUBLE: case SI_DT_UINT64: return 8;
+    default: return 0;
+    }
+}
+
+void si_tensor_free_data(si_tensor *t) {
+    if (!t) return;
+    free(t->name);
+    free(t->data);
+    memset(t, 0, sizeof *t);
+}
+
+/* TensorProto: dims=1 data_type=2 float_data=4 int32_data=5 string_data=6 int64_data=7 name=8
+ * raw_data=9 double_data=10 uint64_data=11 external_data=13 data_location=14. */
+static si_status parse_tensor(rd r, si_tensor *t) {
+    int64_t *dims = NULL, ndims = 0;
+    uint8_t *fdata = NULL, *ddata = NULL, *u64data = NULL;
+    int64_t nf = 0, nd = 0, nu64 = 0, ni32 = 0, ni64 = 0;
+    int64_t *i32data = NULL, *i64data = NULL;
+    rd raw = {0};
+    bool have_raw = false, external = false;
+    int64_t dtype = 0;
+    si_status st = SI_OK;
+    memset(t, 0, sizeof *t);
+    uint32_t f;
+    int wt;
+    while (r.p < r.end) {
+        if (!rd_key(&r, &f, &wt)) goto bad;
+        bool ok = true;
+        uint64_t v;
+        switch (f) {
+        case 1: ok = rd_repeated_i64(&r, wt, &dims, &ndims); break;
+        case 2:
+            ok = wt == WT_VARINT && rd_varint(&r, &v);
+            if (ok) dtype = (int64_t)v;
+            break;
+        case 4: ok = rd_repeated_fixed(&r, wt, WT_I32, 4, &fdata, &nf); break;
+        case 5: ok = rd_repeated_i64(&r, wt, &i32data, &ni32); break;
+        case 7: ok = rd_repeated_i64(&r, wt, &i64data, &ni64); break;
+        case 8:
+            free(t->name);
+            ok = wt == WT_LEN && (t->name = rd_string(&r)) != NULL;
+            break;
+        case 9:
+            ok = wt == WT_LEN && rd_len(&r, &raw);
+            have_raw = true;
+            break;
+        case 10: ok = rd_repeated_fixed(&r, wt, WT_I64, 8, &ddata, &nd); break;
+        case 11: ok = rd_repeated_fixed(&r, wt, WT_I64, 8, &u64data, &nu64); break;
+        case 14:
+            ok = wt == WT_VARINT && rd_varint(&r, &v);
+            external = ok && v == 1;
+            break;
+        default: ok = rd_skip(&r, wt);
+        }
+        if (!ok) goto bad;
+    }
+    const char *tname = t->name ? t->name : "(unnamed)";
+    if (ndims > SI_MAX_DIMS) {
+        st = si_error(SI_ERR_UNSUPPORTED, "tensor '%s': %lld dimensions (at most %d supported)",
+                      tname, (long long)ndims, SI_MAX_DIMS);
+        goto done;
+    }
+    t->dtype = (int)dtype;
+    t->ndim = (int)ndims;
+    int64_t numel = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        if (dims[i] < 0 || (dims[i] > 0 && numel > ((int64_t)1 << 40) / dims[i])) {
+            st = si_error(SI_ERR_FORMAT, "tensor '%s': absurd dimension %lld", tname,
+                          (long long)dims[i]);
+            goto done;
+        }
+        t->dims[i] = dims[i];
+        numel *= dims[i];
+    }
+    t->numel = numel;
+    if (external) {
+        st = si_error(SI_ERR_UNSUPPORTED,
+                      "tensor '%s': weights in an external data file are not supported yet",
+                      tname);
+        goto done;
+    }
+    size_t es = si_dtype_size(t->dtype);
+    if (es == 0) {
+        st = si_error(SI_ERR_UNSUPPORTED, "tensor '%s': data type %s (%d) is not supported",
+                      tname, si_dtype_name(t->dtype), t->dtype);
+        goto done;
+    }
+    /* every path below checks the element count against what the file actually holds, so a
+     * tensor cannot make us allocate more than the file's size */
+    size_t nbytes = (size_t)numel * es;
+    if (have_raw) {
+        if ((size_t)(raw.end - raw.p) != nbytes) {
+            st = si_error(SI_ERR_FORMAT, "tensor '%s': raw_data has %zu bytes, shape needs %zu",
+                          tname, (size_t)(raw.end - raw.p), nbytes);
+            goto done;
+        }
+        t->data = si_xmalloc(nbytes);
+        memcpy(t->data, raw.p, nbytes);
+    } else {
+        int64_t have;
+        switch (t->dtype) {
+        case SI_DT_FLOAT: have = nf; break;
+        case SI_DT_DOUBLE: have = nd; break;
+        case SI_DT_INT64: have = ni64; break;
+        case SI_DT_UINT32: case SI_DT_UINT64: have = nu64; break;
+        default: have = ni32; break; /* int32, int16, int8, uint16, uint8, bool, float16 */
+        }
+        if (have != numel) {
+            st = si_error(SI_ERR_FORMAT, "tensor '%s': holds %lld values, shape needs %lld", tname,
+                          (long long)have, (long long)numel);
+            goto done;
+        }
+        t->data = si_xmalloc(nbytes);
+        uint8_t *d = t->data;
+        for (int64_t i = 0; i < numel; i++) {
+            switch (t->dtype) {
+            case SI_DT_FLOAT: memcpy(d + 4 * i, fdata + 4 * i, 4); break;
+            case SI_DT_DOUBLE: memcpy(d + 8 * i, ddata + 8 * i, 8); break;
+            case SI_DT_INT64: ((int64_t *)d)[i] = i64data[i]; break;
+            case SI_DT_UINT64: memcpy(d + 8 * i, u64data + 8 * i, 8); break;
+            case SI_DT_UINT32: ((uint32_t *)d)[i] = (uint32_t)((uint64_t *)(void *)u64data)[i]; break;
+            case SI_DT_INT32: ((int32_t *)d)[i] = (int32_t)i32data[i]; break;
+            case SI_DT_INT16: case SI_DT_UINT16: case SI_DT_FLOAT16: case SI_DT_BFLOAT16:
+                ((uint16_t *)d)[i] = (uint16_t)i32data[i];
+                break;
+            default: d[i] = (uint8_t)i32data[i];
+            }
+        }
+    }
+    goto done;
+bad:
+    st = si_error(SI_ERR_FORMAT, "tensor '%s': malformed protobuf (wrong wire type or length "
+                                 "past the end)",
+                  t->name ? t->name : "(unnamed)");
+done:
+    free(dims);
+    free(fdata);
+    free(ddata);
+    free(u64data);
+    free(i32data);
+    free(i64data);
+    if (st != SI_OK) si_tensor_free_data(t);
+    return st;
+}
+
+static void attr_free(si_attr *a) {
+    free(a->name);
+    free(a->s);
+    free(a->floats);
+    free(a->ints);
+    if (a->t) {
+        si_tensor_free_data(a->t);
+        free(a->t);
+    }
+}
+
+/* AttributeProto: name=1 f=2 i=3 s=4 t=5 g=6 floats=7 ints=8 strings=9 tensors=10 graphs=11
+ * type=20. */
+static si_status parse_attr(rd r, si_attr *a) {
+    memset(a, 0, sizeof *a);
+    uint32_t f;
+    int wt;
+    int64_t nf = 0, ni = 0;
+    uint8_t *floats = NULL;
+    while (r.p < r.end) {
+        if (!rd_key(&r, &f, &wt)) goto bad;
+        bool ok = true;
+        uint64_t v;
+        rd sub;
+        switch (f) {
+        case 1:
+            free(a->name);
+            ok = wt == WT_LEN && (a->name = rd_string(&r)) != NULL;
+            break;
+        case 2: ok = wt == WT_I32 && rd_fixed(&r, &a->f, 4); break;
+        case 3:
+            ok = wt == WT_VARINT && rd_varint(&r, &v);
+            if (ok) a->i = (int64_t)v;
+            break;
+        case 4:
+            free(a->s);
+            ok = wt == WT_LEN && (a->s = rd_string(&r)) != NULL;
+            break;
+        case 5:
+            if (wt != WT_LEN || !rd_len(&r, &sub) || a->t) goto bad;
+            a->t = si_xcalloc(1, sizeof *a->t);
+            if (parse_tensor(sub, a->t) != SI_OK) {
+                free(floats);
+                free(a->t);
+                a->t = NULL;
+                return si_error_prefix(SI_ERR_FORMAT, "attribute '%s': ",
+                                       a->name ? a->name : "?");
+            }
+            break;
+        case 7: ok = rd_repeated_fixed(&r, wt, WT_I32, 4, &floats, &nf); break;
+        case 8: ok = rd_repeated_i64(&r, wt, &a->ints, &ni); break;
+        case 20:
+            ok = wt == WT_VARINT && rd_varint(&r, &v);
+            if (ok) a->type = (int)v;
+            break;
+        default: ok = rd_skip(&r, wt); /* graphs, strings, tensors lists: not needed by CNNs */
+        }
+        if (!ok) goto bad;
+    }
+    if (!a->name) goto bad;
+    if (nf > INT32_MAX || ni > INT32_MAX) goto bad;
+    if (a->type == SI_ATTR_UNDEFINED) /* IR < 0.0.2 files omit the type: infer it */
+        a->type = nf ? SI_ATTR_FLOATS : ni ? SI_ATTR_INTS : a->t ? SI_ATTR_TENSOR
+                  : a->s ? SI_ATTR_STRING : SI_ATTR_INT;
+    a->floats = (float *)(void *)floats;
+    a->n = a->type == SI_ATTR_FLOATS ? (int)nf : (int)ni;
+    return SI_OK;
+bad:
+    free(floats);
+    return si_error(SI_ERR_FORMAT, "attribute '%s': malformed protobuf",
+                    a->name ? a->name : "(unnamed)");
+}
+
+/* NodeProto: input=1 output=2 name=3 op_type=4 attribute=5 domain=7. */
+static si_status parse_node(rd r, si_node_proto *n, int index) {
+    memset(n, 0, sizeof *n);
+    uint32_t f;
+    int wt;
+    while (r.p < r.end) {
+        if (!rd_key(&r, &f, &wt)) goto bad;
+        rd sub;
+        char *s;
+        switch (f) {
+        case 1:
+        case 2:
+            if (wt != WT_LEN || !(s = rd_string(&r))) goto bad;
+            if (f == 1) {
+                n->inputs = grow(n->inputs, n->n_inputs, sizeof *n->inputs);
+                n->inputs[n->n_inputs++] = s;
+            } else {
+                n->outputs = grow(n->outputs, n->n_outputs, sizeof *n->outputs);
+                n->outputs[n->n_outputs++] = s;
+            }
+            break;
+        case 3:
+            free(n->name);
+            if (wt != WT_LEN || !(n->name = rd_string(&r))) goto bad;
+            break;
+        case 4:
+            free(n->op_type);
+            if (wt != WT_LEN || !(n->op_type = rd_string(&r))) goto bad;
+            break;
+        case 7:
+            free(n->domain);
+            if (wt != WT_LEN || !(n->domain = rd_string(&r))) goto bad;
+            break;
+        case 5:
+            if (wt != WT_LEN || !rd_len(&r, &sub)) goto bad;
+            n->attrs = grow(n->attrs, n->n_attrs, sizeof *n->attrs);
+            if (parse_attr(sub, &n->attrs[n->n_attrs]) != SI_OK) {
+                attr_free(&n->attrs[n->n_attrs]);
+                return si_error_prefix(SI_ERR_FORMAT, "node %d '%s': ", index,
+                                       n->name ? n->name : "");
+            }
+            n->n_attrs++;
+            break;
+        default:
+            if (!rd_skip(&r, wt)) goto bad;
+        }
+    }
+    if (!n->op_type) goto bad;
+    if (!n->name || !n->name[0]) { /* exporters may omit names; messages need one */
+        free(n->name);
+        char buf[64];
+        snprintf(buf, sizeof buf, "%s_%d", n->op_type, index);
+        n->name = si_xstrdup(buf);
+    }
+    if (!n->domain) n->domain = si_xstrdup("");
+    return SI_OK;
+bad:
+    return si_error(SI_ERR_FORMAT, "node %d '%s': malformed protobuf", index,
+                    n->name ? n->name : "");
+}
+
+static void node_free(si_node_proto *n) {
+    for (int j = 0; j < n->n_inputs; j++) free(n->inputs[j]);
+    for (int j = 0; j < n->n_outputs; j++) free(n->outputs[j]);
+    for (int j = 0; j < n->n_attrs; j++) attr_free(&n->attrs[j]);
+    free(n->inputs);
+    free(n->outputs);
+    free(n->attrs);
+    free(n->name);
+    free(n->op_type);
+    free(n->domain);
+}
+
+/* ValueInfoProto: name=1 type=2; TypeProto: tensor_type=1; Tensor: elem_type=1 shape=2;
+ * TensorShapeProto: dim=1; Dimension: dim_value=1 dim_param=2. */
+static si_status parse_value_info(rd r, si_value_info *v) {
+    memset(v, 0, sizeof *v);
+    v->ndim = -1;
+    uint32_t f;
+    int wt;
+    rd type = {0};
+    bool have_type = false;
+    while (r.p < r.end) {
+        if (!rd_key(&r, &f, &wt)) goto bad;
+        if (f == 1 && wt == WT_LEN) {
+            free(v->name);
+            if (!(v->name = rd_string(&r))) goto bad;
+        } else if (f == 2 && wt == WT_LEN) {
+            if (!rd_len(&r, &type)) goto bad;
+            have_type = true;
+        } else if (!rd_skip(&r, wt))
+            goto bad;
+    }
+    if (!v->name) goto bad;
+    while (have_type && type.p < type.end) {
+        rd tt, shape;
+        if (!rd_key(&type, &f, &wt)) goto bad;
+        if (f != 1 || wt != WT_LEN) {
+            if (!rd_skip(&type, wt)) goto bad;
+            continue;
+        }
+        if (!rd_len(&type, &tt)) goto bad;
+        while (tt.p < tt.end) {
+            uint64_t x;
+            if (!rd_key(&tt, &f, &wt)) goto bad;
+            if (f == 1 && wt == WT_VARINT) {
+                if (!rd_varint(&tt, &x)) goto bad;
+                v->dtype = (int)x;
+            } else if (f == 2 && wt == WT_LEN) {
+                if (!rd_len(&tt, &shape)) goto bad;
+                v->ndim = 0;
+                while (shape.p < shape.end) {
+                    rd dim;
+                    if (!rd_key(&shape, &f, &wt)) goto bad;
+                    if (f != 1 || wt != WT_LEN) {
+                        if (!rd_skip(&shape, wt)) goto bad;
+                        continue;
+                    }
+                    if (!rd_len(&shape, &dim)) goto bad;
+                    if (v->ndim >= SI_MAX_DIMS)
+                        return si_error(SI_ERR_UNSUPPORTED, "value '%s': more than %d dimensions",
+                                        v->name, SI_MAX_DIMS);
+                    int d = v->ndim++;
+                    v->dims[d] = -1;
+                    while (dim.p < dim.end) {
+                        if (!rd_key(&dim, &f, &wt)) goto bad;
+                        if (f == 1 && wt == WT_VARINT) {
+                            if (!rd_varint(&dim, &x)) goto bad;
+                            v->dims[d] = (int64_t)x;
+                        } else if (f == 2 && wt == WT_LEN) {
+                            free(v->dim_params[d]);
+                            if (!(v->dim_params[d] = rd_string(&dim))) goto bad;
+                        } else if (!rd_skip(&dim, wt))
+                            goto bad;
+                    }
+                }
+            } else if (!rd_skip(&tt, wt))
+                goto bad;
+        }
+    }
+    return SI_OK;
+bad:
+    return si_error(SI_ERR_FORMAT, "value info '%s': malformed protobuf",
+                    v->name ? v->name : "(unnamed)");
+}
+
+static void value_info_free(si_value_info *v) {
+    free(v->name);
+    for (int i = 0; i < SI_MAX_DIMS; i++) free(v->dim_params[i]);
+}
+
+/* GraphProto: node=1 name=2 initializer=5 input=11 output=12 value_info=13. */
+static si_status parse_graph(rd r, si_model_proto *m) {
+    uint32_t f;
+    int wt;
+    while (r.p < r.end) {
+        rd sub;
+        if (!rd_key(&r, &f, &wt)) goto bad;
+        if (wt != WT_LEN || (f != 1 && f != 5 && f != 11 && f != 12)) {
+            if (!rd_skip(&r, wt)) goto bad;
+            continue;
+        }
+        if (!rd_len(&r, &sub)) goto bad;
+        si_status st;
+        switch (f) {
+        case 1:
+            m->nodes = grow(m->nodes, m->n_nodes, sizeof *m->nodes);
+            st = parse_node(sub, &m->nodes[m->n_nodes], m->n_nodes);
+            if (st == SI_OK) m->n_nodes++;
+            else node_free(&m->nodes[m->n_nodes]);
+            break;
+        case 5:
+            m->inits = grow(m->inits, m->n_inits, sizeof *m->inits);
+            st = parse_tensor(sub, &m->inits[m->n_inits]);
+            if (st == SI_OK) m->n_inits++;
+            else si_error_prefix(st, "initializer %d: ", m->n_inits);
+            break;
+        case 11:
+            m->inputs = grow(m->inputs, m->n_inputs, sizeof *m->inputs);
+            st = parse_value_info(sub, &m->inputs[m->n_inputs]);
+            if (st == SI_OK) m->n_inputs++;
+            else value_info_free(&m->inputs[m->n_inputs]);
+            break;
+        default:
+            m->outputs = grow(m->outputs, m->n_outputs, sizeof *m->outputs);
+            st = parse_value_info(sub, &m->outputs[m->n_outputs]);
+            if (st == SI_OK) m->n_outputs++;
+            else value_info_free(&m->outputs[m->n_outputs]);
+        }
+        if (st != SI_OK) return st;
+    }
+    return SI_OK;
+bad:
+    return si_error(SI_ERR_FORMAT, "graph: malformed protobuf (wrong wire type or length past "
+                                   "the end)");
+}
+
+/* ModelProto: ir_version=1 producer_name=2 graph=7 opset_import=8 metadata_props=14;
+ * OperatorSetIdProto: domain=1 version=2; StringStringEntryProto: key=1 value=2. */
+si_status si_model_proto_parse(const uint8_t *buf, size_t len, const char *name,
+                               si_model_proto **out) {
+    *out = NULL;
+    si_model_proto *m = si_xcalloc(1, sizeof *m);
+    m->path = si_xstrdup(name);
+    m->opset = -1;
+    rd r = {buf, buf + len}, graph = {0};
+    bool have_graph = false;
+    uint32_t f;
+    int wt;
+    si_status st = SI_OK;
+    while (r.p < r.end) {
+        rd sub;
+        uint64_t v;
+        if (!rd_key(&r, &f, &wt)) goto bad;
+        if (f == 1 && wt == WT_VARINT) {
+            if (!rd_varint(&r, &v)) goto bad;
+            m->ir_version = (int64_t)v;
+        } else if (f == 2 && wt == WT_LEN) {
+            free(m->producer);
+            if (!(m->producer = rd_string(&r))) goto bad;
+        } else if (f == 7 && wt == WT_LEN) {
+            if (!rd_len(&r, &graph)) goto bad;
+            have_graph = true;
+        } else if (f == 8 && wt == WT_LEN) {
+            if (!rd_len(&r, &sub)) goto bad;
+            char *domain = NULL;
+            int64_t version = -1;
+            while (sub.p < sub.end) {
+                if (!rd_key(&sub, &f, &wt)) {
+                    free(domain);
+                    goto bad;
+                }
+                if (f == 1 && wt == WT_LEN) {
+                    free(domain);
+                    if (!(domain = rd_string(&sub))) goto bad;
+                } else if (f == 2 && wt == WT_VARINT) {
+                    if (!rd_varint(&sub, &v)) {
+                        free(domain);
+                        goto bad;
+                    }
+                    version = (int64_t)v;
+                } else if (!rd_skip(&sub, wt)) {
+                    free(domain);
+                    goto bad;
+                }
+            }
+            if (!domain || !domain[0] || !strcmp(domain, "ai.onnx")) m->opset = version;
+            free(domain);
+        } else if (f == 14 && wt == WT_LEN) {
+            if (!rd_len(&r, &sub)) goto bad;
+            si_meta_prop p = {0};
+            while (sub.p < sub.end) {
+                if (!rd_key(&sub, &f, &wt)) goto bad_meta;
+                char **dst = f == 1 ? &p.key : f == 2 ? &p.value : NULL;
+                if (dst && wt == WT_LEN) {
+                    free(*dst);
+                    if (!(*dst = rd_string(&sub))) goto bad_meta;
+                } else if (!rd_skip(&sub, wt))
+                    goto bad_meta;
+            }
+            if (p.key) {
+                m->meta = grow(m->meta, m->n_meta, sizeof *m->meta);
+                if (!p.value) p.value = si_xstrdup("");
+                m->meta[m->n_meta++] = p;
+            } else
+                free(p.value);
+            continue;
+        bad_meta:
+            free(p.key);
+            free(p.value);
+            goto bad;
+        } else if (!rd_skip(&r, wt))
+            goto bad;
+    }
+    if (!have_graph) {
+        st = si_error(SI_ERR_FORMAT, "%s: not an ONNX model (no graph found%s)", name,
+                      len == 0 ? "; the file is empty" : "");
+        goto fail;
+    }
+    if ((st = parse_graph(graph, m)) != SI_OK) {
+        si_error_prefix(st, "%s: ", name);
+        goto fail;
+    }
+    if (m->n_nodes == 0 || m->n_outputs == 0) {
+        st = si_error(SI_ERR_FORMAT, "%s: not an ONNX model (graph has %d nodes, %d outputs)", name,
+                      m->n_nodes, m->n_outputs);
+        goto fail;
+    }
+    if (m->opset < 0) m->opset = 1; /* no default-domain import: the oldest semantics */
+    *out = m;
+    return SI_OK;
+bad:
+    st = si_error(SI_ERR_FORMAT,
+                  "%s: not an ONNX model or truncated (malformed protobuf at byte %zu of %zu)",
+                  name, (size_t)(r.p - buf), len);
+fail:
+    si_model_proto_free(m);
+    return st;
+}
+
+/* Maps the file read-only; the parse copies what it keeps, so the mapping is dropped after. */
+static si_status map_file(const char *path, const uint8_t **buf, size_t *len) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return si_error(SI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return si_error(SI_ERR_IO, "%s: not a regular file", path);
+    }
+    *len = (size_t)sb.st_size;
+    *buf = NULL;
+    if (*len > 0) {
+        void *p = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            close(fd);
+            return si_error(SI_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+        }
+        *buf = p;
+    }
+    close(fd);
+    return SI_OK;
+}
+
+si_status si_model_proto_load(const char *path, si_model_proto **out) {
+    const uint8_t *buf = NULL;
+    size_t len = 0;
+    *out = NULL;
+    si_status st = map_file(path, &buf, &len);
+    if (st != SI_OK) return st;
+    st = si_model_proto_parse(buf ? buf : (const uint8_t *)"", len, path, out);
+    if (buf) munmap((void *)buf, len);
+    return st;
+}
+
+si_status si_tensor_load_pb(const char *path, si_tensor *out) {
+    const uint8_t *buf = NULL;
+    size_t len = 0;
+    memset(out, 0, sizeof *out);
+    si_status st = map_file(path, &buf, &len);
+    if (st != SI_OK) return st;
+    rd r = {buf, buf + len};
+    st = parse_tensor(r, out);
+    if (buf) munmap((void *)buf, len);
+    if (st != SI_OK) si_error_prefix(st, "%s: ", path);
+    return st;
+}
+
+void si_model_proto_free(si_model_proto *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_nodes; i++) node_free(&m->nodes[i]);
+    for (int i = 0; i < m->n_inits; i++) si_tensor_free_data(&m->inits[i]);
+    for (int i = 0; i < m->n_inputs; i++) value_info_free(&m->inputs[i]);
+    for (int i = 0; i < m->n_outputs; i++) value_info_free(&m->outputs[i]);
+    for (int i = 0; i < m->n_meta; i++) {
+        free(m->meta[i].key);
+        free(m->meta[i].value);
+    }
+    free(m->nodes);
+    free(m->inits);
+    free(m->inputs);
+    free(m->outputs);
+    free(m->meta);
+    free(m->producer);
+    free(m->path);
+    free(m);
+}
+
+const si_attr *si_node_attr(const si_node_proto *n, const char *name) {
+    for (int i = 0; i < n->n_attrs; i++)
+        if (!strcmp(n->attrs[i].name, name)) return &n->attrs[i];
+    return NULL;
+}
+
+const char *si_model_meta(const si_model_proto *m, const char *key) {
+    for (int i = 0; i < m->n_meta; i++)
+        if (!strcmp(m->meta[i].key, key)) return m->meta[i].value;
+    return NULL;
+}
