@@ -1,0 +1,65 @@
+/* Engine: backend selection, planning for the largest batch, and the run entry point. */
+#include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+si_status si_engine_create(si_graph *g, const char *backend, int max_batch, si_engine **out) {
+    *out = NULL;
+    const si_backend *be = NULL;
+    if (!strcmp(backend, "cpu")) be = &si_cpu_backend;
+    if (!be) {
+        si_graph_free(g);
+        return si_error(SI_ERR_ARG, "unknown backend '%s' (available: cpu)", backend);
+    }
+    if (max_batch < 1) {
+        si_graph_free(g);
+        return si_error(SI_ERR_ARG, "batch size must be at least 1");
+    }
+    si_status st = si_graph_infer(g, max_batch);
+    if (st != SI_OK) {
+        si_graph_free(g);
+        return st;
+    }
+    si_engine *e = si_xcalloc(1, sizeof *e);
+    e->g = g;
+    e->be = be;
+    e->max_batch = max_batch;
+    e->host_in = si_xcalloc((size_t)g->n_inputs, sizeof *e->host_in);
+    e->host_out = si_xcalloc((size_t)g->n_outputs, sizeof *e->host_out);
+    if ((st = be->init(e)) != SI_OK) {
+        si_engine_free(e);
+        return st;
+    }
+    *out = e;
+    return SI_OK;
+}
+
+void si_engine_free(si_engine *e) {
+    if (!e) return;
+    if (e->be && e->be->release) e->be->release(e);
+    free(e->host_in);
+    free(e->host_out);
+    si_graph_free(e->g);
+    free(e);
+}
+
+float *si_engine_input(si_engine *e, int i) {
+    SI_ASSERT(i >= 0 && i < e->g->n_inputs);
+    return e->host_in[i];
+}
+
+si_status si_engine_run(si_engine *e, int batch) {
+    if (batch < 1 || batch > e->max_batch)
+        return si_error(SI_ERR_ARG, "batch of %d rows, engine planned for 1..%d", batch,
+                        e->max_batch);
+    si_status st = si_graph_infer(e->g, batch);
+    if (st != SI_OK) return st;
+    return e->be->run(e, batch);
+}
+
+const float *si_engine_output(si_engine *e, int i, si_shape *shape) {
+    SI_ASSERT(i >= 0 && i < e->g->n_outputs);
+    if (shape) *shape = e->g->values[e->g->outputs[i]].shape;
+    return e->host_out[i];
+}

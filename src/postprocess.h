@@ -1,0 +1,13 @@
+/* Postprocessing of classifier outputs on the CPU: softmax and top-K per image. */
+#ifndef SI_POSTPROCESS_H
+#define SI_POSTPROCESS_H
+
+#include <stdint.h>
+
+/* For each of `rows` rows of `cols` logits: softmax, then the k largest probabilities in
+ * descending order (ties: lower class index first). k <= cols. scratch holds cols floats per
+ * thread (omp_get_max_threads() * cols). Writes cls and prob, rows * k each. */
+void si_post_topk(const float *logits, int64_t rows, int64_t cols, int k, float *scratch,
+                  int32_t *cls, float *prob);
+
+#endif

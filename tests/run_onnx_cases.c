@@ -1,0 +1,303 @@
+/* Runs test cases in ONNX's backend node-test layout (DIR/model.onnx,
+ * DIR/test_data_set_N/input_K.pb and output_K.pb) on the CPU backend and compares every output
+ * with the suite's own rule, |out - ref| <= abs_tol + rel_tol * |ref| (rel_tol 1e-3, abs_tol 1e-7 by
+ * default). Cases may also be held to a bound on max|out - ref| / max|ref| (--max-rel).
+ * A case the engine refuses as unsupported fails unless listed in --expect-unsupported with its
+ * reason, so the claimed-op list in docs cannot drift from what runs. */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "src/engine.h"
+
+static double rel_tol = 1e-3, abs_tol = 1e-7, max_rel = -1;
+static char **expected;
+static int n_expected;
+static int passed, failed, unsupported_ok;
+
+static bool is_dir(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static bool expect_unsupported(const char *name) {
+    for (int i = 0; i < n_expected; i++)
+        if (!strcmp(expected[i], name)) return true;
+    return false;
+}
+
+static int load_set(const char *dir, const char *prefix, si_tensor *t, int cap) {
+    int n = 0;
+    for (; n < cap; n++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s_%d.pb", dir, prefix, n);
+        struct stat sb;
+        if (stat(p, &sb) != 0) break;
+        if (si_tensor_load_pb(p, &t[n]) != SI_OK) {
+            fprintf(stderr, "  %s\n", si_error_msg());
+            return -1;
+        }
+    }
+    return n;
+}
+
+static const char *base(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+/* Returns 0 pass, 1 fail, 2 unsupported. */
+static int run_set(si_model_proto *m, const char *setdir, const char *name) {
+    si_tensor in[16] = {0}, ref[16] = {0};
+    int nin = load_set(setdir, "input", in, 16), nref = load_set(setdir, "output", ref, 16);
+    int rc = 1;
+    si_engine *e = NULL;
+    if (nin < 0 || nref < 0) {
+        /* sequence and optional test data are not TensorProtos: only tensors are claimed */
+        if (expect_unsupported(name)) {
+            printf("UNSUPPORTED (expected) %s: test data is not a tensor\n", name);
+            rc = 2;
+        }
+        goto done;
+    }
+    /* inputs that only feed parameter slots become constants (see graph.h) */
+    si_tensor bind[16];
+    int nbind = 0;
+    si_tensor *data_in[16];
+    const char *data_name[16];
+    int ndata = 0;
+    int runtime_inputs = 0;
+    for (int i = 0; i < m->n_inputs; i++) {
+        bool is_init = false;
+        for (int k = 0; k < m->n_inits; k++)
+            if (m->inits[k].name && !strcmp(m->inits[k].name, m->inputs[i].name)) is_init = true;
+        if (is_init) continue;
+        if (runtime_inputs >= nin) break;
+        si_tensor *t = &in[runtime_inputs++];
+        const char *nm = m->inputs[i].name;
+        if (si_model_input_is_param(m, nm)) {
+            bind[nbind] = *t;
+            bind[nbind].name = (char *)nm;
+            nbind++;
+        } else {
+            data_in[ndata] = t;
+            data_name[ndata++] = nm;
+        }
+    }
+    si_graph_opts opts = {.bind = bind, .n_bind = nbind};
+    si_graph *g;
+    si_status st = si_graph_build(m, &opts, &g);
+    if (st != SI_OK) {
+        if (st == SI_ERR_UNSUPPORTED && expect_unsupported(name)) {
+            printf("UNSUPPORTED (expected) %s\n", name);
+            rc = 2;
+        } else {
+            printf("FAIL %s: %s\n", name, si_error_msg());
+        }
+        goto done;
+    }
+    int batch = 1;
+    for (int i = 0; i < g->n_inputs && i < ndata; i++) {
+        si_value *v = &g->values[g->inputs[i]];
+        if (strcmp(v->name, data_name[i])) {
+            printf("FAIL %s: input order mismatch (%s vs %s)\n", name, v->name, data_name[i]);
+            si_graph_free(g);
+            goto done;
+        }
+        if (v->batch_dim && data_in[i]->ndim > 0) batch = (int)data_in[i]->dims[0];
+    }
+    if (g->n_inputs != ndata) {
+        printf("FAIL %s: graph has %d runtime inputs, test data %d\n", name, g->n_inputs, ndata);
+        si_graph_free(g);
+        goto done;
+    }
+    if ((st = si_engine_create(g, "cpu", batch, &e)) != SI_OK) {
+        printf("%s %s: %s\n", st == SI_ERR_UNSUPPORTED && expect_unsupported(name)
+                                  ? "UNSUPPORTED (expected)" : "FAIL", name, si_error_msg());
+        rc = st == SI_ERR_UNSUPPORTED && expect_unsupported(name) ? 2 : 1;
+        goto done;
+    }
+    for (int i = 0; i < ndata; i++) {
+        si_value *v = &e->g->values[e->g->inputs[i]];
+        si_tensor *t = data_in[i];
+        bool same = t->ndim == v->shape.ndim && t->dtype == SI_DT_FLOAT;
+        for (int d = 0; same && d < t->ndim; d++) same = t->dims[d] == v->shape.dims[d];
+        if (!same) {
+            printf("FAIL %s: input '%s' shape or type differs from the graph's\n", name, v->name);
+            goto done;
+        }
+        memcpy(si_engine_input(e, i), t->data, sizeof(float) * (size_t)t->numel);
+    }
+    if ((st = si_engine_run(e, batch)) != SI_OK) {
+        printf("FAIL %s: %s\n", name, si_error_msg());
+        goto done;
+    }
+    if (nref != e->g->n_outputs) {
+        printf("FAIL %s: %d reference outputs, graph has %d\n", name, nref, e->g->n_outputs);
+        goto done;
+    }
+    rc = 0;
+    for (int o = 0; o < nref; o++) {
+        si_shape sh;
+        const float *y = si_engine_output(e, o, &sh);
+        si_tensor *r = &ref[o];
+        bool same = r->ndim == sh.ndim && r->dtype == SI_DT_FLOAT;
+        for (int d = 0; same && d < r->ndim; d++) same = r->dims[d] == sh.dims[d];
+        if (!same) {
+            printf("FAIL %s: output %d shape differs from the reference\n", name, o);
+            rc = 1;
+            continue;
+        }
+        const float *rv = r->data;
+        double maxdiff = 0, maxref = 0;
+        int64_t bad = 0, first_bad = -1;
+        for (int64_t i = 0; i < r->numel; i++) {
+            double d = fabs((double)y[i] - (double)rv[i]);
+            if (isnan(rv[i]) != isnan(y[i])) d = INFINITY;
+            else if (isnan(rv[i])) d = 0;
+            if (d > abs_tol + rel_tol * fabs((double)rv[i])) {
+                if (first_bad < 0) first_bad = i;
+                bad++;
+            }
+            if (d > maxdiff) maxdiff = d;
+            if (fabs((double)rv[i]) > maxref) maxref = fabs((double)rv[i]);
+        }
+        double rel = maxref > 0 ? maxdiff / maxref : maxdiff;
+        if (bad || (max_rel >= 0 && rel > max_rel)) {
+            printf("FAIL %s: output %d: %lld of %lld values off (first at %lld: %g vs %g), "
+                   "max|diff|/max|ref| = %.3g\n",
+                   name, o, (long long)bad, (long long)r->numel, (long long)first_bad,
+                   first_bad >= 0 ? (double)y[first_bad] : 0.0,
+                   first_bad >= 0 ? (double)rv[first_bad] : 0.0, rel);
+            rc = 1;
+        } else if (max_rel >= 0) {
+            printf("  %s: output %d: max|diff| = %.3g, max|ref| = %.3g, max|diff|/max|ref| = "
+                   "%.3g (bound %.1g)\n", name, o, maxdiff, maxref, rel, max_rel);
+        }
+    }
+    if (rc == 0) printf("PASS %s\n", name);
+done:
+    si_engine_free(e);
+    for (int i = 0; i < 16; i++) {
+        si_tensor_free_data(&in[i]);
+        si_tensor_free_data(&ref[i]);
+    }
+    return rc;
+}
+
+static void run_case(const char *dir) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/model.onnx", dir);
+    const char *name = base(dir);
+    si_model_proto *m;
+    if (si_model_proto_load(p, &m) != SI_OK) {
+        printf("FAIL %s: %s\n", name, si_error_msg());
+        failed++;
+        return;
+    }
+    int sets = 0, worst = 0;
+    for (int k = 0; k < 64; k++) {
+        snprintf(p, sizeof p, "%s/test_data_set_%d", dir, k);
+        if (!is_dir(p)) break;
+        int rc = run_set(m, p, name);
+        sets++;
+        if (rc == 1) worst = 1;
+        else if (rc == 2 && worst == 0) worst = 2;
+        if (rc == 2) break;
+    }
+    si_model_proto_free(m);
+    if (!sets) {
+        printf("FAIL %s: no test_data_set_0\n", name);
+        worst = 1;
+    }
+    if (worst == 0 && expect_unsupported(name)) {
+        printf("FAIL %s: listed as unsupported but passes: update the list\n", name);
+        worst = 1;
+    }
+    if (worst == 0) passed++;
+    else if (worst == 2) unsupported_ok++;
+    else failed++;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A directory is a case if it has model.onnx; otherwise its subdirectories are cases. */
+static void run_path(const char *path) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/model.onnx", path);
+    struct stat sb;
+    if (stat(p, &sb) == 0) {
+        run_case(path);
+        return;
+    }
+    DIR *d = opendir(path);
+    if (!d) {
+        printf("FAIL %s: cannot open\n", path);
+        failed++;
+        return;
+    }
+    char **names = NULL;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        names = si_xrealloc(names, sizeof *names * (size_t)(n + 1));
+        names[n++] = si_xstrdup(de->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    for (int i = 0; i < n; i++) {
+        snprintf(p, sizeof p, "%s/%s", path, names[i]);
+        if (is_dir(p)) run_case(p);
+        free(names[i]);
+    }
+    free(names);
+}
+
+static void load_expected(const char *file) {
+    FILE *f = fopen(file, "r");
+    if (!f) {
+        fprintf(stderr, "cannot open %s\n", file);
+        exit(2);
+    }
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        char *s = line;
+        while (*s == ' ') s++;
+        if (*s == '#' || *s == '\n' || !*s) continue;
+        s[strcspn(s, " \t\n")] = 0; /* the case name; the rest of the line is the reason */
+        expected = si_xrealloc(expected, sizeof *expected * (size_t)(n_expected + 1));
+        expected[n_expected++] = si_xstrdup(s);
+    }
+    fclose(f);
+}
+
+int main(int argc, char **argv) {
+    int first = 1;
+    for (; first < argc && !strncmp(argv[first], "--", 2); first++) {
+        if (first + 1 >= argc) break;
+        if (!strcmp(argv[first], "--rtol")) rel_tol = atof(argv[++first]);
+        else if (!strcmp(argv[first], "--atol")) abs_tol = atof(argv[++first]);
+        else if (!strcmp(argv[first], "--max-rel")) max_rel = atof(argv[++first]);
+        else if (!strcmp(argv[first], "--expect-unsupported")) load_expected(argv[++first]);
+        else {
+            fprintf(stderr, "unknown option %s\n", argv[first]);
+            return 2;
+        }
+    }
+    if (first >= argc) {
+        fprintf(stderr, "usage: run_onnx_cases [--rtol R] [--atol A] [--max-rel R] "
+                        "[--expect-unsupported FILE] DIR...\n");
+        return 2;
+    }
+    for (int i = first; i < argc; i++) run_path(argv[i]);
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, unsupported_ok);
+    for (int i = 0; i < n_expected; i++) free(expected[i]);
+    free(expected);
+    return failed || passed == 0 ? 1 : 0;
+}
