@@ -1,0 +1,197 @@
+/* The per-rank batch loop. Buffers are sized once for the batch; decode scratch grows to the
+ * largest image and stays. Failed images are left out of the model's batch (the good ones are
+ * packed to the front), so a corrupt file costs nothing but its own row. */
+#include "pipeline.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "postprocess.h"
+
+si_status si_pipeline_check_model(const si_graph *g, si_pipeline_config *cfg, int64_t *classes) {
+    const si_value *in = &g->values[g->inputs[0]];
+    if (g->n_inputs != 1)
+        return si_error(SI_ERR_UNSUPPORTED, "%s: the model has %d inputs; an image classifier "
+                                            "takes one (N, 3, H, W) tensor", g->path, g->n_inputs);
+    if (in->shape.ndim != 4 || in->shape.dims[1] != 3)
+        return si_error(SI_ERR_UNSUPPORTED, "%s: input '%s' is not (N, 3, H, W)", g->path,
+                        in->name);
+    if (!in->batch_dim && in->shape.dims[0] != cfg->batch)
+        return si_error(SI_ERR_ARG, "%s: the model's batch dimension is fixed at %lld; run it "
+                                    "with --batch %lld", g->path, (long long)in->shape.dims[0],
+                        (long long)in->shape.dims[0]);
+    int h = (int)in->shape.dims[2], w = (int)in->shape.dims[3];
+    if (cfg->pre.crop_h == 0) {
+        cfg->pre.crop_h = h;
+        cfg->pre.crop_w = w;
+    } else if (cfg->pre.crop_h != h || cfg->pre.crop_w != w) {
+        return si_error(SI_ERR_ARG, "--crop %dx%d does not match the model's input %dx%d",
+                        cfg->pre.crop_h, cfg->pre.crop_w, h, w);
+    }
+    if (cfg->pre.resize == 0) /* the usual 0.875 center crop: 224 from 256 */
+        cfg->pre.resize = (int)((h > w ? h : w) / 0.875 + 0.5);
+    if (cfg->pre.resize < (h > w ? h : w))
+        return si_error(SI_ERR_ARG, "--resize %d is smaller than the crop %dx%d", cfg->pre.resize,
+                        h, w);
+    const si_value *out = &g->values[g->outputs[0]];
+    int64_t per = 1;
+    for (int d = 1; d < out->shape.ndim; d++) per *= out->shape.dims[d];
+    if (out->shape.ndim < 2 || per < 1)
+        return si_error(SI_ERR_UNSUPPORTED, "%s: output '%s' is not (N, classes)", g->path,
+                        out->name);
+    if (cfg->topk > per) cfg->topk = (int)per;
+    *classes = per;
+    return SI_OK;
+}
+
+void si_share_result_free(si_share_result *r) {
+    if (!r) return;
+    free(r->index);
+    free(r->status);
+    free(r->topk_class);
+    free(r->topk_prob);
+    memset(r, 0, sizeof *r);
+}
+
+/* Reads a batch; if the one large read fails, reads image by image so that one bad record
+ * costs only itself. */
+static void read_batch(si_imageset *set, uint64_t b0, uint32_t n, si_bytes *buf, uint64_t *off,
+                       int32_t *status, si_bytes *one) {
+    if (si_imageset_read(set, b0, n, buf, off) == SI_OK) return;
+    si_log_warn("%s: batch read of images %llu..%llu failed (%s); reading them one by one",
+                si_imageset_path(set), (unsigned long long)b0, (unsigned long long)(b0 + n - 1),
+                si_error_msg());
+    buf->len = 0;
+    off[0] = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        uint64_t o[2];
+        off[j + 1] = off[j];
+        if (si_imageset_read(set, b0 + j, 1, one, o) != SI_OK ||
+            si_bytes_reserve(buf, off[j] + (o[1] - o[0])) != SI_OK) {
+            status[j] = SI_IMG_READ_ERROR;
+            si_log_error("image %llu: read error: %s", (unsigned long long)(b0 + j),
+                         si_error_msg());
+            continue;
+        }
+        memcpy(buf->data + off[j], one->data + o[0], o[1] - o[0]);
+        off[j + 1] = off[j] + (o[1] - o[0]);
+    }
+}
+
+si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_imageset *set,
+                          uint64_t first, uint64_t count, si_share_result *out) {
+    memset(out, 0, sizeof *out);
+    const int B = cfg->batch, K = cfg->topk;
+    out->first = first;
+    out->count = count;
+    out->index = si_xmalloc(sizeof(uint64_t) * (count ? count : 1));
+    out->status = si_xmalloc(sizeof(int32_t) * (count ? count : 1));
+    out->topk_class = si_xmalloc(sizeof(int32_t) * (count ? count : 1) * (size_t)K);
+    out->topk_prob = si_xmalloc(sizeof(float) * (count ? count : 1) * (size_t)K);
+    for (uint64_t i = 0; i < count; i++) out->status[i] = SI_IMG_NOT_PROCESSED;
+
+    const size_t plane = (size_t)cfg->pre.crop_h * cfg->pre.crop_w;
+    const int nthreads = omp_get_max_threads();
+    uint8_t *pixels = si_xmalloc(plane * 3 * (size_t)B); /* (B, H, W, 3) uint8 crops */
+    uint64_t *off = si_xmalloc(sizeof(uint64_t) * (size_t)(B + 1));
+    int32_t *rowmap = si_xmalloc(sizeof(int32_t) * (size_t)B);
+    char (*msgs)[256] = si_xmalloc(sizeof(*msgs) * (size_t)B);
+    si_decoder **dec = si_xcalloc((size_t)nthreads, sizeof *dec);
+    si_bytes buf = {0}, one = {0};
+    const si_graph *g = e->g;
+    int64_t classes = 1;
+    {
+        const si_shape *os = &g->values[g->outputs[0]].shape;
+        for (int d = 1; d < os->ndim; d++) classes *= os->dims[d];
+    }
+    float *scratch = si_xmalloc(sizeof(float) * (size_t)classes * (size_t)nthreads);
+    int32_t *pc = si_xmalloc(sizeof(int32_t) * (size_t)B * (size_t)K); /* packed-row top-K */
+    float *pp = si_xmalloc(sizeof(float) * (size_t)B * (size_t)K);
+    for (int t = 0; t < nthreads; t++)
+        if (!(dec[t] = si_decoder_create())) si_fatal(__FILE__, __LINE__, "si_decoder_create", NULL);
+
+    si_status st = SI_OK;
+    double t0 = si_now();
+    for (uint64_t done = 0; done < count;) {
+        uint32_t n = (uint32_t)(count - done < (uint64_t)B ? count - done : (uint64_t)B);
+        uint64_t b0 = first + done;
+        int32_t *status = out->status + done;
+        for (uint32_t j = 0; j < n; j++) status[j] = SI_IMG_OK;
+
+        double t = si_now();
+        read_batch(set, b0, n, &buf, off, status, &one);
+        out->bytes_read += off[n] - off[0];
+        out->t_read += si_now() - t;
+
+        t = si_now();
+#pragma omp parallel for schedule(dynamic, 1)
+        for (uint32_t j = 0; j < n; j++) {
+            if (status[j] != SI_IMG_OK) continue;
+            msgs[j][0] = 0;
+            status[j] = (int32_t)si_decode_crop(dec[omp_get_thread_num()], buf.data + off[j],
+                                                off[j + 1] - off[j], &cfg->pre,
+                                                pixels + plane * 3 * j, msgs[j], sizeof msgs[j]);
+        }
+        /* pack the good images to the front of the model's batch */
+        int rows = 0;
+        for (uint32_t j = 0; j < n; j++) {
+            if (status[j] == SI_IMG_OK) {
+                rowmap[rows++] = (int32_t)j;
+                continue;
+            }
+            if (status[j] == SI_IMG_READ_ERROR) continue; /* logged by read_batch */
+            char *id = NULL;
+            if (si_imageset_read_ids(set, b0 + j, 1, &id) != SI_OK) id = NULL;
+            si_log_warn("image %llu '%s': %s: %s", (unsigned long long)(b0 + j), id ? id : "?",
+                        si_image_status_name(status[j]), msgs[j][0] ? msgs[j] : "-");
+            free(id);
+        }
+        float *x = si_engine_input(e, 0);
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < rows; r++)
+            si_normalize_chw(pixels + plane * 3 * (size_t)rowmap[r], cfg->pre.crop_h,
+                             cfg->pre.crop_w, cfg->mean, cfg->std, x + plane * 3 * (size_t)r);
+        out->t_decode += si_now() - t;
+
+        int32_t *cls = out->topk_class + done * (uint64_t)K;
+        float *prob = out->topk_prob + done * (uint64_t)K;
+        for (uint32_t j = 0; j < n; j++) {
+            out->index[done + j] = b0 + j;
+            for (int k = 0; k < K; k++) {
+                cls[j * K + k] = -1;
+                prob[j * K + k] = 0.f;
+            }
+        }
+        if (rows > 0) {
+            t = si_now();
+            if ((st = si_engine_run(e, rows)) != SI_OK) break;
+            out->t_infer += si_now() - t;
+            t = si_now();
+            const float *logits = si_engine_output(e, 0, NULL);
+            /* topk of the packed rows, then scattered back to the images' places */
+            si_post_topk(logits, rows, classes, K, scratch, pc, pp);
+            for (int r = 0; r < rows; r++) {
+                memcpy(cls + (size_t)rowmap[r] * K, pc + (size_t)r * K, sizeof(int32_t) * (size_t)K);
+                memcpy(prob + (size_t)rowmap[r] * K, pp + (size_t)r * K, sizeof(float) * (size_t)K);
+            }
+            out->t_post += si_now() - t;
+        }
+        for (uint32_t j = 0; j < n; j++) status[j] == SI_IMG_OK ? out->ok++ : out->failed++;
+        if (done == 0) out->t_first = si_now() - t0;
+        done += n;
+    }
+    out->t_total = si_now() - t0;
+    for (int t = 0; t < nthreads; t++) si_decoder_destroy(dec[t]);
+    free(dec);
+    free(pixels);
+    free(off);
+    free(rowmap);
+    free(msgs);
+    free(scratch);
+    free(pc);
+    free(pp);
+    si_bytes_free(&buf);
+    si_bytes_free(&one);
+    return st;
+}
