@@ -1,0 +1,26 @@
+/* The extern "C" boundary of shardinfer's CUDA code. Built only when CUDA is found
+ * (SI_HAVE_CUDA); without a device every entry point reports so instead of failing hard. */
+#ifndef SI_CUDA_H
+#define SI_CUDA_H
+
+#include "src/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Number of usable devices; 0 when there is no driver or no device (never an error). */
+int si_cuda_device_count(void);
+/* A one-line description of device `dev` (name, memory, compute capability) into buf. */
+si_status si_cuda_device_info(int dev, char *buf, size_t cap);
+
+/* (N, H, W, 3) uint8 -> (N, 3, H, W) float: (x/255 - mean[c]) / std[c], on the device. The
+ * GPU twin of si_normalize_chw (io/jpeg.h). Host pointers; copies in and out (for tests). */
+si_status si_cuda_normalize(const uint8_t *src, int n, int h, int w, const float mean[3],
+                            const float std[3], float *dst);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
