@@ -1,0 +1,741 @@
+#!/usr/bin/env python3
+"""Writes reference test cases for shardinfer's CPU/GPU engine in the layout of ONNX's backend
+node tests: DIR/<case>/model.onnx plus DIR/<case>/test_data_set_0/input_<k>.pb and output_<k>.pb
+(serialized TensorProtos named like the graph's inputs/outputs). The C test runner loads each
+model, feeds the inputs and compares with the outputs.
+
+Three sources:
+  (a) ONNX's own node tests for the ops shardinfer claims, copied from the installed onnx package
+      (their expected outputs come from ONNX's reference implementation);
+  (b) "si_*" cases generated here with seeded random data and checked with onnxruntime's CPU
+      provider, covering what the node tests miss: groups/depthwise, asymmetric pads, batch > 1,
+      Conv+BN+activation chains with realistic statistics, broadcasting, a small CNN;
+  (c) with --demo-model: "efficientnet_lite0_photo", two real photos preprocessed exactly as the
+      C pipeline does, with onnxruntime's logits as the expected output.
+
+Usage: make_ref_cases.py --output-dir DIR [--demo-model M.onnx]
+"""
+
+import argparse
+import importlib.util
+import os
+import re
+import shutil
+import sys
+import zlib
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 13
+IR_VERSION = 8
+
+# --------------------------------------------------------------------------------------------
+# Preprocessing shared with the demo case and scripts/torch_crosscheck.py
+# --------------------------------------------------------------------------------------------
+
+
+def preprocess(path, mean, std, resize=256, crop=224):
+    """One image -> float32 CHW, exactly as shardinfer's C pipeline (io/jpeg.h) and torchvision's
+    Resize(256) + CenterCrop(224) + ToTensor + Normalize compute it: RGB, shorter side to `resize`
+    with Pillow's (antialiased) BILINEAR, other side int(resize*long/short), center crop with
+    top = int(round((H - crop) / 2.0)), x/255, then (x - mean)/std, all in float32."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        im = im.convert("RGB")
+        w, h = im.size
+        if w <= h:
+            nw, nh = resize, int(resize * h / w)
+        else:
+            nw, nh = int(resize * w / h), resize
+        im = im.resize((nw, nh), Image.BILINEAR)
+        top = int(round((nh - crop) / 2.0))
+        left = int(round((nw - crop) / 2.0))
+        im = im.crop((left, top, left + crop, top + crop))
+        x = np.asarray(im, dtype=np.uint8)
+    x = x.astype(np.float32) / np.float32(255.0)
+    x = (x - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+    return np.ascontiguousarray(x.transpose(2, 0, 1), dtype=np.float32)
+
+
+def model_mean_std(model):
+    """The "mean"/"std" metadata_props (comma-separated R,G,B in [0,1] units)."""
+    props = {p.key: p.value for p in model.metadata_props}
+    try:
+        mean = [float(v) for v in props["mean"].split(",")]
+        std = [float(v) for v in props["std"].split(",")]
+    except KeyError as e:
+        sys.exit("model has no %s metadata_prop" % e)
+    if len(mean) != 3 or len(std) != 3:
+        sys.exit("model metadata mean/std must have 3 values each")
+    return mean, std
+
+
+# --------------------------------------------------------------------------------------------
+# (a) ONNX node tests
+# --------------------------------------------------------------------------------------------
+
+# Whole-name patterns of the node tests whose ops shardinfer implements. AveragePool is not
+# claimed. Add/Clip integer variants are left out (the engine is float32 only); MaxPool is copied
+# whole, uint8, 1-D and 3-D included, so the runner documents what it reports as unsupported.
+NODE_TEST_PATTERNS = [
+    r"test_conv_.*",            # not test_convinteger_*/test_convtranspose_* (no underscore)
+    r"test_basic_conv_.*",      # not test_basic_deform_conv_*
+    r"test_relu",
+    r"test_clip(_.*)?",
+    r"test_add", r"test_add_bcast",
+    r"test_maxpool_[123]d_.*",  # not test_maxpool_with_argmax_* (second output)
+    r"test_globalaveragepool(_precomputed)?",
+    r"test_flatten_.*",
+    r"test_gemm_.*",
+    r"test_identity",           # not _opt/_sequence: optional and sequence types
+    r"test_reshape_.*",
+    r"test_batchnorm_epsilon", r"test_batchnorm_example",  # inference mode only
+]
+
+
+def node_test_dir():
+    spec = importlib.util.find_spec("onnx")
+    root = os.path.dirname(spec.origin)
+    d = os.path.join(root, "backend", "test", "data", "node")
+    if not os.path.isdir(d):
+        sys.exit("onnx package has no node test data at %s" % d)
+    return d
+
+
+def wanted_node_test(name):
+    if "_expanded" in name or "training" in name:
+        return False
+    if name.startswith("test_clip") and re.search(r"_u?int\d+", name):
+        return False
+    return any(re.fullmatch(p, name) for p in NODE_TEST_PATTERNS)
+
+
+def copy_node_tests(out_dir):
+    src = node_test_dir()
+    copied = []
+    for name in sorted(os.listdir(src)):
+        if not wanted_node_test(name):
+            continue
+        dst = os.path.join(out_dir, name)
+        if os.path.exists(dst):
+            shutil.rmtree(dst)
+        shutil.copytree(os.path.join(src, name), dst)
+        copied.append(name)
+    print("copied %d ONNX node tests (onnx %s):" % (len(copied), onnx.__version__))
+    for i in range(0, len(copied), 4):
+        print("  " + "  ".join(copied[i:i + 4]))
+    return copied
+
+
+# --------------------------------------------------------------------------------------------
+# (b) random cases checked with onnxruntime
+# --------------------------------------------------------------------------------------------
+
+
+def rng_for(name):
+    # Seed per case (not one global stream) so adding a case never changes the others' data.
+    return np.random.default_rng(zlib.crc32(name.encode()))
+
+
+def nonzero(x, eps=1e-3):
+    """Moves values off zero: an all-zero or zero-heavy input hides indexing bugs."""
+    x = np.asarray(x, dtype=np.float32)
+    small = np.abs(x) < eps
+    x[small] = np.where(x[small] < 0, -eps, eps)
+    return x
+
+
+def uniform(rng, shape, lo=-1.0, hi=1.0):
+    return nonzero(rng.uniform(lo, hi, size=shape).astype(np.float32))
+
+
+def normal(rng, shape, scale=1.0):
+    return nonzero((rng.standard_normal(size=shape) * scale).astype(np.float32))
+
+
+def conv_weight(rng, cout, cin_per_group, kh, kw):
+    # He-like scale keeps activations O(1) through chained layers.
+    fan_in = cin_per_group * kh * kw
+    return normal(rng, (cout, cin_per_group, kh, kw), scale=np.sqrt(2.0 / fan_in))
+
+
+def bn_params(rng, c, prefix):
+    """Realistic inference statistics: gamma around 1, small beta, mean within +-0.5,
+    var in [0.5, 2]."""
+    return {
+        prefix + ".weight": uniform(rng, (c,), 0.5, 1.5),
+        prefix + ".bias": uniform(rng, (c,), -0.3, 0.3),
+        prefix + ".running_mean": uniform(rng, (c,), -0.5, 0.5),
+        prefix + ".running_var": uniform(rng, (c,), 0.5, 2.0),
+    }
+
+
+# An independent float64 evaluator for the ops used in the si_* cases. onnxruntime is the
+# reference, but a second, naive implementation catches the day an ORT build or an ORT
+# optimisation computes something else (onnx.reference is no help here: for opset 9-13
+# BatchNormalization it switches to training-mode statistics when momentum is set, and its Conv
+# mishandles auto_pad with strides).
+
+def _np_conv(x, w, b, a):
+    n, _, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    g = a.get("group", 1)
+    s = a.get("strides", [1, 1])
+    d = a.get("dilations", [1, 1])
+    ap = a.get("auto_pad", b"NOTSET")
+    ap = ap.decode() if isinstance(ap, bytes) else ap
+    ekh, ekw = (kh - 1) * d[0] + 1, (kw - 1) * d[1] + 1
+    if ap in ("SAME_UPPER", "SAME_LOWER"):
+        pads = []
+        for size, ek, st in ((h, ekh, s[0]), (wd, ekw, s[1])):
+            p = max((-(-size // st) - 1) * st + ek - size, 0)
+            pads.append((p // 2, p - p // 2) if ap == "SAME_UPPER" else (p - p // 2, p // 2))
+        (pt, pb), (pl, pr) = pads
+    elif ap == "VALID":
+        pt = pb = pl = pr = 0
+    else:
+        pt, pl, pb, pr = a.get("pads", [0, 0, 0, 0])
+    xp = np.zeros((n, x.shape[1], h + pt + pb, wd + pl + pr))
+    xp[:, :, pt:pt + h, pl:pl + wd] = x
+    oh = (h + pt + pb - ekh) // s[0] + 1
+    ow = (wd + pl + pr - ekw) // s[1] + 1
+    out = np.zeros((n, m, oh, ow))
+    mg = m // g
+    for gi in range(g):
+        xs = xp[:, gi * cg:(gi + 1) * cg]
+        for i in range(kh):
+            for j in range(kw):
+                patch = xs[:, :, i * d[0]:i * d[0] + s[0] * (oh - 1) + 1:s[0],
+                           j * d[1]:j * d[1] + s[1] * (ow - 1) + 1:s[1]]
+                out[:, gi * mg:(gi + 1) * mg] += np.einsum(
+                    "nchw,mc->nmhw", patch, w[gi * mg:(gi + 1) * mg, :, i, j])
+    if b is not None:
+        out += b[None, :, None, None]
+    return out
+
+
+def _np_maxpool(x, a):
+    k, s = a["kernel_shape"], a.get("strides", [1, 1])
+    p, ceil = a.get("pads", [0, 0, 0, 0]), a.get("ceil_mode", 0)
+    n, c, h, w = x.shape
+    rnd = (lambda v: -(-v // 1)) if ceil else (lambda v: v // 1)
+    oh = int(rnd((h + p[0] + p[2] - k[0]) / s[0])) + 1
+    ow = int(rnd((w + p[1] + p[3] - k[1]) / s[1])) + 1
+    if ceil:  # a window may not start inside the end padding
+        oh -= (oh - 1) * s[0] >= h + p[0]
+        ow -= (ow - 1) * s[1] >= w + p[1]
+    out = np.empty((n, c, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            h0, w0 = i * s[0] - p[0], j * s[1] - p[1]
+            out[:, :, i, j] = x[:, :, max(h0, 0):min(h0 + k[0], h),
+                                max(w0, 0):min(w0 + k[1], w)].max(axis=(2, 3))
+    return out
+
+
+def numpy_reference(model, feeds):
+    env = {}
+    for t in model.graph.initializer:
+        env[t.name] = numpy_helper.to_array(t)
+    env.update(feeds)
+    env = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in env.items()}
+    for nd in model.graph.node:
+        a = {at.name: helper.get_attribute_value(at) for at in nd.attribute}
+        i = [env[v] if v else None for v in nd.input]
+        op = nd.op_type
+        if op == "Conv":
+            y = _np_conv(i[0], i[1], i[2] if len(i) > 2 else None, a)
+        elif op == "BatchNormalization":
+            sh = (1, -1, 1, 1)
+            y = ((i[0] - i[3].reshape(sh)) / np.sqrt(i[4].reshape(sh) + a.get("epsilon", 1e-5))
+                 * i[1].reshape(sh) + i[2].reshape(sh))
+        elif op == "Relu":
+            y = np.maximum(i[0], 0)
+        elif op == "Clip":
+            y = np.minimum(np.maximum(i[0], i[1]), i[2])
+        elif op == "Add":
+            y = i[0] + i[1]
+        elif op == "MaxPool":
+            y = _np_maxpool(i[0], a)
+        elif op == "GlobalAveragePool":
+            y = i[0].mean(axis=(2, 3), keepdims=True)
+        elif op == "Flatten":
+            ax = a.get("axis", 1)
+            y = i[0].reshape(int(np.prod(i[0].shape[:ax])), -1)
+        elif op == "Reshape":
+            y = i[0].reshape([i[0].shape[k] if v == 0 else int(v) for k, v in enumerate(i[1])])
+        elif op == "Gemm":
+            A = i[0].T if a.get("transA", 0) else i[0]
+            B = i[1].T if a.get("transB", 0) else i[1]
+            y = a.get("alpha", 1.0) * (A @ B)
+            if len(i) > 2 and i[2] is not None:
+                y = y + a.get("beta", 1.0) * i[2]
+        else:
+            raise NotImplementedError(op)
+        env[nd.output[0]] = y
+    return [env[o.name] for o in model.graph.output]
+
+
+def crosscheck(name, model, feeds, results, tol=1e-5):
+    for o, want, got in zip(model.graph.output, numpy_reference(model, feeds), results):
+        if want.shape != got.shape:
+            raise RuntimeError("%s: onnxruntime gives %s %s, numpy %s"
+                               % (name, o.name, got.shape, want.shape))
+        rel = float(np.max(np.abs(want - got)) / max(np.max(np.abs(want)), 1e-12))
+        if rel > tol:
+            raise RuntimeError("%s: onnxruntime and numpy differ on %s: rel %.3g" % (name, o.name, rel))
+
+
+class Case:
+    """Accumulates nodes, graph inputs (fed data) and initializers (weights) of one model."""
+
+    def __init__(self, name):
+        self.name = name
+        self.rng = rng_for(name)
+        self.nodes, self.inits, self.inputs, self.feeds = [], [], [], {}
+        self.outputs = []
+
+    def input(self, name, value, dims=None):
+        value = np.asarray(value)
+        dt = helper.np_dtype_to_tensor_dtype(value.dtype)
+        self.inputs.append(helper.make_tensor_value_info(name, dt, dims or list(value.shape)))
+        self.feeds[name] = value
+        return name
+
+    def init(self, name, value):
+        self.inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def node(self, op, ins, outs, name=None, **attrs):
+        self.nodes.append(helper.make_node(op, ins, outs, name=name or outs[0], **attrs))
+        return outs[0]
+
+    def output(self, name):
+        self.outputs.append(name)
+
+    def conv(self, x, prefix, cin, cout, k, group=1, bias=True, **attrs):
+        kh, kw = (k, k) if isinstance(k, int) else k
+        w = self.init(prefix + ".weight", conv_weight(self.rng, cout, cin // group, kh, kw))
+        ins = [x, w]
+        if bias:
+            ins.append(self.init(prefix + ".bias", uniform(self.rng, (cout,), -0.2, 0.2)))
+        if "kernel_shape" not in attrs:
+            attrs["kernel_shape"] = [kh, kw]
+        if attrs["kernel_shape"] is None:
+            del attrs["kernel_shape"]
+        return self.node("Conv", ins, [prefix + "_out"], name=prefix, group=group, **attrs)
+
+    def bn(self, x, prefix, c, eps=1e-5):
+        p = bn_params(self.rng, c, prefix)
+        ins = [self.init(k, v) for k, v in p.items()]
+        return self.node("BatchNormalization", [x] + ins, [prefix + "_out"], name=prefix,
+                         epsilon=eps)
+
+    def clip(self, x, name, lo=0.0, hi=6.0):
+        mn = self.init(name + ".min", np.array(lo, np.float32))
+        mx = self.init(name + ".max", np.array(hi, np.float32))
+        return self.node("Clip", [x, mn, mx], [name + "_out"], name=name)
+
+    def relu(self, x, name):
+        return self.node("Relu", [x], [name + "_out"], name=name)
+
+    def model(self):
+        import onnxruntime as ort
+
+        # Output shapes come from onnxruntime's result, so every output ends up fully typed; the
+        # checker runs once they are there (it refuses shapeless outputs).
+        proto_outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in self.outputs]
+        graph = helper.make_graph(self.nodes, self.name, self.inputs, proto_outs,
+                                  initializer=self.inits)
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="shardinfer make_ref_cases.py")
+        m.ir_version = IR_VERSION
+        so = ort.SessionOptions()
+        # The plain op-by-op computation is the reference: no fusion of Conv+BN etc.
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        results = sess.run(self.outputs, self.feeds)
+        for o, r in zip(self.outputs, results):
+            if not np.all(np.isfinite(r)):
+                raise RuntimeError("%s: non-finite output %s" % (self.name, o))
+        del graph.output[:]
+        for o, r in zip(self.outputs, results):
+            graph.output.append(helper.make_tensor_value_info(o, TensorProto.FLOAT, list(r.shape)))
+        m.graph.CopyFrom(graph)
+        onnx.checker.check_model(m, full_check=True)
+        return m, results
+
+
+def write_case(out_dir, name, model, feeds, outputs):
+    """feeds: ordered {input name: array} in graph input order; outputs: list matching
+    graph.output."""
+    d = os.path.join(out_dir, name)
+    if os.path.exists(d):
+        shutil.rmtree(d)
+    data = os.path.join(d, "test_data_set_0")
+    os.makedirs(data)
+    onnx.save(model, os.path.join(d, "model.onnx"))
+    names = [i.name for i in model.graph.input]
+    assert names == list(feeds), (names, list(feeds))
+    for k, n in enumerate(names):
+        with open(os.path.join(data, "input_%d.pb" % k), "wb") as f:
+            f.write(numpy_helper.from_array(np.asarray(feeds[n]), n).SerializeToString())
+    for k, (o, r) in enumerate(zip(model.graph.output, outputs)):
+        with open(os.path.join(data, "output_%d.pb" % k), "wb") as f:
+            f.write(numpy_helper.from_array(np.asarray(r), o.name).SerializeToString())
+
+
+# Each c_<name> builder fills one Case, written as si_<name>; the name says what it covers.
+# Conv cases use batch 3.
+
+def c_conv_3x3_pad1_bias(c):
+    x = c.input("images", uniform(c.rng, (3, 4, 9, 11)))
+    c.output(c.conv(x, "conv1", 4, 8, 3, pads=[1, 1, 1, 1]))
+
+
+def c_conv_3x3_stride2_nobias(c):
+    x = c.input("features", normal(c.rng, (3, 6, 10, 13)))
+    c.output(c.conv(x, "conv_down", 6, 10, 3, bias=False, strides=[2, 2], pads=[1, 1, 1, 1]))
+
+
+def c_conv_5x5_asym_pads(c):
+    x = c.input("features", uniform(c.rng, (3, 5, 12, 9)))
+    c.output(c.conv(x, "conv5", 5, 7, 5, pads=[1, 2, 2, 0]))
+
+
+def c_conv_tf_same_stride2_pads(c):
+    # What TF "SAME" with stride 2 gives on even inputs: nothing top/left, one row/col after.
+    x = c.input("images", uniform(c.rng, (3, 3, 32, 32)))
+    c.output(c.conv(x, "stem_conv", 3, 16, 3, bias=False, strides=[2, 2], pads=[0, 0, 1, 1]))
+
+
+def c_conv_group2_dilation2(c):
+    x = c.input("features", normal(c.rng, (3, 8, 15, 14)))
+    c.output(c.conv(x, "conv_grouped", 8, 12, 3, group=2, dilations=[2, 2], pads=[2, 2, 2, 2]))
+
+
+def c_conv_group4_stride2_nobias(c):
+    x = c.input("features", normal(c.rng, (3, 16, 11, 11)))
+    c.output(c.conv(x, "conv_g4", 16, 16, 3, group=4, bias=False, strides=[2, 2],
+                    pads=[1, 1, 1, 1]))
+
+
+def c_conv_depthwise_3x3(c):
+    x = c.input("features", normal(c.rng, (3, 24, 14, 14)))
+    c.output(c.conv(x, "dw_conv", 24, 24, 3, group=24, pads=[1, 1, 1, 1]))
+
+
+def c_conv_depthwise_3x3_stride2_asym(c):
+    x = c.input("features", normal(c.rng, (3, 32, 16, 16)))
+    c.output(c.conv(x, "dw_conv_s2", 32, 32, 3, group=32, bias=False, strides=[2, 2],
+                    pads=[0, 0, 1, 1]))
+
+
+def c_conv_depthwise_5x5_stride2_asym(c):
+    x = c.input("features", normal(c.rng, (3, 20, 14, 14)))
+    c.output(c.conv(x, "dw_conv5_s2", 20, 20, 5, group=20, bias=False, strides=[2, 2],
+                    pads=[1, 1, 2, 2]))
+
+
+def c_conv_depthwise_multiplier2(c):
+    x = c.input("features", normal(c.rng, (3, 6, 9, 9)))
+    c.output(c.conv(x, "dw_conv_x2", 6, 12, 3, group=6, pads=[1, 1, 1, 1]))
+
+
+def c_conv_depthwise_dilation2(c):
+    x = c.input("features", normal(c.rng, (3, 10, 13, 13)))
+    c.output(c.conv(x, "dw_conv_dil", 10, 10, 3, group=10, dilations=[2, 2], pads=[2, 2, 2, 2]))
+
+
+def c_conv_autopad_same_upper_stride2(c):
+    x = c.input("features", uniform(c.rng, (3, 4, 10, 11)))
+    c.output(c.conv(x, "conv_same_upper", 4, 6, 4, strides=[2, 2], auto_pad="SAME_UPPER"))
+
+
+def c_conv_autopad_same_lower_stride2(c):
+    x = c.input("features", uniform(c.rng, (3, 4, 10, 11)))
+    c.output(c.conv(x, "conv_same_lower", 4, 6, 4, strides=[2, 2], auto_pad="SAME_LOWER"))
+
+
+def c_conv_autopad_same_upper_depthwise(c):
+    x = c.input("features", uniform(c.rng, (3, 8, 12, 12)))
+    c.output(c.conv(x, "dw_same_upper", 8, 8, 3, group=8, bias=False, strides=[2, 2],
+                    auto_pad="SAME_UPPER"))
+
+
+def c_conv_autopad_valid(c):
+    x = c.input("features", uniform(c.rng, (3, 4, 10, 11)))
+    c.output(c.conv(x, "conv_valid", 4, 5, 3, strides=[2, 1], auto_pad="VALID"))
+
+
+def c_conv_1x1_pointwise(c):
+    x = c.input("features", normal(c.rng, (3, 32, 7, 7)))
+    c.output(c.conv(x, "pw_conv", 32, 48, 1))
+
+
+def c_conv_rect_kernel(c):
+    x = c.input("features", normal(c.rng, (3, 5, 12, 10)))
+    c.output(c.conv(x, "conv_3x1", 5, 6, (3, 1), strides=[2, 1], dilations=[1, 2],
+                    pads=[1, 0, 1, 0]))
+
+
+def c_conv_no_kernel_shape_attr(c):
+    # kernel_shape is optional in ONNX: the engine must take it from W.
+    x = c.input("features", normal(c.rng, (3, 4, 8, 8)))
+    c.output(c.conv(x, "conv_noks", 4, 6, 3, pads=[1, 1, 1, 1], kernel_shape=None))
+
+
+def c_conv_wide(c):
+    # Enough channels and pixels to cross any blocking/tiling boundary of the engine.
+    x = c.input("features", normal(c.rng, (3, 40, 15, 15)))
+    c.output(c.conv(x, "conv_wide", 40, 72, 3, strides=[1, 1], pads=[1, 1, 1, 1]))
+
+
+def c_conv_bn_relu(c):
+    x = c.input("images", uniform(c.rng, (3, 3, 16, 16)))
+    y = c.conv(x, "features.0", 3, 16, 3, bias=False, pads=[1, 1, 1, 1])
+    y = c.bn(y, "features.1", 16)
+    c.output(c.relu(y, "features.2"))
+
+
+def c_conv_bias_bn_relu_stride2(c):
+    x = c.input("features", normal(c.rng, (3, 8, 13, 13)))
+    y = c.conv(x, "layer1.conv", 8, 12, 3, strides=[2, 2], pads=[1, 1, 1, 1])
+    y = c.bn(y, "layer1.bn", 12, eps=1e-3)
+    c.output(c.relu(y, "layer1.relu"))
+
+
+def c_conv_depthwise_bn_relu(c):
+    x = c.input("features", normal(c.rng, (3, 16, 10, 10)))
+    y = c.conv(x, "block.dw", 16, 16, 3, group=16, bias=False, pads=[1, 1, 1, 1])
+    y = c.bn(y, "block.dw_bn", 16, eps=1e-3)
+    c.output(c.relu(y, "block.relu"))
+
+
+def c_conv_clip6(c):
+    x = c.input("features", normal(c.rng, (3, 8, 9, 9), scale=2.0))
+    y = c.conv(x, "conv_act", 8, 8, 3, pads=[1, 1, 1, 1])
+    c.output(c.clip(y, "relu6"))
+
+
+def c_conv_bn_clip6_depthwise(c):
+    x = c.input("features", normal(c.rng, (3, 24, 12, 12), scale=2.0))
+    y = c.conv(x, "_depthwise_conv", 24, 24, 5, group=24, bias=False, strides=[2, 2],
+               pads=[1, 1, 2, 2])
+    y = c.bn(y, "_bn1", 24, eps=1e-3)
+    c.output(c.clip(y, "relu6"))
+
+
+def c_maxpool_3x3_s2_p1(c):
+    x = c.input("features", normal(c.rng, (3, 8, 14, 15)))
+    c.output(c.node("MaxPool", [x], ["pooled"], kernel_shape=[3, 3], strides=[2, 2],
+                    pads=[1, 1, 1, 1]))
+
+
+def c_maxpool_3x3_s2_ceil(c):
+    # 10 -> floor((10-3)/2)+1 = 4 but ceil gives 5: the last window hangs over the edge.
+    x = c.input("features", normal(c.rng, (3, 6, 10, 12)))
+    c.output(c.node("MaxPool", [x], ["pooled"], kernel_shape=[3, 3], strides=[2, 2],
+                    ceil_mode=1))
+
+
+def c_maxpool_2x2_s2(c):
+    x = c.input("features", normal(c.rng, (3, 5, 8, 9)))
+    c.output(c.node("MaxPool", [x], ["pooled"], kernel_shape=[2, 2], strides=[2, 2]))
+
+
+def c_maxpool_negative_inputs_padded(c):
+    # All-negative input: a pad value of 0 instead of -inf would show up at the borders.
+    x = c.input("features", uniform(c.rng, (3, 4, 7, 7), -2.0, -0.1))
+    c.output(c.node("MaxPool", [x], ["pooled"], kernel_shape=[3, 3], strides=[1, 1],
+                    pads=[1, 1, 1, 1]))
+
+
+def c_globalaveragepool(c):
+    x = c.input("features", normal(c.rng, (3, 16, 7, 7)))
+    c.output(c.node("GlobalAveragePool", [x], ["pooled"]))
+
+
+def c_globalaveragepool_nonsquare(c):
+    x = c.input("features", uniform(c.rng, (2, 5, 5, 9)))
+    c.output(c.node("GlobalAveragePool", [x], ["pooled"]))
+
+
+def c_gemm_transB_bias_n(c):
+    a = c.input("flat", normal(c.rng, (3, 20)))
+    w = c.init("fc.weight", normal(c.rng, (10, 20), 0.3))
+    b = c.init("fc.bias", uniform(c.rng, (10,)))
+    c.output(c.node("Gemm", [a, w, b], ["logits"], name="fc", transB=1))
+
+
+def c_gemm_transA_alpha_beta_c1n(c):
+    a = c.input("features_t", normal(c.rng, (12, 4)))  # [K, M], used transposed
+    w = c.init("proj.weight", normal(c.rng, (12, 7), 0.3))
+    b = c.init("proj.bias", uniform(c.rng, (1, 7)))
+    c.output(c.node("Gemm", [a, w, b], ["proj_out"], name="proj", transA=1, alpha=0.75,
+                    beta=1.5))
+
+
+def c_gemm_c_mn(c):
+    a = c.input("x", normal(c.rng, (5, 6)))
+    w = c.init("dense.weight", normal(c.rng, (6, 8), 0.3))
+    b = c.init("dense.bias_full", uniform(c.rng, (5, 8)))
+    c.output(c.node("Gemm", [a, w, b], ["dense_out"], name="dense", alpha=2.0, beta=0.5))
+
+
+def c_gemm_transA_transB(c):
+    a = c.input("x_t", normal(c.rng, (9, 3)))
+    w = c.init("head.weight", normal(c.rng, (11, 9), 0.3))
+    b = c.init("head.bias", uniform(c.rng, (11,)))
+    c.output(c.node("Gemm", [a, w, b], ["head_out"], name="head", transA=1, transB=1, alpha=1.25))
+
+
+def c_gemm_no_c(c):
+    a = c.input("x", normal(c.rng, (4, 16)))
+    w = c.init("classifier.weight", normal(c.rng, (10, 16), 0.3))
+    c.output(c.node("Gemm", [a, w], ["scores"], name="classifier", transB=1))
+
+
+def c_add_bcast_channel(c):
+    x = c.input("features", normal(c.rng, (3, 6, 5, 7)))
+    b = c.init("channel_bias", uniform(c.rng, (1, 6, 1, 1)))
+    c.output(c.node("Add", [x, b], ["biased"]))
+
+
+def c_add_scalar(c):
+    x = c.input("features", normal(c.rng, (3, 4, 5, 5)))
+    s = c.init("offset", np.array(0.625, np.float32))
+    c.output(c.node("Add", [x, s], ["shifted"]))
+
+
+def c_add_two_inputs(c):
+    x = c.input("branch_a", normal(c.rng, (3, 8, 6, 6)))
+    y = c.input("branch_b", normal(c.rng, (3, 8, 6, 6)))
+    c.output(c.node("Add", [x, y], ["merged"]))
+
+
+def c_add_two_inputs_bcast(c):
+    x = c.input("features", normal(c.rng, (3, 8, 6, 6)))
+    y = c.input("per_channel", normal(c.rng, (1, 8, 1, 1)))
+    c.output(c.node("Add", [x, y], ["merged"]))
+
+
+def c_flatten_axis1(c):
+    x = c.input("pooled", normal(c.rng, (3, 16, 1, 1)))
+    c.output(c.node("Flatten", [x], ["flat"], axis=1))
+
+
+def c_flatten_axis2(c):
+    x = c.input("features", normal(c.rng, (3, 4, 5, 6)))
+    c.output(c.node("Flatten", [x], ["flat"], axis=2))
+
+
+def c_reshape_zero_neg1(c):
+    x = c.input("features", normal(c.rng, (3, 8, 2, 2)))
+    s = c.init("flat_shape", np.array([0, -1], np.int64))
+    c.output(c.node("Reshape", [x, s], ["flat"]))
+
+
+def c_reshape_zero_zero_neg1(c):
+    x = c.input("features", normal(c.rng, (3, 4, 5, 6)))
+    s = c.init("merge_hw", np.array([0, 0, -1], np.int64))
+    c.output(c.node("Reshape", [x, s], ["merged_hw"]))
+
+
+def c_reshape_explicit(c):
+    x = c.input("features", normal(c.rng, (3, 12)))
+    s = c.init("to_nchw", np.array([3, 3, 2, 2], np.int64))
+    c.output(c.node("Reshape", [x, s], ["nchw"]))
+
+
+def c_small_cnn(c):
+    """conv-bn-relu stem, depthwise conv-bn-clip, pointwise conv-bn with a residual add, conv-bn-
+    relu, maxpool, conv-relu, GlobalAveragePool, Flatten, Gemm: batch 4, 10 classes."""
+    x = c.input("images", uniform(c.rng, (4, 3, 20, 20)))
+    y = c.conv(x, "stem.conv", 3, 8, 3, bias=False, strides=[2, 2], pads=[0, 0, 1, 1])
+    y = c.bn(y, "stem.bn", 8)
+    stem = c.relu(y, "stem.relu")
+    y = c.conv(stem, "block1.dw", 8, 8, 3, group=8, bias=False, pads=[1, 1, 1, 1])
+    y = c.bn(y, "block1.dw_bn", 8, eps=1e-3)
+    y = c.clip(y, "block1.relu6")
+    y = c.conv(y, "block1.pw", 8, 8, 1, bias=False)
+    y = c.bn(y, "block1.pw_bn", 8, eps=1e-3)
+    y = c.node("Add", [y, stem], ["block1.out"], name="block1.add")
+    y = c.conv(y, "layer2.conv", 8, 16, 3, bias=False, pads=[1, 1, 1, 1])
+    y = c.bn(y, "layer2.bn", 16)
+    y = c.relu(y, "layer2.relu")
+    y = c.node("MaxPool", [y], ["layer2.pool"], kernel_shape=[3, 3], strides=[2, 2],
+               pads=[1, 1, 1, 1])
+    y = c.conv(y, "layer3.conv", 16, 32, 1)
+    y = c.relu(y, "layer3.relu")
+    y = c.node("GlobalAveragePool", [y], ["avgpool"])
+    y = c.node("Flatten", [y], ["flatten"], axis=1)
+    w = c.init("fc.weight", normal(c.rng, (10, 32), 0.3))
+    b = c.init("fc.bias", uniform(c.rng, (10,), -0.1, 0.1))
+    c.output(c.node("Gemm", [y, w, b], ["logits"], name="fc", transB=1))
+
+
+def random_cases():
+    return [(name[2:], fn) for name, fn in globals().items()
+            if name.startswith("c_") and callable(fn)]
+
+
+def write_random_cases(out_dir):
+    written = []
+    for short, fn in random_cases():
+        name = "si_" + short
+        c = Case(name)
+        fn(c)
+        model, results = c.model()
+        crosscheck(name, model, c.feeds, results)
+        write_case(out_dir, name, model, c.feeds, results)
+        written.append(name)
+    print("wrote %d random cases (onnxruntime outputs, confirmed by a float64 numpy evaluation):" % len(written))
+    for i in range(0, len(written), 3):
+        print("  " + "  ".join(written[i:i + 3]))
+    return written
+
+
+# --------------------------------------------------------------------------------------------
+# (c) the demo model on real photos
+# --------------------------------------------------------------------------------------------
+
+
+def write_demo_case(out_dir, model_path):
+    import onnxruntime as ort
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "datasets"))
+    from make_demo_photos import photo_paths
+
+    model = onnx.load(model_path)
+    mean, std = model_mean_std(model)
+    sources = {os.path.basename(p): p for p in photo_paths()}
+    batch = np.stack([preprocess(sources[n], mean, std) for n in ("chelsea.png", "coffee.png")])
+    in_name = model.graph.input[0].name
+    out_name = model.graph.output[0].name
+    sess = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+    (logits,) = sess.run([out_name], {in_name: batch})
+    name = "efficientnet_lite0_photo"
+    write_case(out_dir, name, model, {in_name: batch}, [logits])
+    print("wrote %s: chelsea top-1 %d, coffee top-1 %d" % (name, int(np.argmax(logits[0])),
+                                                           int(np.argmax(logits[1]))))
+    return name
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--output-dir", required=True)
+    ap.add_argument("--demo-model", help="EfficientNet-Lite0 ONNX from datasets/efficientnet_lite0_to_onnx.py")
+    args = ap.parse_args()
+    os.makedirs(args.output_dir, exist_ok=True)
+    copy_node_tests(args.output_dir)
+    write_random_cases(args.output_dir)
+    if args.demo_model:
+        write_demo_case(args.output_dir, args.demo_model)
+
+
+if __name__ == "__main__":
+    main()
