@@ -137,7 +137,8 @@ static const char run_usage[] =
     "usage: [mpirun -np R] shardinfer run --model M.onnx --input SET.h5 --output RESULT.h5\n"
     "                                  [options]\n"
     "  --batch N          images per batch (default 32)\n"
-    "  --resize N         shorter side after resize (default crop/0.875, 256 for 224)\n"
+    "  --resize N         shorter side after resize (default: the model's metadata 'resize',\n"
+    "                     else crop/0.875, 256 for 224)\n"
     "  --crop N|HxW       center crop; must equal the model's input size (default: taken from\n"
     "                     the model)\n"
     "  --mean R,G,B       normalisation in [0,1] units (default: the model's metadata 'mean',\n"
@@ -153,7 +154,7 @@ static const char run_usage[] =
 typedef struct {
     const char *model, *input, *output, *backend;
     si_pipeline_config pc;
-    bool mean_set, std_set, overwrite;
+    bool mean_set, std_set, resize_set, overwrite;
     int threads;
 } run_args;
 
@@ -198,6 +199,7 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
                 return usage_error(buf, cap, "--resize '%s': expected an integer 1..16384",
                                    optarg);
             a->pc.pre.resize = (int)v;
+            a->resize_set = true;
             break;
         case 'c':
             if (!parse_hw(optarg, &a->pc.pre.crop_h, &a->pc.pre.crop_w))
@@ -246,8 +248,17 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
     return NULL;
 }
 
-/* Mean/std from the model's metadata ("mean" = "0.485,0.456,0.406") unless given. */
+/* Mean/std (and resize) from the model's metadata ("mean" = "0.485,0.456,0.406") unless given
+ * on the command line: a model that carries its preprocessing cannot be fed wrongly by default. */
 static si_status model_norm(const si_graph *g, run_args *a) {
+    const char *rs = si_graph_meta(g, "resize");
+    long size;
+    if (rs && !a->resize_set) {
+        if (!parse_int(rs, 1, 16384, &size))
+            return si_error(SI_ERR_FORMAT, "%s: metadata 'resize' = '%s' is not a size", g->path,
+                            rs);
+        a->pc.pre.resize = (int)size;
+    }
     const char *keys[2] = {"mean", "std"};
     float *dst[2] = {a->pc.mean, a->pc.std};
     bool set[2] = {a->mean_set, a->std_set};

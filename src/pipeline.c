@@ -9,7 +9,7 @@
 
 #include "postprocess.h"
 
-si_status si_pipeline_check_model(const si_graph *g, si_pipeline_config *cfg, int64_t *classes) {
+si_status si_pipeline_check_model(si_graph *g, si_pipeline_config *cfg, int64_t *classes) {
     const si_value *in = &g->values[g->inputs[0]];
     if (g->n_inputs != 1)
         return si_error(SI_ERR_UNSUPPORTED, "%s: the model has %d inputs; an image classifier "
@@ -21,6 +21,8 @@ si_status si_pipeline_check_model(const si_graph *g, si_pipeline_config *cfg, in
         return si_error(SI_ERR_ARG, "%s: the model's batch dimension is fixed at %lld; run it "
                                     "with --batch %lld", g->path, (long long)in->shape.dims[0],
                         (long long)in->shape.dims[0]);
+    si_status st = si_graph_infer(g, in->batch_dim ? 1 : (int)in->shape.dims[0]);
+    if (st != SI_OK) return st;
     int h = (int)in->shape.dims[2], w = (int)in->shape.dims[3];
     if (cfg->pre.crop_h == 0) {
         cfg->pre.crop_h = h;

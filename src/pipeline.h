@@ -29,8 +29,8 @@ typedef struct {
 
 /* Checks that the graph is an image classifier the pipeline can feed: first input
  * (N, 3, H, W) float, first output (N, classes) or (N, classes, 1, 1). Fills crop size from it
- * when cfg->pre.crop_h is 0, and *classes. */
-si_status si_pipeline_check_model(const si_graph *g, si_pipeline_config *cfg, int64_t *classes);
+ * when cfg->pre.crop_h is 0, and *classes. Infers shapes for batch 1 to do so. */
+si_status si_pipeline_check_model(si_graph *g, si_pipeline_config *cfg, int64_t *classes);
 
 /* Processes [first, first+count) of `set` through engine `e`. Per-image failures are recorded
  * in out->status and logged with index and id; they never stop the run. Returns an error only
