@@ -5,7 +5,7 @@
  *   /topk_class  int32 [N, K]                      -1 where status != 0
  *   /topk_prob   float32 [N, K]                    0 where status != 0
  * Root attributes: format_version, shardinfer_version, model, model_sha256, input, ranks,
- * batch_size, elapsed_seconds, images, failed, command_line.
+ * batch_size, elapsed_seconds, images, failed, command_line, preprocess.
  * The file is written to PATH.tmp and renamed to PATH only when complete. */
 #ifndef SI_RESULT_H
 #define SI_RESULT_H
@@ -17,6 +17,7 @@ typedef struct {
     const char *model_sha256;
     const char *input_path;
     const char *command_line;
+    const char *preprocess; /* e.g. "resize=256 crop=224x224 mean=... std=... topk=5" */
     int ranks;
     int batch_size;
     double elapsed_seconds;

@@ -1,0 +1,630 @@
+/* Pack, image set and result file: round trips against the source files, hostile HDF5 inputs,
+ * and h5py's view of what we write (io_ref.py check-pack / check-result).
+ * Usage: test_io WORKDIR PYTHON IO_REF_PY */
+#include "io/imageset.h"
+#include "io/pack.h"
+#include "io/result.h"
+#include "tests/test_util.h"
+
+#include <errno.h>
+#include <hdf5.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char work[4096];
+static const char *python, *io_ref;
+static unsigned seed = 20240501;
+
+static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+/* Formatted strings live until the end of the test (freed there, so that the leak checker of
+ * a sanitizer build only reports the library's leaks). */
+static char *pool[1 << 17];
+static size_t npool;
+static char *fmt(const char *f, ...) {
+    char *s;
+    va_list ap;
+    va_start(ap, f);
+    if (vasprintf(&s, f, ap) < 0) abort();
+    va_end(ap);
+    if (npool == sizeof pool / sizeof pool[0]) abort();
+    return pool[npool++] = s;
+}
+
+static bool exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* Writes n random bytes, starting with the JPEG SOI marker when soi; returns the path (owned). */
+static char *make_file(const char *rel, size_t n, bool soi) {
+    char *path = fmt("%s/%s", work, rel);
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        fprintf(stderr, "cannot create %s: %s\n", path, strerror(errno));
+        abort();
+    }
+    for (size_t i = 0; i < n; i++) {
+        int b = (int)(test_rand(&seed) & 255);
+        if (soi && i < 2)
+            b = i == 0 ? 0xFF : 0xD8;
+        else if (!soi && i == 0 && b == 0xFF)
+            b = 0x42;
+        fputc(b, f);
+    }
+    fclose(f);
+    return path;
+}
+
+static uint8_t *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(n > 0 ? (size_t)n : 1);
+    *len = fread(b, 1, (size_t)n, f);
+    fclose(f);
+    return b;
+}
+
+/* The list test names the same three files 30000 times: keep the last ones read. */
+static const uint8_t *cached(const char *path, size_t *len) {
+    static char *paths[4];
+    static uint8_t *data[4];
+    static size_t lens[4];
+    static int next;
+    if (!path) { /* end of test: free the cache */
+        for (int i = 0; i < 4; i++) {
+            free(paths[i]);
+            free(data[i]);
+            paths[i] = NULL;
+            data[i] = NULL;
+        }
+        return NULL;
+    }
+    for (int i = 0; i < 4; i++)
+        if (paths[i] && strcmp(paths[i], path) == 0) {
+            *len = lens[i];
+            return data[i];
+        }
+    uint8_t *d = slurp(path, len);
+    if (!d) return NULL;
+    free(paths[next]);
+    free(data[next]);
+    paths[next] = strdup(path);
+    data[next] = d;
+    lens[next] = *len;
+    next = (next + 1) % 4;
+    return d;
+}
+
+typedef struct {
+    const char *id;
+    char *file;
+    long long label;
+} entry;
+
+/* Writes the listing io_ref.py check-pack reads. */
+static char *write_listing(const char *name, const entry *e, int n, bool labels) {
+    char *path = fmt("%s/%s", work, name);
+    FILE *f = fopen(path, "w");
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "%s\t%s", e[i].id, e[i].file);
+        if (labels) fprintf(f, "\t%lld", e[i].label);
+        fputc('\n', f);
+    }
+    fclose(f);
+    return path;
+}
+
+static void run_py(const char *mode, const char *h5, const char *expected) {
+    char *cmd = fmt("'%s' '%s' %s '%s' '%s'", python, io_ref, mode, h5, expected);
+    int rc = system(cmd);
+    CHECK_MSG(rc == 0, "%s failed (%d)", cmd, rc);
+}
+
+/* Reads the whole set back in random batches and compares bytes and ids with the entries. */
+static void check_set(const char *h5, const entry *e, int n) {
+    si_imageset *s = NULL;
+    si_status st = si_imageset_open(h5, &s);
+    CHECK_MSG(st == SI_OK, "%s", si_error_msg());
+    if (st != SI_OK) return;
+    CHECK(si_imageset_count(s) == (uint64_t)n);
+    CHECK(strcmp(si_imageset_path(s), h5) == 0);
+    si_bytes buf = {0};
+    int bad = 0;
+    for (int first = 0; first < n;) {
+        uint32_t m = 1 + test_rand(&seed) % 9000;
+        if (m > (uint32_t)(n - first)) m = (uint32_t)(n - first);
+        uint64_t *off = malloc((m + 1) * sizeof *off);
+        char **ids = malloc(m * sizeof *ids);
+        st = si_imageset_read(s, (uint64_t)first, m, &buf, off);
+        CHECK_MSG(st == SI_OK, "%s", si_error_msg());
+        st = si_imageset_read_ids(s, (uint64_t)first, m, ids);
+        CHECK_MSG(st == SI_OK, "%s", si_error_msg());
+        CHECK(off[0] == 0 && off[m] == buf.len);
+        for (uint32_t j = 0; j < m && bad < 5; j++) {
+            size_t len;
+            const uint8_t *want = cached(e[first + j].file, &len);
+            bool ok =
+                want && off[j + 1] - off[j] == len && memcmp(buf.data + off[j], want, len) == 0;
+            bad += !ok;
+            CHECK_MSG(ok, "%s: image %d (%s) differs from %s", h5, first + (int)j, ids[j],
+                      e[first + j].file);
+            CHECK_MSG(strcmp(ids[j], e[first + j].id) == 0, "id %d: '%s' != '%s'", first + (int)j,
+                      ids[j], e[first + j].id);
+        }
+        si_imageset_free_ids(ids, m);
+        CHECK(ids[0] == NULL);
+        free(ids);
+        free(off);
+        first += (int)m;
+    }
+    /* a range past the end is an argument error, not a read out of bounds */
+    uint64_t off2[3];
+    CHECK(si_imageset_read(s, (uint64_t)n - 1, 2, &buf, off2) == SI_ERR_ARG);
+    char *ids2[2];
+    CHECK(si_imageset_read_ids(s, (uint64_t)n, 1, ids2) == SI_ERR_ARG);
+    CHECK(si_imageset_read(s, (uint64_t)n, 0, &buf, off2) == SI_OK && buf.len == 0);
+    si_bytes_free(&buf);
+    si_imageset_close(s);
+}
+
+static entry tree[32];
+static int ntree;
+
+static void add(const char *id, size_t size, bool soi) {
+    tree[ntree].id = id;
+    tree[ntree].file = make_file(fmt("tree/%s", id), size, soi);
+    ntree++;
+}
+
+static void test_pack_dir(void) {
+    const char *dirs[] = {"tree", "tree/a", "tree/a/deep", "tree/dir.jpeg", "tree/empty_dir"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++)
+        CHECK(mkdir(fmt("%s/%s", work, dirs[i]), 0755) == 0);
+    /* in the walk's order: byte order per directory, so "a" (a directory) before "a.jpg" */
+    add("a/deep/z.jpg", 3000 + test_rand(&seed) % 5000, true);
+    add("a/x.JPG", 20000 + test_rand(&seed) % 5000, true);
+    add("a/y.jpeg", 1 + test_rand(&seed) % 5000, true);
+    add("a.jpg", (17u << 20) + 12345, true); /* larger than one 16 MiB block */
+    add("b.jpg", 70000 + test_rand(&seed) % 5000, true);
+    add("dir.jpeg/inner.jpg", 999, true);
+    add("empty.jpg", 0, false);
+    add("ff_not_d8.jpg", 300, true);
+    FILE *ff = fopen(tree[ntree - 1].file, "r+b"); /* FF then not D8: still not a JPEG */
+    fseek(ff, 1, SEEK_SET);
+    fputc(0xD9, ff);
+    fclose(ff);
+    add("not_really.jpg", 5000, false);
+    add("\xc3\xbc"
+        "n"
+        "\xc3\xaf"
+        "c"
+        "\xc3\xb6"
+        "de.jpg",
+        4321, true); /* "ünïcöde.jpg" */
+    make_file("tree/notes.txt", 100, false);
+    make_file("tree/image.png", 100, false);
+    make_file("tree/a/b.jpg.bak", 100, true);
+    CHECK(symlink("..", fmt("%s/tree/a/deep/loop", work)) == 0); /* skipped, not followed */
+
+    char *out = fmt("%s/dir.h5", work);
+    si_pack_opts o = {.source = fmt("%s/tree", work), .output = out, .chunk_bytes = 4096};
+    si_pack_stats st;
+    memset(&st, 0x5A, sizeof st);
+    si_status s = si_pack(&o, &st);
+    CHECK_MSG(s == SI_OK, "%s", si_error_msg());
+    CHECK_MSG(st.count == (uint64_t)ntree, "count %llu", (unsigned long long)st.count);
+    CHECK_MSG(st.not_jpeg == 3, "not_jpeg %llu", (unsigned long long)st.not_jpeg);
+    uint64_t bytes = 0;
+    for (int i = 0; i < ntree; i++) {
+        struct stat sb;
+        stat(tree[i].file, &sb);
+        bytes += (uint64_t)sb.st_size;
+    }
+    CHECK(st.bytes == bytes);
+    CHECK(!exists(fmt("%s.tmp", out)));
+    check_set(out, tree, ntree);
+    run_py("check-pack", out, write_listing("dir.tsv", tree, ntree, false));
+
+    /* an existing output is refused and left alone; overwrite replaces it */
+    o.chunk_bytes = 0;
+    s = si_pack(&o, &st);
+    CHECK(s != SI_OK && strstr(si_error_msg(), out) && strstr(si_error_msg(), "exists"));
+    check_set(out, tree, ntree);
+    o.overwrite = true;
+    s = si_pack(&o, &st);
+    CHECK_MSG(s == SI_OK, "%s", si_error_msg());
+    check_set(out, tree, ntree);
+
+    /* a .jpg that cannot be read fails the pack, names the file and leaves no output */
+    CHECK(symlink("nowhere.jpg", fmt("%s/tree/a/dangling.jpg", work)) == 0);
+    o.output = fmt("%s/dangling.h5", work);
+    s = si_pack(&o, &st);
+    CHECK_MSG(s == SI_ERR_IO && strstr(si_error_msg(), "dangling.jpg"), "%s", si_error_msg());
+    CHECK(!exists(o.output) && !exists(fmt("%s.tmp", o.output)));
+    unlink(fmt("%s/tree/a/dangling.jpg", work));
+
+    /* a file name that is not UTF-8 cannot be an id that h5py reads: refused, named */
+    CHECK(mkdir(fmt("%s/badname", work), 0755) == 0);
+    make_file("badname/caf\xe9.jpg", 10, true); /* Latin-1 */
+    o.source = fmt("%s/badname", work);
+    o.output = fmt("%s/badname.h5", work);
+    s = si_pack(&o, &st);
+    CHECK_MSG(s == SI_ERR_ARG && strstr(si_error_msg(), "not valid UTF-8") &&
+                  strstr(si_error_msg(), "badname/caf"),
+              "%s", si_error_msg());
+    CHECK(!exists(o.output) && !exists(fmt("%s.tmp", o.output)));
+
+    /* a directory without JPEGs is an error, not an empty set */
+    o.source = fmt("%s/tree/empty_dir", work);
+    o.output = fmt("%s/none.h5", work);
+    s = si_pack(&o, &st);
+    CHECK_MSG(s == SI_ERR_ARG && strstr(si_error_msg(), "no images"), "%s", si_error_msg());
+    CHECK(!exists(o.output) && !exists(fmt("%s.tmp", o.output)));
+}
+
+static void test_pack_list(void) {
+    /* more lines than one 16384-record block, over three files, with ids and labels; comments,
+     * blank and CRLF lines are skipped, relative paths resolve against the list's directory */
+    int n = 16384 * 2 + 77;
+    entry *e = calloc((size_t)n, sizeof *e);
+    const char *files[3] = {"small/s0.jpg", "small/s1.jpg", "tree/empty.jpg"};
+    CHECK(mkdir(fmt("%s/small", work), 0755) == 0);
+    make_file(files[0], 1 + test_rand(&seed) % 3000, true);
+    make_file(files[1], 1 + test_rand(&seed) % 3000, false);
+    char *list = fmt("%s/list.txt", work);
+    FILE *f = fopen(list, "w");
+    fprintf(f, "# path\tid\tlabel\n\n");
+    for (int i = 0; i < n; i++) {
+        int k = (int)(test_rand(&seed) % 3);
+        e[i].id = fmt("id_%05d_%u", i, test_rand(&seed) % 1000);
+        e[i].file = fmt("%s/%s", work, files[k]);
+        e[i].label = (long long)(test_rand(&seed) % 2000) - 1000;
+        if (i % 1000 == 7) e[i].label = INT64_MIN + i; /* the full range survives */
+        fprintf(f, "%s\t%s\t%lld%s\n", files[k], e[i].id, e[i].label, i % 5 ? "" : "\r");
+        if (i == 100) fprintf(f, "   \n");
+    }
+    fclose(f);
+    char *out = fmt("%s/list.h5", work);
+    si_pack_opts o = {.source = list, .output = out};
+    si_pack_stats st;
+    si_status s = si_pack(&o, &st);
+    CHECK_MSG(s == SI_OK, "%s", si_error_msg());
+    CHECK(st.count == (uint64_t)n);
+    check_set(out, e, n);
+    run_py("check-pack", out, write_listing("list.tsv", e, n, true));
+
+    /* paths only: the id is the path as written; no labels dataset */
+    char *list2 = fmt("%s/list2.txt", work);
+    f = fopen(list2, "w");
+    fprintf(f, "tree/b.jpg\n%s/tree/a/y.jpeg\n", work);
+    fclose(f);
+    entry e2[2] = {{"tree/b.jpg", fmt("%s/tree/b.jpg", work), 0},
+                   {fmt("%s/tree/a/y.jpeg", work), fmt("%s/tree/a/y.jpeg", work), 0}};
+    o = (si_pack_opts){.source = list2, .output = fmt("%s/list2.h5", work)};
+    s = si_pack(&o, &st);
+    CHECK_MSG(s == SI_OK, "%s", si_error_msg());
+    check_set(o.output, e2, 2);
+    run_py("check-pack", o.output, write_listing("list2.tsv", e2, 2, false));
+
+    /* bad lists: each error names the list and the line, and leaves no file */
+    struct {
+        const char *text, *want;
+    } bad[] = {
+        {"tree/b.jpg\tb\t1\ntree/a/x.JPG\tx\n", "list_bad.txt:2"},
+        {"tree/b.jpg\tb\ntree/a/x.JPG\tx\t3\n", "list_bad.txt:2"},
+        {"# c\ntree/b.jpg\tb\tone\n", "list_bad.txt:2"},
+        {"tree/b.jpg\tb\t1\t2\n", "list_bad.txt:1"},
+        {"tree/b.jpg\t\t1\n", "list_bad.txt:1"},
+        {"tree/b.jpg\n\ntree/missing.jpg\n", "missing.jpg"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *lb = fmt("%s/list_bad.txt", work);
+        f = fopen(lb, "w");
+        fputs(bad[i].text, f);
+        fclose(f);
+        o = (si_pack_opts){.source = lb, .output = fmt("%s/bad.h5", work)};
+        s = si_pack(&o, &st);
+        CHECK_MSG(s != SI_OK && strstr(si_error_msg(), bad[i].want), "case %zu: %s", i,
+                  si_error_msg());
+        CHECK(!exists(o.output) && !exists(fmt("%s.tmp", o.output)));
+    }
+    o = (si_pack_opts){.source = fmt("%s/no_such_list.txt", work), .output = out};
+    CHECK(si_pack(&o, &st) == SI_ERR_IO && strstr(si_error_msg(), "no_such_list.txt"));
+    free(e);
+}
+
+/* A hand-made set: ids vlen strings (or fixed-length when fixed_ids), offsets of type otype,
+ * data of type dtype; any dataset can be left out. */
+static char *make_h5(const char *name, int n, const uint64_t *offsets, int noff, int ndata,
+                     hid_t otype, hid_t dtype, bool fixed_ids, bool with_group) {
+    char *path = fmt("%s/%s", work, name);
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (!with_group) {
+        hid_t g = H5Gcreate2(f, "other", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        H5Gclose(g);
+        H5Fclose(f);
+        return path;
+    }
+    hid_t g = H5Gcreate2(f, "images", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (n >= 0) {
+        hid_t t = H5Tcopy(H5T_C_S1);
+        H5Tset_size(t, fixed_ids ? 8 : H5T_VARIABLE);
+        hsize_t dim = (hsize_t)n;
+        hid_t sp = H5Screate_simple(1, &dim, NULL);
+        hid_t d = H5Dcreate2(g, "ids", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        if (!fixed_ids && n > 0) {
+            const char **v = malloc((size_t)n * sizeof *v);
+            for (int i = 0; i < n; i++) v[i] = "some id";
+            H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+            free(v);
+        }
+        H5Dclose(d);
+        H5Sclose(sp);
+        H5Tclose(t);
+    }
+    if (noff >= 0) {
+        hsize_t dim = (hsize_t)noff;
+        hid_t sp = H5Screate_simple(1, &dim, NULL);
+        hid_t d = H5Dcreate2(g, "offsets", otype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        if (noff > 0) H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, offsets);
+        H5Dclose(d);
+        H5Sclose(sp);
+    }
+    if (ndata >= 0) {
+        hsize_t dim = (hsize_t)ndata;
+        hid_t sp = H5Screate_simple(1, &dim, NULL);
+        hid_t d = H5Dcreate2(g, "data", dtype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        uint8_t *b = malloc((size_t)ndata + 1);
+        for (int i = 0; i < ndata; i++) b[i] = (uint8_t)test_rand(&seed);
+        if (ndata > 0) H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, b);
+        free(b);
+        H5Dclose(d);
+        H5Sclose(sp);
+    }
+    H5Gclose(g);
+    H5Fclose(f);
+    return path;
+}
+
+static void expect_open(const char *path, si_status want, const char *what) {
+    si_imageset *s = (si_imageset *)(uintptr_t)1; /* poison: must come back NULL */
+    si_status st = si_imageset_open(path, &s);
+    CHECK_MSG(st == want, "%s: status %s, expected %s (%s)", path, si_status_name(st),
+              si_status_name(want), si_error_msg());
+    CHECK_MSG(s == NULL, "%s: handle not NULL on failure", path);
+    CHECK_MSG(strstr(si_error_msg(), path) != NULL, "message does not name the file: %s",
+              si_error_msg());
+    CHECK_MSG(strstr(si_error_msg(), what) != NULL, "message lacks '%s': %s", what, si_error_msg());
+}
+
+static void test_hostile_sets(void) {
+    expect_open(fmt("%s/does_not_exist.h5", work), SI_ERR_IO, "no such file");
+    char *txt = make_file("text.h5", 0, false);
+    FILE *f = fopen(txt, "w");
+    fputs("this is not HDF5\n", f);
+    fclose(f);
+    expect_open(txt, SI_ERR_FORMAT, "not an HDF5 file");
+    expect_open(work, SI_ERR_IO, "directory");
+
+    uint64_t off[4] = {0, 10, 25, 40};
+    hid_t u64 = H5T_STD_U64LE, u8 = H5T_STD_U8LE;
+    expect_open(make_h5("nogroup.h5", 3, off, 4, 40, u64, u8, false, false), SI_ERR_FORMAT,
+                "/images");
+    expect_open(make_h5("nooffsets.h5", 3, off, -1, 40, u64, u8, false, true), SI_ERR_FORMAT,
+                "no dataset /images/offsets: not a shardinfer image set");
+    expect_open(make_h5("noids.h5", -1, off, 4, 40, u64, u8, false, true), SI_ERR_FORMAT,
+                "no dataset /images/ids");
+    expect_open(make_h5("nodata.h5", 3, off, 4, -1, u64, u8, false, true), SI_ERR_FORMAT,
+                "no dataset /images/data");
+    expect_open(make_h5("shortoffsets.h5", 3, off, 3, 40, u64, u8, false, true), SI_ERR_FORMAT,
+                "/images/offsets has 3 entries");
+    expect_open(make_h5("datasize.h5", 3, off, 4, 39, u64, u8, false, true), SI_ERR_FORMAT,
+                "/images/data has 39 bytes");
+    expect_open(make_h5("floatoffsets.h5", 3, off, 4, 40, H5T_IEEE_F64LE, u8, false, true),
+                SI_ERR_FORMAT, "/images/offsets has the wrong type");
+    expect_open(make_h5("int32data.h5", 3, off, 4, 40, u64, H5T_STD_I32LE, false, true),
+                SI_ERR_FORMAT, "/images/data has the wrong type");
+    expect_open(make_h5("fixedids.h5", 3, off, 4, 40, u64, u8, true, true), SI_ERR_FORMAT,
+                "/images/ids has the wrong type");
+    uint64_t off1[4] = {5, 10, 25, 40};
+    expect_open(make_h5("offset0.h5", 3, off1, 4, 40, u64, u8, false, true), SI_ERR_FORMAT,
+                "offsets[0]");
+
+    /* non-monotonic offsets pass the open (only ends are checked) and fail the read with the
+     * image's index */
+    uint64_t off2[6] = {0, 10, 30, 20, 35, 40};
+    char *p = make_h5("nonmono.h5", 5, off2, 6, 40, u64, u8, false, true);
+    si_imageset *s = NULL;
+    CHECK_MSG(si_imageset_open(p, &s) == SI_OK, "%s", si_error_msg());
+    if (s) {
+        si_bytes buf = {0};
+        uint64_t o[6];
+        CHECK(si_imageset_read(s, 0, 2, &buf, o) == SI_OK && buf.len == 30);
+        si_status st = si_imageset_read(s, 1, 3, &buf, o);
+        CHECK_MSG(st == SI_ERR_FORMAT && strstr(si_error_msg(), "image 2") &&
+                      strstr(si_error_msg(), p),
+                  "%s", si_error_msg());
+        char *ids[5];
+        CHECK(si_imageset_read_ids(s, 0, 5, ids) == SI_OK && strcmp(ids[4], "some id") == 0);
+        si_imageset_free_ids(ids, 5);
+        si_bytes_free(&buf);
+        si_imageset_close(s);
+    }
+    si_imageset_close(NULL);
+
+    /* a set made by a user with h5py (io_ref.py make-set) reads as written */
+    p = fmt("%s/user_h5py.h5", work);
+    char *cmd = fmt("'%s' '%s' make-set '%s' 40", python, io_ref, p);
+    CHECK(system(cmd) == 0);
+    s = NULL;
+    CHECK_MSG(si_imageset_open(p, &s) == SI_OK, "%s", si_error_msg());
+    if (s) {
+        si_bytes buf = {0};
+        uint64_t o[41];
+        char *ids[40];
+        CHECK(si_imageset_count(s) == 40);
+        CHECK(si_imageset_read(s, 0, 40, &buf, o) == SI_OK);
+        CHECK(si_imageset_read_ids(s, 0, 40, ids) == SI_OK);
+        for (int i = 0; i < 40; i++) {
+            bool ok = o[i + 1] - o[i] == (uint64_t)(13 * i + 5);
+            for (int j = 0; ok && j < 13 * i + 5; j++)
+                ok = buf.data[o[i] + (uint64_t)j] == (i * 7 + j) % 251;
+            CHECK_MSG(ok, "h5py set: image %d differs", i);
+            char want[32];
+            snprintf(want, sizeof want, "h5py-\xc3\xa9-%d", i);
+            CHECK_MSG(ids[i] && strcmp(ids[i], want) == 0, "h5py set: id %d '%s'", i, ids[i]);
+        }
+        si_imageset_free_ids(ids, 40);
+        si_bytes_free(&buf);
+        si_imageset_close(s);
+    }
+
+    /* an empty set is valid */
+    uint64_t zero = 0;
+    p = make_h5("emptyset.h5", 0, &zero, 1, 0, u64, u8, false, true);
+    s = NULL;
+    CHECK_MSG(si_imageset_open(p, &s) == SI_OK, "%s", si_error_msg());
+    if (s) CHECK(si_imageset_count(s) == 0);
+    si_imageset_close(s);
+}
+
+static void write_expected(const char *path, const si_result_meta *m, const si_result_cols *c,
+                           char **ids, uint64_t failed) {
+    FILE *f = fopen(path, "w");
+    /* sorted by name, as io_ref.py lists them */
+    fprintf(f, "attr\tbatch_size\t%d\n", m->batch_size);
+    fprintf(f, "attr\tcommand_line\t%s\n", m->command_line);
+    fprintf(f, "attr\telapsed_seconds\t%.17g\n", m->elapsed_seconds);
+    fprintf(f, "attr\tfailed\t%llu\n", (unsigned long long)failed);
+    fprintf(f, "attr\tformat_version\t1\n");
+    fprintf(f, "attr\timages\t%llu\n", (unsigned long long)c->n);
+    fprintf(f, "attr\tinput\t%s\n", m->input_path);
+    fprintf(f, "attr\tmodel\t%s\n", m->model_path);
+    fprintf(f, "attr\tmodel_sha256\t%s\n", m->model_sha256);
+    fprintf(f, "attr\tranks\t%d\n", m->ranks);
+    fprintf(f, "attr\tshardinfer_version\t%s\n", SI_VERSION);
+    fprintf(f, "shape\t%llu\t%d\n", (unsigned long long)c->n, c->k);
+    for (uint64_t i = 0; i < c->n; i++) {
+        fprintf(f, "row\t%s\t%llu\t%d\t", ids[i], (unsigned long long)c->index[i], c->status[i]);
+        for (int j = 0; j < c->k; j++)
+            fprintf(f, "%s%d", j ? "," : "", c->topk_class[i * (uint64_t)c->k + j]);
+        fputc('\t', f);
+        for (int j = 0; j < c->k; j++)
+            fprintf(f, "%s%.9g", j ? "," : "", (double)c->topk_prob[i * (uint64_t)c->k + j]);
+        fputc('\n', f);
+    }
+    fclose(f);
+}
+
+/* Result columns over the list set (33k images, so the ids cross 65536-blocks only with a
+ * permutation; the identity is one block run per read). */
+static void test_result(void) {
+    si_imageset *in = NULL;
+    char *inpath = fmt("%s/list.h5", work);
+    CHECK_MSG(si_imageset_open(inpath, &in) == SI_OK, "%s", si_error_msg());
+    if (!in) return;
+    uint64_t count = si_imageset_count(in);
+    char **all = malloc(count * sizeof *all);
+    CHECK(si_imageset_read_ids(in, 0, (uint32_t)count, all) == SI_OK);
+
+    for (int variant = 0; variant < 3; variant++) {
+        /* 0: every image in order; 1: a shuffled subset with runs; 2: no rows */
+        uint64_t n = variant == 0 ? count : variant == 1 ? 5000 : 0;
+        int k = variant == 1 ? 3 : 5;
+        uint64_t *index = malloc((n + 1) * sizeof *index);
+        int32_t *status = malloc((n + 1) * sizeof *status);
+        int32_t *cls = malloc((n * k + 1) * sizeof *cls);
+        float *prob = malloc((n * k + 1) * sizeof *prob);
+        char **ids = malloc((n + 1) * sizeof *ids);
+        uint64_t failed = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            /* runs of up to 7 consecutive indices starting anywhere */
+            index[i] = variant == 0                        ? i
+                       : i % 7 && index[i - 1] + 1 < count ? index[i - 1] + 1
+                                                           : test_rand(&seed) % count;
+            ids[i] = all[index[i]];
+            status[i] = test_rand(&seed) % 4 == 0 ? (int32_t)(1 + test_rand(&seed) % 7) : 0;
+            failed += status[i] != 0;
+            for (int j = 0; j < k; j++) {
+                cls[i * k + j] = status[i] ? -1 : (int32_t)(test_rand(&seed) % 1000);
+                prob[i * k + j] = status[i] ? 0.0f : 0.5f + 0.5f * test_randf(&seed);
+            }
+        }
+        si_result_meta m = {.model_path = "/models/resnet50.onnx",
+                            .model_sha256 =
+                                "3f2a9c0d5e6b7a8190aabbccddeeff00112233445566778899aabbccddeeff00",
+                            .input_path = inpath,
+                            .command_line = "shardinfer run --model m.onnx --input list.h5 -o r.h5",
+                            .ranks = 4 + variant,
+                            .batch_size = 64 + variant,
+                            .elapsed_seconds = 123.125 + variant};
+        si_result_cols c = {
+            .n = n, .k = k, .index = index, .status = status, .topk_class = cls, .topk_prob = prob};
+        char *out = fmt("%s/result%d.h5", work, variant);
+        si_status st = si_result_write(out, false, &m, &c, in);
+        CHECK_MSG(st == SI_OK, "%s", si_error_msg());
+        CHECK(!exists(fmt("%s.tmp", out)));
+        char *exp = fmt("%s/result%d.expected", work, variant);
+        write_expected(exp, &m, &c, ids, failed);
+        run_py("check-result", out, exp);
+
+        /* refused when it exists, replaced with overwrite */
+        st = si_result_write(out, false, &m, &c, in);
+        CHECK(st == SI_ERR_IO && strstr(si_error_msg(), out));
+        CHECK(si_result_write(out, true, &m, &c, in) == SI_OK);
+        run_py("check-result", out, exp);
+
+        if (n > 0) { /* an index past the input fails, naming the row; no file is left */
+            uint64_t keep = index[n / 2];
+            index[n / 2] = count + 3;
+            char *bad = fmt("%s/result_bad.h5", work);
+            st = si_result_write(bad, false, &m, &c, in);
+            CHECK_MSG(st == SI_ERR_ARG && strstr(si_error_msg(), "index"), "%s", si_error_msg());
+            CHECK(!exists(bad) && !exists(fmt("%s.tmp", bad)));
+            index[n / 2] = keep;
+        }
+        free(index);
+        free(status);
+        free(cls);
+        free(prob);
+        free(ids);
+    }
+    si_imageset_free_ids(all, (uint32_t)count);
+    free(all);
+    si_imageset_close(in);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) {
+        fprintf(stderr, "usage: %s WORKDIR PYTHON IO_REF_PY\n", argv[0]);
+        return 2;
+    }
+    python = argv[2];
+    io_ref = argv[3];
+    snprintf(work, sizeof work, "%s/test_io.XXXXXX", argv[1]);
+    if (!mkdtemp(work)) {
+        fprintf(stderr, "cannot create a directory in %s: %s\n", argv[1], strerror(errno));
+        return 2;
+    }
+    printf("working in %s\n", work);
+    test_pack_dir();
+    test_pack_list();
+    test_hostile_sets();
+    test_result();
+    int rc = test_finish();
+    if (rc == 0) { /* keep the evidence of a failure, drop that of a success */
+        char *cmd = fmt("rm -rf '%s'", work);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", work);
+    }
+    for (size_t i = 0; i < npool; i++) free(pool[i]);
+    cached(NULL, NULL);
+    return rc;
+}

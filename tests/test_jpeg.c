@@ -1,0 +1,233 @@
+/* JPEG decode + resize + crop against Pillow (references made by io_ref.py gen DIR), hostile
+ * files against their expected statuses, and the normalisation against its formula.
+ * Usage: test_jpeg DIR
+ *
+ * Bound: 0. TurboJPEG 2.1.5 (system) and the libjpeg-turbo 3.1.1 bundled with Pillow decode
+ * every test file to identical pixels (default ISLOW IDCT and fancy upsampling in both), and the
+ * resize replicates Pillow's fixed-point arithmetic, so any difference is a bug; the measured
+ * maximum difference is printed for each file. */
+#include "io/jpeg.h"
+#include "tests/test_util.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const int max_diff_allowed = 0;
+
+static uint8_t *slurp(const char *dir, const char *name, const char *suffix, size_t *len) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s%s", dir, name, suffix);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "cannot open %s (run io_ref.py gen first)\n", path);
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(n > 0 ? (size_t)n : 1);
+    *len = fread(b, 1, (size_t)n, f);
+    fclose(f);
+    return b;
+}
+
+static int max_abs_diff(const uint8_t *a, const uint8_t *b, size_t n, size_t *where) {
+    int m = 0;
+    for (size_t i = 0; i < n; i++) {
+        int d = abs((int)a[i] - (int)b[i]);
+        if (d > m) {
+            m = d;
+            *where = i;
+        }
+    }
+    return m;
+}
+
+/* Every good JPEG: the plain decode (identity resize, full-size crop) against Pillow's
+ * convert('RGB'), then the preprocessing against Pillow's resize + crop. */
+static void test_good(const char *dir, si_decoder *d) {
+    char mpath[4096], name[256];
+    snprintf(mpath, sizeof mpath, "%s/jpeg_manifest.tsv", dir);
+    FILE *m = fopen(mpath, "r");
+    CHECK_MSG(m != NULL, "%s", mpath);
+    if (!m) return;
+    int w, h, resize, ch, cw, files = 0, worst_dec = 0, worst_crop = 0;
+    while (fscanf(m, "%255s %d %d %d %d %d", name, &w, &h, &resize, &ch, &cw) == 6) {
+        size_t len, dlen, clen, where = 0;
+        uint8_t *jpg = slurp(dir, name, "", &len);
+        uint8_t *dec = slurp(dir, name, ".dec.rgb", &dlen);
+        uint8_t *crop = slurp(dir, name, ".crop.rgb", &clen);
+        CHECK(jpg && dec && crop);
+        if (!jpg || !dec || !crop) break;
+        CHECK(dlen == (size_t)w * h * 3 && clen == (size_t)ch * cw * 3);
+        char msg[256];
+
+        si_preproc full = {
+            .resize = w < h ? w : h, .crop_h = h, .crop_w = w, .max_pixels = 100000000};
+        uint8_t *out = malloc(dlen);
+        memset(out, 0xA5, dlen); /* poison */
+        int st = si_decode_crop(d, jpg, len, &full, out, msg, sizeof msg);
+        CHECK_MSG(st == SI_IMG_OK, "%s: %s", name, msg);
+        int md = st == SI_IMG_OK ? max_abs_diff(out, dec, dlen, &where) : 255;
+        CHECK_MSG(md <= max_diff_allowed, "%s: decode differs from Pillow by %d at byte %zu", name,
+                  md, where);
+        free(out);
+
+        si_preproc p = {.resize = resize, .crop_h = ch, .crop_w = cw, .max_pixels = 100000000};
+        out = malloc(clen);
+        memset(out, 0xA5, clen);
+        st = si_decode_crop(d, jpg, len, &p, out, msg, sizeof msg);
+        CHECK_MSG(st == SI_IMG_OK, "%s: %s", name, msg);
+        int mc = st == SI_IMG_OK ? max_abs_diff(out, crop, clen, &where) : 255;
+        CHECK_MSG(mc <= max_diff_allowed, "%s: crop differs from Pillow by %d at byte %zu", name,
+                  mc, where);
+        printf("%-30s %5dx%-5d resize %3d crop %3dx%-3d  max|diff| decode %d, crop %d\n", name, w,
+               h, resize, ch, cw, md, mc);
+        if (md > worst_dec) worst_dec = md;
+        if (mc > worst_crop) worst_crop = mc;
+        files++;
+        free(out);
+        free(jpg);
+        free(dec);
+        free(crop);
+    }
+    fclose(m);
+    CHECK_MSG(files >= 10, "only %d JPEGs in the manifest", files);
+    printf("JPEG files: %d, max|diff| vs Pillow: decode %d, resize+crop %d\n", files, worst_dec,
+           worst_crop);
+}
+
+/* Random RGB images through si_resize_crop against Pillow's resize + crop. */
+static void test_resize_noise(const char *dir) {
+    char mpath[4096], name[256];
+    snprintf(mpath, sizeof mpath, "%s/resize_manifest.tsv", dir);
+    FILE *m = fopen(mpath, "r");
+    CHECK_MSG(m != NULL, "%s", mpath);
+    if (!m) return;
+    int w, h, resize, ch, cw, n = 0, worst = 0;
+    while (fscanf(m, "%255s %d %d %d %d %d", name, &w, &h, &resize, &ch, &cw) == 6) {
+        size_t slen, clen, where = 0;
+        uint8_t *src = slurp(dir, name, ".src.rgb", &slen);
+        uint8_t *ref = slurp(dir, name, ".crop.rgb", &clen);
+        CHECK(src && ref && slen == (size_t)w * h * 3 && clen == (size_t)ch * cw * 3);
+        if (!src || !ref) break;
+        si_preproc p = {.resize = resize, .crop_h = ch, .crop_w = cw};
+        uint8_t *out = malloc(clen);
+        memset(out, 0x5A, clen);
+        si_status st = si_resize_crop(src, w, h, &p, out);
+        CHECK_MSG(st == SI_OK, "%s: %s", name, si_error_msg());
+        int md = max_abs_diff(out, ref, clen, &where);
+        CHECK_MSG(md <= max_diff_allowed, "%s: differs from Pillow by %d at byte %zu", name, md,
+                  where);
+        printf("%-30s %5dx%-5d resize %3d crop %3dx%-3d  max|diff| %d\n", name, w, h, resize, ch,
+               cw, md);
+        if (md > worst) worst = md;
+        n++;
+        free(out);
+        free(src);
+        free(ref);
+    }
+    fclose(m);
+    CHECK(n >= 5);
+    printf("noise images: %d, max|diff| vs Pillow %d\n", n, worst);
+
+    /* a crop larger than the resized image is refused, not read out of bounds */
+    uint8_t px[4 * 4 * 3] = {1, 2, 3}, out[8 * 8 * 3];
+    si_preproc bad = {.resize = 4, .crop_h = 5, .crop_w = 4};
+    CHECK(si_resize_crop(px, 4, 4, &bad, out) == SI_ERR_ARG);
+}
+
+static int status_of(const char *name) {
+    for (int s = 0; s <= 255; s++)
+        if (strcmp(si_image_status_name(s), name) == 0) return s;
+    return -1;
+}
+
+static void test_hostile(const char *dir, si_decoder *d) {
+    char mpath[4096], name[256], want[64];
+    snprintf(mpath, sizeof mpath, "%s/hostile_manifest.tsv", dir);
+    FILE *m = fopen(mpath, "r");
+    CHECK_MSG(m != NULL, "%s", mpath);
+    if (!m) return;
+    int n = 0;
+    while (fscanf(m, "%255s %63s", name, want) == 2) {
+        size_t len;
+        uint8_t *data = slurp(dir, name, "", &len);
+        CHECK(data != NULL);
+        if (!data) break;
+        si_preproc p = {.resize = 256, .crop_h = 224, .crop_w = 224, .max_pixels = 50000000};
+        uint8_t out[224 * 224 * 3], poison[224 * 224 * 3];
+        memset(out, 0x77, sizeof out);
+        memset(poison, 0x77, sizeof poison);
+        char msg[256];
+        memset(msg, 0, sizeof msg);
+        int st = si_decode_crop(d, data, len, &p, out, msg, sizeof msg);
+        int ws = status_of(want);
+        CHECK_MSG(ws >= 0, "unknown status %s", want);
+        CHECK_MSG(st == ws, "%s: status %s, expected %s (%s)", name, si_image_status_name(st), want,
+                  msg);
+        CHECK_MSG(msg[0] != 0, "%s: no message", name);
+        CHECK_MSG(memcmp(out, poison, sizeof out) == 0, "%s: dst written on failure", name);
+        printf("%-30s -> %-10s %s\n", name, si_image_status_name(st), msg);
+        free(data);
+        n++;
+    }
+    fclose(m);
+    CHECK(n >= 7);
+    /* a message that does not fit is cut, not overflowed; NULL msg is allowed */
+    char tiny[4] = "xyz";
+    uint8_t dummy[1];
+    si_preproc p = {.resize = 256, .crop_h = 224, .crop_w = 224};
+    CHECK(si_decode_crop(d, (const uint8_t *)"\x12\x34", 2, &p, dummy, tiny, 3) == SI_IMG_NOT_JPEG);
+    CHECK(strlen(tiny) == 2);
+    CHECK(si_decode_crop(d, (const uint8_t *)"\xff", 1, &p, dummy, NULL, 0) == SI_IMG_NOT_JPEG);
+}
+
+static void test_normalize(void) {
+    unsigned seed = 12345;
+    int h = 37, w = 53;
+    uint8_t *src = malloc((size_t)h * w * 3);
+    float *dst = malloc(sizeof(float) * 3 * h * w);
+    for (int i = 0; i < h * w * 3; i++) src[i] = (uint8_t)(test_rand(&seed) & 255);
+    for (int i = 0; i < h * w * 3; i++) dst[i] = NAN; /* poison */
+    float mean[3], std[3];
+    for (int c = 0; c < 3; c++) {
+        mean[c] = 0.5f + 0.2f * test_randf(&seed);
+        std[c] = 0.25f + 0.05f * test_randf(&seed);
+    }
+    si_normalize_chw(src, h, w, mean, std, dst);
+    double worst = 0;
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int c = 0; c < 3; c++) {
+                double want = ((double)src[(y * w + x) * 3 + c] / 255.0 - mean[c]) / std[c];
+                double got = dst[(size_t)c * h * w + (size_t)y * w + x];
+                double e = fabs(got - want);
+                if (!(e <= worst)) worst = e; /* catches NaN too */
+            }
+    CHECK_MSG(worst < 1e-5, "normalize: max error %g", worst);
+    printf("normalize: max abs error vs double formula %.3g\n", worst);
+    free(src);
+    free(dst);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s DIR (made by io_ref.py gen DIR)\n", argv[0]);
+        return 2;
+    }
+    si_decoder *d = si_decoder_create();
+    CHECK(d != NULL);
+    if (!d) return test_finish();
+    test_good(argv[1], d);
+    test_resize_noise(argv[1]);
+    test_hostile(argv[1], d);
+    /* the decoder's scratch must still be right after failures */
+    test_good(argv[1], d);
+    test_normalize();
+    si_decoder_destroy(d);
+    si_decoder_destroy(NULL);
+    return test_finish();
+}
