@@ -61,13 +61,14 @@ static bool parse_hw(const char *s, int *h, int *w) {
     return true;
 }
 
+/* "shardinfer run --model ..." as typed (argv here starts at the subcommand). */
 static char *join_args(int argc, char **argv) {
-    size_t n = 1;
+    size_t n = sizeof "shardinfer";
     for (int i = 0; i < argc; i++) n += strlen(argv[i]) + 1;
     char *s = si_xmalloc(n);
-    s[0] = 0;
+    strcpy(s, "shardinfer");
     for (int i = 0; i < argc; i++) {
-        if (i) strcat(s, " ");
+        strcat(s, " ");
         strcat(s, argv[i]);
     }
     return s;
@@ -370,7 +371,12 @@ int si_cli_run(int argc, char **argv) {
     if (st == SI_ERR_VERIFY) code = SI_EXIT_VERIFY;
     double elapsed = si_now() - t_start;
     if (st == SI_OK && m.rank == 0) {
+        char pre[256];
+        snprintf(pre, sizeof pre, "resize=%d crop=%dx%d mean=%g,%g,%g std=%g,%g,%g topk=%d",
+                 a.pc.pre.resize, a.pc.pre.crop_h, a.pc.pre.crop_w, a.pc.mean[0], a.pc.mean[1],
+                 a.pc.mean[2], a.pc.std[0], a.pc.std[1], a.pc.std[2], a.pc.topk);
         si_result_meta meta = {.model_path = a.model,
+                               .preprocess = pre,
                                .model_sha256 = sha,
                                .input_path = a.input,
                                .command_line = cmdline,
