@@ -20,8 +20,8 @@ __global__ void normalize_hwc_to_chw(const uint8_t *__restrict__ src, int hw, in
     d[2 * hw] = s[2] * p.scale[2] + p.shift[2];
 }
 
-extern "C" si_status si_cuda_normalize(const uint8_t *src, int n, int h, int w,
-                                       const float mean[3], const float std[3], float *dst) {
+extern "C" si_status si_cuda_normalize(const uint8_t *src, int n, int h, int w, const float mean[3],
+                                       const float std[3], float *dst) {
     norm_params p;
     for (int c = 0; c < 3; c++) {
         p.scale[c] = 1.0f / (255.0f * std[c]);

@@ -7,10 +7,10 @@
 #include "../src/common.h"
 
 typedef struct {
-    const char *source;  /* a directory, or a list file (one image per line, see below) */
-    const char *output;  /* the .h5 to create; refused if it exists unless overwrite */
+    const char *source; /* a directory, or a list file (one image per line, see below) */
+    const char *output; /* the .h5 to create; refused if it exists unless overwrite */
     bool overwrite;
-    size_t chunk_bytes;  /* chunk size of /images/data; 0 = default (1 MiB) */
+    size_t chunk_bytes; /* chunk size of /images/data; 0 = default (1 MiB) */
 } si_pack_opts;
 
 /* List file lines: `PATH`, `PATH<TAB>ID` or `PATH<TAB>ID<TAB>LABEL`; blank lines and lines
@@ -18,9 +18,9 @@ typedef struct {
  * In directory mode ids are paths relative to the directory, and files whose names end in
  * .jpg/.jpeg (any case) are taken. Labels are stored only if every line of a list has one. */
 typedef struct {
-    uint64_t count;       /* images written */
-    uint64_t bytes;       /* encoded bytes written */
-    uint64_t not_jpeg;    /* records without a JPEG SOI marker (stored anyway; run reports them) */
+    uint64_t count;    /* images written */
+    uint64_t bytes;    /* encoded bytes written */
+    uint64_t not_jpeg; /* records without a JPEG SOI marker (stored anyway; run reports them) */
     double seconds;
 } si_pack_stats;
 

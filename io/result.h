@@ -26,10 +26,10 @@ typedef struct {
 typedef struct {
     uint64_t n;
     int k;
-    const uint64_t *index;      /* [n] */
-    const int32_t *status;      /* [n] */
-    const int32_t *topk_class;  /* [n*k] */
-    const float *topk_prob;     /* [n*k] */
+    const uint64_t *index;     /* [n] */
+    const int32_t *status;     /* [n] */
+    const int32_t *topk_class; /* [n*k] */
+    const float *topk_prob;    /* [n*k] */
 } si_result_cols;
 
 /* Writes the result. ids are copied from `input` in blocks (bounded memory). Borrows all args. */

@@ -52,8 +52,10 @@ si_status si_result_print(const char *path, const char *labels, long limit, FILE
         (sta = H5Dopen2(f, "/status", H5P_DEFAULT)) < 0 ||
         (cls = H5Dopen2(f, "/topk_class", H5P_DEFAULT)) < 0 ||
         (prob = H5Dopen2(f, "/topk_prob", H5P_DEFAULT)) < 0) {
-        st = si_error(SI_ERR_FORMAT, "%s: not a shardinfer result (datasets /ids, /status, "
-                                     "/topk_class, /topk_prob expected)", path);
+        st = si_error(SI_ERR_FORMAT,
+                      "%s: not a shardinfer result (datasets /ids, /status, "
+                      "/topk_class, /topk_prob expected)",
+                      path);
         goto done;
     }
     hsize_t dims[2] = {0, 0};

@@ -77,9 +77,9 @@ enum { TAG_INDEX = 11, TAG_STATUS, TAG_CLASS, TAG_PROB };
 si_status si_mpi_gather(const si_mpi *m, uint64_t n, int k, const si_share_result *mine,
                         si_share_result *all, si_share_result *stats_all) {
     /* per-rank statistics: fixed-size records */
-    double stats[10] = {(double)mine->first,  (double)mine->count,  (double)mine->ok,
-                        (double)mine->failed, mine->t_read,          mine->t_decode,
-                        mine->t_infer,        mine->t_post,          mine->t_first,
+    double stats[10] = {(double)mine->first,  (double)mine->count, (double)mine->ok,
+                        (double)mine->failed, mine->t_read,        mine->t_decode,
+                        mine->t_infer,        mine->t_post,        mine->t_first,
                         mine->t_total};
     double *gathered = m->rank == 0 ? si_xmalloc(sizeof(double) * 10 * (size_t)m->size) : NULL;
     mpiCheck(MPI_Gather(stats, 10, MPI_DOUBLE, gathered, 10, MPI_DOUBLE, 0, m->comm));
@@ -92,8 +92,8 @@ si_status si_mpi_gather(const si_mpi *m, uint64_t n, int k, const si_share_resul
             int c = (int)(mine->count - s < GATHER_CHUNK ? mine->count - s : GATHER_CHUNK);
             mpiCheck(MPI_Send(mine->index + s, c, MPI_UINT64_T, 0, TAG_INDEX, m->comm));
             mpiCheck(MPI_Send(mine->status + s, c, MPI_INT32_T, 0, TAG_STATUS, m->comm));
-            mpiCheck(MPI_Send(mine->topk_class + s * (uint64_t)k, c * k, MPI_INT32_T, 0,
-                              TAG_CLASS, m->comm));
+            mpiCheck(MPI_Send(mine->topk_class + s * (uint64_t)k, c * k, MPI_INT32_T, 0, TAG_CLASS,
+                              m->comm));
             mpiCheck(MPI_Send(mine->topk_prob + s * (uint64_t)k, c * k, MPI_FLOAT, 0, TAG_PROB,
                               m->comm));
         }
@@ -127,10 +127,9 @@ si_status si_mpi_gather(const si_mpi *m, uint64_t n, int k, const si_share_resul
             } else {
                 mpiCheck(MPI_Recv(idx, c, MPI_UINT64_T, r, TAG_INDEX, m->comm, MPI_STATUS_IGNORE));
                 mpiCheck(MPI_Recv(sta, c, MPI_INT32_T, r, TAG_STATUS, m->comm, MPI_STATUS_IGNORE));
-                mpiCheck(MPI_Recv(cls, c * k, MPI_INT32_T, r, TAG_CLASS, m->comm,
-                                  MPI_STATUS_IGNORE));
-                mpiCheck(MPI_Recv(prob, c * k, MPI_FLOAT, r, TAG_PROB, m->comm,
-                                  MPI_STATUS_IGNORE));
+                mpiCheck(
+                    MPI_Recv(cls, c * k, MPI_INT32_T, r, TAG_CLASS, m->comm, MPI_STATUS_IGNORE));
+                mpiCheck(MPI_Recv(prob, c * k, MPI_FLOAT, r, TAG_PROB, m->comm, MPI_STATUS_IGNORE));
             }
             for (int j = 0; j < c; j++) {
                 uint64_t i = ci[j];
@@ -141,8 +140,10 @@ si_status si_mpi_gather(const si_mpi *m, uint64_t n, int k, const si_share_resul
                 if (seen[i] < 255) seen[i]++;
                 all->index[i] = i;
                 all->status[i] = cs[j];
-                memcpy(all->topk_class + i * (uint64_t)k, cc + (size_t)j * k, sizeof(int32_t) * (size_t)k);
-                memcpy(all->topk_prob + i * (uint64_t)k, cp + (size_t)j * k, sizeof(float) * (size_t)k);
+                memcpy(all->topk_class + i * (uint64_t)k, cc + (size_t)j * k,
+                       sizeof(int32_t) * (size_t)k);
+                memcpy(all->topk_prob + i * (uint64_t)k, cp + (size_t)j * k,
+                       sizeof(float) * (size_t)k);
             }
         }
     }
@@ -160,10 +161,16 @@ si_status si_mpi_gather(const si_mpi *m, uint64_t n, int k, const si_share_resul
     for (uint64_t i = 0; i < n; i++) all->status[i] == 0 ? all->ok++ : all->failed++;
     for (int r = 0; r < m->size; r++) {
         const double *g = gathered + 10 * r;
-        stats_all[r] = (si_share_result){.first = (uint64_t)g[0], .count = (uint64_t)g[1],
-                                         .ok = (uint64_t)g[2], .failed = (uint64_t)g[3],
-                                         .t_read = g[4], .t_decode = g[5], .t_infer = g[6],
-                                         .t_post = g[7], .t_first = g[8], .t_total = g[9]};
+        stats_all[r] = (si_share_result){.first = (uint64_t)g[0],
+                                         .count = (uint64_t)g[1],
+                                         .ok = (uint64_t)g[2],
+                                         .failed = (uint64_t)g[3],
+                                         .t_read = g[4],
+                                         .t_decode = g[5],
+                                         .t_infer = g[6],
+                                         .t_post = g[7],
+                                         .t_first = g[8],
+                                         .t_total = g[9]};
     }
     free(seen);
     free(idx);

@@ -74,7 +74,8 @@ static char *join_args(int argc, char **argv) {
     return s;
 }
 
-/* --- pack -------------------------------------------------------------------------------------- */
+/* --- pack --------------------------------------------------------------------------------------
+ */
 static const char pack_usage[] =
     "usage: shardinfer pack SOURCE --output SET.h5 [--overwrite] [--chunk-bytes N]\n"
     "  SOURCE is a directory (JPEG files found recursively, ids = relative paths) or a list\n"
@@ -115,8 +116,9 @@ int si_cli_pack(int argc, char **argv) {
     }
     if (optind != argc - 1 || !o.output) {
         fprintf(stderr, "shardinfer pack: %s\n%s",
-                optind >= argc ? "missing SOURCE" : !o.output ? "missing --output"
-                                                              : "more than one SOURCE",
+                optind >= argc ? "missing SOURCE"
+                : !o.output    ? "missing --output"
+                               : "more than one SOURCE",
                 pack_usage);
         return SI_EXIT_USAGE;
     }
@@ -133,7 +135,8 @@ int si_cli_pack(int argc, char **argv) {
     return SI_EXIT_OK;
 }
 
-/* --- run --------------------------------------------------------------------------------------- */
+/* --- run ---------------------------------------------------------------------------------------
+ */
 static const char run_usage[] =
     "usage: [mpirun -np R] shardinfer run --model M.onnx --input SET.h5 --output RESULT.h5\n"
     "                                  [options]\n"
@@ -166,16 +169,23 @@ static const char *usage_error(char *buf, size_t cap, const char *fmt, const cha
 
 /* Parses run's options; returns NULL or the one-line problem. */
 static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size_t cap) {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},      {"input", required_argument, 0, 'i'},
-        {"output", required_argument, 0, 'o'},     {"batch", required_argument, 0, 'b'},
-        {"resize", required_argument, 0, 'r'},     {"crop", required_argument, 0, 'c'},
-        {"mean", required_argument, 0, 'M'},       {"std", required_argument, 0, 'S'},
-        {"topk", required_argument, 0, 'k'},       {"threads", required_argument, 0, 't'},
-        {"max-pixels", required_argument, 0, 'P'}, {"backend", required_argument, 0, 'B'},
-        {"overwrite", no_argument, 0, 'f'},        {"quiet", no_argument, 0, 'q'},
-        {"verbose", no_argument, 0, 'v'},          {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"input", required_argument, 0, 'i'},
+                                         {"output", required_argument, 0, 'o'},
+                                         {"batch", required_argument, 0, 'b'},
+                                         {"resize", required_argument, 0, 'r'},
+                                         {"crop", required_argument, 0, 'c'},
+                                         {"mean", required_argument, 0, 'M'},
+                                         {"std", required_argument, 0, 'S'},
+                                         {"topk", required_argument, 0, 'k'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"max-pixels", required_argument, 0, 'P'},
+                                         {"backend", required_argument, 0, 'B'},
+                                         {"overwrite", no_argument, 0, 'f'},
+                                         {"quiet", no_argument, 0, 'q'},
+                                         {"verbose", no_argument, 0, 'v'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     long v;
     int c;
     opterr = 0;
@@ -197,8 +207,7 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
             break;
         case 'r':
             if (!parse_int(optarg, 1, 16384, &v))
-                return usage_error(buf, cap, "--resize '%s': expected an integer 1..16384",
-                                   optarg);
+                return usage_error(buf, cap, "--resize '%s': expected an integer 1..16384", optarg);
             a->pc.pre.resize = (int)v;
             a->resize_set = true;
             break;
@@ -267,8 +276,8 @@ static si_status model_norm(const si_graph *g, run_args *a) {
         const char *v = si_graph_meta(g, keys[i]);
         if (set[i] || !v) continue;
         if (!parse_floats3(v, dst[i]) || (i == 1 && (!dst[i][0] || !dst[i][1] || !dst[i][2])))
-            return si_error(SI_ERR_FORMAT, "%s: metadata '%s' = '%s' is not three numbers",
-                            g->path, keys[i], v);
+            return si_error(SI_ERR_FORMAT, "%s: metadata '%s' = '%s' is not three numbers", g->path,
+                            keys[i], v);
     }
     return SI_OK;
 }
@@ -321,8 +330,10 @@ int si_cli_run(int argc, char **argv) {
     if (problem) {
         bool help = !strcmp(problem, "help");
         if (m.rank == 0) {
-            if (help) fputs(run_usage, stdout);
-            else fprintf(stderr, "shardinfer run: %s\n", problem);
+            if (help)
+                fputs(run_usage, stdout);
+            else
+                fprintf(stderr, "shardinfer run: %s\n", problem);
         }
         si_mpi_finalize();
         return help ? SI_EXIT_OK : SI_EXIT_USAGE;
@@ -407,7 +418,8 @@ out:
     return code;
 }
 
-/* --- show -------------------------------------------------------------------------------------- */
+/* --- show --------------------------------------------------------------------------------------
+ */
 static const char show_usage[] =
     "usage: shardinfer show RESULT.h5 [--labels CLASSES.txt] [--limit N]\n"
     "  prints one line per image: id, status and the top-K classes with probabilities;\n"

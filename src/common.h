@@ -29,13 +29,13 @@ typedef enum {
 /* Per-image outcome, stored in the output's /status. Values are part of the file format. */
 typedef enum {
     SI_IMG_OK = 0,
-    SI_IMG_EMPTY = 1,       /* zero-length record */
-    SI_IMG_NOT_JPEG = 2,    /* no JPEG SOI marker / header unreadable */
-    SI_IMG_TRUNCATED = 3,   /* stream ends before the image data does */
-    SI_IMG_CORRUPT = 4,     /* decoder error or corrupt-data warning inside the stream */
-    SI_IMG_TOO_LARGE = 5,   /* declared pixel count over the cap */
-    SI_IMG_UNSUPPORTED = 6, /* valid JPEG in a form not handled (e.g. unknown colorspace) */
-    SI_IMG_READ_ERROR = 7,  /* bytes could not be read from the input file */
+    SI_IMG_EMPTY = 1,          /* zero-length record */
+    SI_IMG_NOT_JPEG = 2,       /* no JPEG SOI marker / header unreadable */
+    SI_IMG_TRUNCATED = 3,      /* stream ends before the image data does */
+    SI_IMG_CORRUPT = 4,        /* decoder error or corrupt-data warning inside the stream */
+    SI_IMG_TOO_LARGE = 5,      /* declared pixel count over the cap */
+    SI_IMG_UNSUPPORTED = 6,    /* valid JPEG in a form not handled (e.g. unknown colorspace) */
+    SI_IMG_READ_ERROR = 7,     /* bytes could not be read from the input file */
     SI_IMG_NOT_PROCESSED = 255 /* never reached a rank: only seen if a run is broken */
 } si_image_status;
 

@@ -8,8 +8,8 @@
 #include "engine.h"
 
 typedef struct {
-    float **buf;   /* per value; constants point at the graph's data */
-    bool *owned;   /* buf[i] allocated here */
+    float **buf; /* per value; constants point at the graph's data */
+    bool *owned; /* buf[i] allocated here */
     float *scratch;
 } cpu_state;
 
@@ -46,7 +46,8 @@ static si_status cpu_init(si_engine *e) {
             if (c > scratch) scratch = c;
         }
     }
-    s->scratch = si_xmalloc(sizeof(float) * (scratch ? scratch : 1) * (size_t)omp_get_max_threads());
+    s->scratch =
+        si_xmalloc(sizeof(float) * (scratch ? scratch : 1) * (size_t)omp_get_max_threads());
     e->activation_bytes += sizeof(float) * scratch * (size_t)omp_get_max_threads();
     return SI_OK;
 }
@@ -83,8 +84,8 @@ static si_status cpu_run(si_engine *e, int batch) {
                 cm = cs->ndim == 2 ? (int)cs->dims[0] : 1;
                 cn = cs->ndim >= 1 ? (int)cs->dims[cs->ndim - 1] : 1;
             }
-            si_cpu_gemm(n->trans_a, n->trans_b, m, nn, k, n->alpha, x, s->buf[n->in[1]], n->beta,
-                        c, cm, cn, y);
+            si_cpu_gemm(n->trans_a, n->trans_b, m, nn, k, n->alpha, x, s->buf[n->in[1]], n->beta, c,
+                        cm, cn, y);
             break;
         }
         case SI_OP_BINARY: {

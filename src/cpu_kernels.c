@@ -20,7 +20,6 @@ static inline float act_apply(float v, si_act a) {
     }
 }
 
-
 size_t si_cpu_conv2d_scratch(const si_conv_shape *s) {
     int cg = s->c / s->group;
     bool pointwise = s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->pt == 0 &&

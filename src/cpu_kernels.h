@@ -15,8 +15,8 @@ typedef struct {
 } si_act;
 
 typedef struct {
-    int n, c, h, w;   /* input (N, C, H, W) */
-    int m, kh, kw;    /* weight (M, C/group, kh, kw) */
+    int n, c, h, w; /* input (N, C, H, W) */
+    int m, kh, kw;  /* weight (M, C/group, kh, kw) */
     int group;
     int sh, sw, dh, dw;
     int pt, pl, pb, pr; /* pads: top, left, bottom, right */

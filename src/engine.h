@@ -20,10 +20,10 @@ typedef struct {
 struct si_engine {
     si_graph *g;
     const si_backend *be;
-    void *state;         /* backend's own */
+    void *state; /* backend's own */
     int max_batch;
-    float **host_in;     /* [n_inputs] host input buffers, sized for max_batch */
-    const float **host_out; /* [n_outputs] valid after run */
+    float **host_in;         /* [n_inputs] host input buffers, sized for max_batch */
+    const float **host_out;  /* [n_outputs] valid after run */
     size_t activation_bytes; /* planned activation memory for max_batch */
 };
 

@@ -10,8 +10,8 @@
 #include <string.h>
 
 const char *si_op_name(int op) {
-    static const char *names[] = {"Conv",       "MaxPool",  "GlobalAveragePool", "Gemm",
-                                  "Binary",     "Activation", "Affine",          "View"};
+    static const char *names[] = {
+        "Conv", "MaxPool", "GlobalAveragePool", "Gemm", "Binary", "Activation", "Affine", "View"};
     return op >= 0 && op < SI_OP_COUNT ? names[op] : "?";
 }
 
@@ -47,7 +47,8 @@ static void map_put(name_map *mp, int id) {
     mp->slots[i] = id;
 }
 
-/* --- building ----------------------------------------------------------------------------------- */
+/* --- building -----------------------------------------------------------------------------------
+ */
 typedef struct {
     si_graph *g;
     name_map map;
@@ -98,16 +99,20 @@ static si_status const_from_tensor(builder *b, const si_tensor *t, const char *n
     memcpy(v->shape.dims, t->dims, sizeof(int64_t) * (size_t)t->ndim);
     int64_t n = t->numel;
     switch (t->dtype) {
-    case SI_DT_FLOAT: case SI_DT_DOUBLE: case SI_DT_FLOAT16: {
+    case SI_DT_FLOAT:
+    case SI_DT_DOUBLE:
+    case SI_DT_FLOAT16: {
         v->dtype = SI_DT_FLOAT;
         float *d = si_xmalloc(sizeof(float) * (size_t)(n ? n : 1));
         for (int64_t i = 0; i < n; i++) {
-            if (t->dtype == SI_DT_FLOAT) d[i] = ((const float *)t->data)[i];
-            else if (t->dtype == SI_DT_DOUBLE) d[i] = (float)((const double *)t->data)[i];
+            if (t->dtype == SI_DT_FLOAT)
+                d[i] = ((const float *)t->data)[i];
+            else if (t->dtype == SI_DT_DOUBLE)
+                d[i] = (float)((const double *)t->data)[i];
             else {
                 uint16_t h = ((const uint16_t *)t->data)[i];
                 int e = (h >> 10) & 31, f = h & 1023;
-                float val = e == 0 ? ldexpf((float)f, -24)
+                float val = e == 0    ? ldexpf((float)f, -24)
                             : e == 31 ? (f ? NAN : INFINITY)
                                       : ldexpf((float)(f | 1024), e - 25);
                 d[i] = (h & 0x8000) ? -val : val;
@@ -116,8 +121,14 @@ static si_status const_from_tensor(builder *b, const si_tensor *t, const char *n
         v->data = d;
         break;
     }
-    case SI_DT_INT64: case SI_DT_INT32: case SI_DT_INT8: case SI_DT_UINT8: case SI_DT_INT16:
-    case SI_DT_BOOL: case SI_DT_UINT16: case SI_DT_UINT32: {
+    case SI_DT_INT64:
+    case SI_DT_INT32:
+    case SI_DT_INT8:
+    case SI_DT_UINT8:
+    case SI_DT_INT16:
+    case SI_DT_BOOL:
+    case SI_DT_UINT16:
+    case SI_DT_UINT32: {
         v->dtype = SI_DT_INT64;
         int64_t *d = si_xmalloc(sizeof(int64_t) * (size_t)(n ? n : 1));
         for (int64_t i = 0; i < n; i++) {
@@ -203,9 +214,12 @@ static bool parse_window(builder *b, const si_node_proto *n, si_gnode *gn, bool 
     const si_attr *ap = si_node_attr(n, "auto_pad");
     gn->win.auto_pad = SI_PAD_NOTSET;
     if (ap && ap->s) {
-        if (!strcmp(ap->s, "SAME_UPPER")) gn->win.auto_pad = SI_PAD_SAME_UPPER;
-        else if (!strcmp(ap->s, "SAME_LOWER")) gn->win.auto_pad = SI_PAD_SAME_LOWER;
-        else if (!strcmp(ap->s, "VALID")) gn->win.auto_pad = SI_PAD_VALID;
+        if (!strcmp(ap->s, "SAME_UPPER"))
+            gn->win.auto_pad = SI_PAD_SAME_UPPER;
+        else if (!strcmp(ap->s, "SAME_LOWER"))
+            gn->win.auto_pad = SI_PAD_SAME_LOWER;
+        else if (!strcmp(ap->s, "VALID"))
+            gn->win.auto_pad = SI_PAD_VALID;
         else if (strcmp(ap->s, "NOTSET") && ap->s[0]) {
             unsupported(b, n, "auto_pad '%s' is not a valid value", ap->s);
             return false;
@@ -277,8 +291,9 @@ static bool convert_inner(builder *b, const si_node_proto *n) {
      * or a missing initializer shows up here */
     for (int i = 0; i < n->n_inputs; i++) {
         if (n->inputs[i][0] && input_id(b, n, i) < 0) {
-            unsupported(b, n, "input '%s' is not produced by any earlier node, initializer or "
-                              "graph input (missing initializer, cycle or unsorted graph)",
+            unsupported(b, n,
+                        "input '%s' is not produced by any earlier node, initializer or "
+                        "graph input (missing initializer, cycle or unsorted graph)",
                         n->inputs[i]);
             return false;
         }
@@ -296,8 +311,10 @@ static bool convert_inner(builder *b, const si_node_proto *n) {
         }
         const si_value *wv = &b->g->values[w];
         if (wv->shape.ndim != 4) {
-            unsupported(b, n, "weight '%s' has rank %d; only 2-D convolution (rank-4 weights) "
-                              "is supported", n->inputs[1], wv->shape.ndim);
+            unsupported(b, n,
+                        "weight '%s' has rank %d; only 2-D convolution (rank-4 weights) "
+                        "is supported",
+                        n->inputs[1], wv->shape.ndim);
             return false;
         }
         if (gn->win.group < 1) {
@@ -341,8 +358,10 @@ static bool convert_inner(builder *b, const si_node_proto *n) {
             return false;
         }
         gn = new_node(b, n, SI_OP_BINARY);
-        gn->binop = op[0] == 'A' ? SI_BIN_ADD : op[0] == 'S' ? SI_BIN_SUB
-                    : op[0] == 'M' ? SI_BIN_MUL : SI_BIN_DIV;
+        gn->binop = op[0] == 'A'   ? SI_BIN_ADD
+                    : op[0] == 'S' ? SI_BIN_SUB
+                    : op[0] == 'M' ? SI_BIN_MUL
+                                   : SI_BIN_DIV;
         gn->in[0] = x, gn->in[1] = input_id(b, n, 1), gn->n_in = 2;
     } else if (!strcmp(op, "Relu")) {
         gn = new_node(b, n, SI_OP_ACTIVATION);
@@ -391,7 +410,8 @@ static bool convert_inner(builder *b, const si_node_proto *n) {
             }
         /* fold the statistics into scale and shift now; the Conv folding pass reuses them */
         float eps = attr_f(n, "epsilon", 1e-5f);
-        float *scale = si_xmalloc(sizeof(float) * (size_t)c), *shift = si_xmalloc(sizeof(float) * (size_t)c);
+        float *scale = si_xmalloc(sizeof(float) * (size_t)c),
+              *shift = si_xmalloc(sizeof(float) * (size_t)c);
         const float *gam = p[0]->data, *bet = p[1]->data, *mean = p[2]->data, *var = p[3]->data;
         for (int64_t i = 0; i < c; i++) {
             scale[i] = (float)((double)gam[i] / sqrt((double)var[i] + (double)eps));
@@ -430,8 +450,10 @@ static bool convert_inner(builder *b, const si_node_proto *n) {
             const si_value *sv = const_input(b, n, 1);
             if (!sv || sv->dtype != SI_DT_INT64 || sv->shape.ndim != 1 ||
                 sv->shape.dims[0] > SI_MAX_DIMS) {
-                unsupported(b, n, "the target shape must be a constant int64 vector of at most "
-                                  "%d values", SI_MAX_DIMS);
+                unsupported(b, n,
+                            "the target shape must be a constant int64 vector of at most "
+                            "%d values",
+                            SI_MAX_DIMS);
                 return false;
             }
             gn->reshape_ndim = (int)sv->shape.dims[0];
@@ -453,8 +475,8 @@ static bool convert_inner(builder *b, const si_node_proto *n) {
         }
         const si_value *iv = &b->g->values[gn->in[i]];
         if (iv->dtype != SI_DT_FLOAT && !(gn->op == SI_OP_VIEW && i > 0)) {
-            unsupported(b, n, "input '%s' has type %s; only float tensors are supported",
-                        iv->name, si_dtype_name(iv->dtype));
+            unsupported(b, n, "input '%s' has type %s; only float tensors are supported", iv->name,
+                        si_dtype_name(iv->dtype));
             return false;
         }
     }
@@ -488,7 +510,8 @@ bool si_model_input_is_param(const si_model_proto *m, const char *name) {
     return used;
 }
 
-/* --- passes ------------------------------------------------------------------------------------ */
+/* --- passes ------------------------------------------------------------------------------------
+ */
 static void count_uses(si_graph *g) {
     for (int i = 0; i < g->n_values; i++) g->values[i].uses = 0;
     for (int i = 0; i < g->n_nodes; i++)
@@ -615,9 +638,10 @@ si_status si_graph_build(const si_model_proto *m, const si_graph_opts *opts, si_
         const si_value_info *vi = &m->inputs[i];
         if (map_find(&b.map, vi->name) >= 0) continue; /* initializer listed as input (IR < 4) */
         if (vi->dtype != SI_DT_FLOAT) {
-            st = si_error(SI_ERR_UNSUPPORTED, "%s: graph input '%s' has type %s; only float32 "
-                                              "tensor inputs are supported", m->path, vi->name,
-                          vi->dtype ? si_dtype_name(vi->dtype) : "non-tensor");
+            st = si_error(SI_ERR_UNSUPPORTED,
+                          "%s: graph input '%s' has type %s; only float32 "
+                          "tensor inputs are supported",
+                          m->path, vi->name, vi->dtype ? si_dtype_name(vi->dtype) : "non-tensor");
             goto fail;
         }
         if (vi->ndim < 0) {
@@ -643,8 +667,8 @@ si_status si_graph_build(const si_model_proto *m, const si_graph_opts *opts, si_
     }
     for (int i = 0; i < m->n_nodes; i++) convert_node(&b, &m->nodes[i]);
     if (b.n_unsupported) {
-        st = si_error(SI_ERR_UNSUPPORTED, "%s: %d unsupported node%s:%s", m->path,
-                      b.n_unsupported, b.n_unsupported > 1 ? "s" : "", b.unsupported);
+        st = si_error(SI_ERR_UNSUPPORTED, "%s: %d unsupported node%s:%s", m->path, b.n_unsupported,
+                      b.n_unsupported > 1 ? "s" : "", b.unsupported);
         goto fail;
     }
     g->outputs = si_xcalloc((size_t)m->n_outputs, sizeof *g->outputs);
@@ -726,7 +750,8 @@ const char *si_graph_meta(const si_graph *g, const char *key) {
     return NULL;
 }
 
-/* --- shape inference --------------------------------------------------------------------------- */
+/* --- shape inference ---------------------------------------------------------------------------
+ */
 static si_status shape_err(const si_gnode *n, const si_graph *g, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static si_status shape_err(const si_gnode *n, const si_graph *g, const char *fmt, ...) {
@@ -771,7 +796,8 @@ si_status si_graph_infer(si_graph *g, int batch) {
         const si_shape *x = &g->values[n->in[0]].shape;
         si_shape *y = &g->values[n->out].shape;
         switch (n->op) {
-        case SI_OP_CONV: case SI_OP_MAXPOOL: {
+        case SI_OP_CONV:
+        case SI_OP_MAXPOOL: {
             if (x->ndim != 4)
                 return shape_err(n, g, "input has rank %d, expected 4 (N, C, H, W)", x->ndim);
             int pt = n->win.pads[0], pl = n->win.pads[1], pb = n->win.pads[2], pr = n->win.pads[3];
@@ -789,21 +815,49 @@ si_status si_graph_infer(si_graph *g, int batch) {
                 m = w->dims[0];
                 if (x->dims[1] % n->win.group || m % n->win.group ||
                     w->dims[1] * n->win.group != x->dims[1])
-                    return shape_err(n, g, "input has %lld channels, weight expects %lld x %d "
-                                           "groups", (long long)x->dims[1],
-                                     (long long)w->dims[1], n->win.group);
+                    return shape_err(n, g,
+                                     "input has %lld channels, weight expects %lld x %d "
+                                     "groups",
+                                     (long long)x->dims[1], (long long)w->dims[1], n->win.group);
                 if (n->n_in > 2 && si_shape_numel(&g->values[n->in[2]].shape) != m)
                     return shape_err(n, g, "bias has %lld values for %lld output channels",
                                      (long long)si_shape_numel(&g->values[n->in[2]].shape),
                                      (long long)m);
-                n->conv = (si_conv_shape){(int)x->dims[0], (int)x->dims[1], (int)x->dims[2],
-                                          (int)x->dims[3], (int)m, n->win.kh, n->win.kw,
-                                          n->win.group, n->win.sh, n->win.sw, n->win.dh,
-                                          n->win.dw, pt, pl, pb, pr, oh, ow};
+                n->conv = (si_conv_shape){(int)x->dims[0],
+                                          (int)x->dims[1],
+                                          (int)x->dims[2],
+                                          (int)x->dims[3],
+                                          (int)m,
+                                          n->win.kh,
+                                          n->win.kw,
+                                          n->win.group,
+                                          n->win.sh,
+                                          n->win.sw,
+                                          n->win.dh,
+                                          n->win.dw,
+                                          pt,
+                                          pl,
+                                          pb,
+                                          pr,
+                                          oh,
+                                          ow};
             } else {
-                n->pool = (si_pool_shape){(int)x->dims[0], (int)x->dims[1], (int)x->dims[2],
-                                          (int)x->dims[3], n->win.kh, n->win.kw, n->win.sh,
-                                          n->win.sw, n->win.dh, n->win.dw, pt, pl, pb, pr, oh, ow};
+                n->pool = (si_pool_shape){(int)x->dims[0],
+                                          (int)x->dims[1],
+                                          (int)x->dims[2],
+                                          (int)x->dims[3],
+                                          n->win.kh,
+                                          n->win.kw,
+                                          n->win.sh,
+                                          n->win.sw,
+                                          n->win.dh,
+                                          n->win.dw,
+                                          pt,
+                                          pl,
+                                          pb,
+                                          pr,
+                                          oh,
+                                          ow};
             }
             *y = (si_shape){4, {x->dims[0], m, oh, ow}};
             break;
@@ -818,8 +872,10 @@ si_status si_graph_infer(si_graph *g, int batch) {
             if (x->ndim != 2 || bs->ndim != 2)
                 return shape_err(n, g, "A and B must be matrices (ranks %d and %d)", x->ndim,
                                  bs->ndim);
-            int64_t m = n->trans_a ? x->dims[1] : x->dims[0], k = n->trans_a ? x->dims[0] : x->dims[1];
-            int64_t kb = n->trans_b ? bs->dims[1] : bs->dims[0], nn = n->trans_b ? bs->dims[0] : bs->dims[1];
+            int64_t m = n->trans_a ? x->dims[1] : x->dims[0],
+                    k = n->trans_a ? x->dims[0] : x->dims[1];
+            int64_t kb = n->trans_b ? bs->dims[1] : bs->dims[0],
+                    nn = n->trans_b ? bs->dims[0] : bs->dims[1];
             if (k != kb)
                 return shape_err(n, g, "inner dimensions differ (%lld vs %lld)", (long long)k,
                                  (long long)kb);
@@ -842,8 +898,10 @@ si_status si_graph_infer(si_graph *g, int batch) {
                 int64_t da = d - (nd - x->ndim) >= 0 ? x->dims[d - (nd - x->ndim)] : 1;
                 int64_t db = d - (nd - b2->ndim) >= 0 ? b2->dims[d - (nd - b2->ndim)] : 1;
                 if (da != db && da != 1 && db != 1)
-                    return shape_err(n, g, "shapes cannot be broadcast (dimension %d: %lld vs "
-                                           "%lld)", d, (long long)da, (long long)db);
+                    return shape_err(n, g,
+                                     "shapes cannot be broadcast (dimension %d: %lld vs "
+                                     "%lld)",
+                                     d, (long long)da, (long long)db);
                 y->dims[d] = da == 1 ? db : da;
             }
             break;
@@ -870,8 +928,11 @@ si_status si_graph_infer(si_graph *g, int batch) {
                 for (int d = 0; d < n->reshape_ndim; d++) {
                     int64_t v = n->reshape[d];
                     if (v == 0 && !n->allowzero) {
-                        if (d >= x->ndim) return shape_err(n, g, "0 at position %d copies no "
-                                                                 "input dimension", d);
+                        if (d >= x->ndim)
+                            return shape_err(n, g,
+                                             "0 at position %d copies no "
+                                             "input dimension",
+                                             d);
                         v = x->dims[d];
                         /* a model exported with a fixed batch reshapes to that batch */
                     } else if (v == -1) {

@@ -31,14 +31,14 @@ int64_t si_shape_numel(const si_shape *s);
 
 typedef struct {
     char *name;
-    int dtype;           /* of the ONNX value; runtime values are float32 */
-    si_shape shape;      /* inferred for the current batch size (si_graph_infer) */
-    bool is_const;       /* initializer or folded constant: data holds it */
-    bool is_input;       /* runtime graph input */
-    bool batch_dim;      /* dim 0 of a runtime input is symbolic: it is the batch */
-    void *data;          /* constant data (float32 for float values, int64 for int values) */
-    int producer;        /* node index, -1 for inputs and constants */
-    int uses;            /* number of node inputs reading it, graph outputs included */
+    int dtype;      /* of the ONNX value; runtime values are float32 */
+    si_shape shape; /* inferred for the current batch size (si_graph_infer) */
+    bool is_const;  /* initializer or folded constant: data holds it */
+    bool is_input;  /* runtime graph input */
+    bool batch_dim; /* dim 0 of a runtime input is symbolic: it is the batch */
+    void *data;     /* constant data (float32 for float values, int64 for int values) */
+    int producer;   /* node index, -1 for inputs and constants */
+    int uses;       /* number of node inputs reading it, graph outputs included */
 } si_value;
 
 typedef enum { SI_PAD_NOTSET = 0, SI_PAD_SAME_UPPER, SI_PAD_SAME_LOWER, SI_PAD_VALID } si_auto_pad;
@@ -53,14 +53,14 @@ typedef struct {
     struct {
         int kh, kw, sh, sw, dh, dw, pads[4]; /* pads: top, left, bottom, right */
         int group, auto_pad, ceil_mode;
-    } win;                 /* Conv and MaxPool attributes */
-    si_conv_shape conv;    /* filled by si_graph_infer */
-    si_pool_shape pool;    /* filled by si_graph_infer */
-    int trans_a, trans_b;  /* Gemm */
+    } win;                /* Conv and MaxPool attributes */
+    si_conv_shape conv;   /* filled by si_graph_infer */
+    si_pool_shape pool;   /* filled by si_graph_infer */
+    int trans_a, trans_b; /* Gemm */
     float alpha, beta;
     si_binop binop;
-    int axis;                      /* Flatten */
-    int64_t reshape[SI_MAX_DIMS];  /* Reshape target as given (0 and -1 resolved at infer) */
+    int axis;                     /* Flatten */
+    int64_t reshape[SI_MAX_DIMS]; /* Reshape target as given (0 and -1 resolved at infer) */
     int reshape_ndim, allowzero;
     bool is_reshape, is_flatten;
 } si_gnode;

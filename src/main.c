@@ -26,7 +26,9 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "pack")) return si_cli_pack(argc - 1, argv + 1);
     if (!strcmp(argv[1], "run")) return si_cli_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "show")) return si_cli_show(argc - 1, argv + 1);
-    fprintf(stderr, "shardinfer: unknown command '%s' (commands: pack, run, show; see "
-                    "shardinfer --help)\n", argv[1]);
+    fprintf(stderr,
+            "shardinfer: unknown command '%s' (commands: pack, run, show; see "
+            "shardinfer --help)\n",
+            argv[1]);
     return SI_EXIT_USAGE;
 }

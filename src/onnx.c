@@ -130,18 +130,28 @@ static bool rd_repeated_fixed(rd *r, int wt, int want_wt, size_t width, uint8_t 
 }
 
 const char *si_dtype_name(int dtype) {
-    static const char *names[] = {"undefined", "float32", "uint8", "int8", "uint16", "int16",
-                                  "int32", "int64", "string", "bool", "float16", "float64",
-                                  "uint32", "uint64", "complex64", "complex128", "bfloat16"};
+    static const char *names[] = {"undefined",  "float32", "uint8",  "int8",   "uint16",
+                                  "int16",      "int32",   "int64",  "string", "bool",
+                                  "float16",    "float64", "uint32", "uint64", "complex64",
+                                  "complex128", "bfloat16"};
     return dtype >= 0 && dtype <= 16 ? names[dtype] : "unknown";
 }
 
 size_t si_dtype_size(int dtype) {
     switch (dtype) {
-    case SI_DT_FLOAT: case SI_DT_INT32: case SI_DT_UINT32: return 4;
-    case SI_DT_UINT8: case SI_DT_INT8: case SI_DT_BOOL: return 1;
-    case SI_DT_UINT16: case SI_DT_INT16: case SI_DT_FLOAT16: case SI_DT_BFLOAT16: return 2;
-    case SI_DT_INT64: case SI_DT_DOUBLE: case SI_DT_UINT64: return 8;
+    case SI_DT_FLOAT:
+    case SI_DT_INT32:
+    case SI_DT_UINT32: return 4;
+    case SI_DT_UINT8:
+    case SI_DT_INT8:
+    case SI_DT_BOOL: return 1;
+    case SI_DT_UINT16:
+    case SI_DT_INT16:
+    case SI_DT_FLOAT16:
+    case SI_DT_BFLOAT16: return 2;
+    case SI_DT_INT64:
+    case SI_DT_DOUBLE:
+    case SI_DT_UINT64: return 8;
     default: return 0;
     }
 }
@@ -219,14 +229,13 @@ static si_status parse_tensor(rd r, si_tensor *t) {
     t->numel = numel;
     if (external) {
         st = si_error(SI_ERR_UNSUPPORTED,
-                      "tensor '%s': weights in an external data file are not supported yet",
-                      tname);
+                      "tensor '%s': weights in an external data file are not supported yet", tname);
         goto done;
     }
     size_t es = si_dtype_size(t->dtype);
     if (es == 0) {
-        st = si_error(SI_ERR_UNSUPPORTED, "tensor '%s': data type %s (%d) is not supported",
-                      tname, si_dtype_name(t->dtype), t->dtype);
+        st = si_error(SI_ERR_UNSUPPORTED, "tensor '%s': data type %s (%d) is not supported", tname,
+                      si_dtype_name(t->dtype), t->dtype);
         goto done;
     }
     /* every path below checks the element count against what the file actually holds, so a
@@ -246,7 +255,8 @@ static si_status parse_tensor(rd r, si_tensor *t) {
         case SI_DT_FLOAT: have = nf; break;
         case SI_DT_DOUBLE: have = nd; break;
         case SI_DT_INT64: have = ni64; break;
-        case SI_DT_UINT32: case SI_DT_UINT64: have = nu64; break;
+        case SI_DT_UINT32:
+        case SI_DT_UINT64: have = nu64; break;
         default: have = ni32; break; /* int32, int16, int8, uint16, uint8, bool, float16 */
         }
         if (have != numel) {
@@ -262,19 +272,23 @@ static si_status parse_tensor(rd r, si_tensor *t) {
             case SI_DT_DOUBLE: memcpy(d + 8 * i, ddata + 8 * i, 8); break;
             case SI_DT_INT64: ((int64_t *)d)[i] = i64data[i]; break;
             case SI_DT_UINT64: memcpy(d + 8 * i, u64data + 8 * i, 8); break;
-            case SI_DT_UINT32: ((uint32_t *)d)[i] = (uint32_t)((uint64_t *)(void *)u64data)[i]; break;
-            case SI_DT_INT32: ((int32_t *)d)[i] = (int32_t)i32data[i]; break;
-            case SI_DT_INT16: case SI_DT_UINT16: case SI_DT_FLOAT16: case SI_DT_BFLOAT16:
-                ((uint16_t *)d)[i] = (uint16_t)i32data[i];
+            case SI_DT_UINT32:
+                ((uint32_t *)d)[i] = (uint32_t)((uint64_t *)(void *)u64data)[i];
                 break;
+            case SI_DT_INT32: ((int32_t *)d)[i] = (int32_t)i32data[i]; break;
+            case SI_DT_INT16:
+            case SI_DT_UINT16:
+            case SI_DT_FLOAT16:
+            case SI_DT_BFLOAT16: ((uint16_t *)d)[i] = (uint16_t)i32data[i]; break;
             default: d[i] = (uint8_t)i32data[i];
             }
         }
     }
     goto done;
 bad:
-    st = si_error(SI_ERR_FORMAT, "tensor '%s': malformed protobuf (wrong wire type or length "
-                                 "past the end)",
+    st = si_error(SI_ERR_FORMAT,
+                  "tensor '%s': malformed protobuf (wrong wire type or length "
+                  "past the end)",
                   t->name ? t->name : "(unnamed)");
 done:
     free(dims);
@@ -332,8 +346,7 @@ static si_status parse_attr(rd r, si_attr *a) {
                 free(floats);
                 free(a->t);
                 a->t = NULL;
-                return si_error_prefix(SI_ERR_FORMAT, "attribute '%s': ",
-                                       a->name ? a->name : "?");
+                return si_error_prefix(SI_ERR_FORMAT, "attribute '%s': ", a->name ? a->name : "?");
             }
             break;
         case 7: ok = rd_repeated_fixed(&r, wt, WT_I32, 4, &floats, &nf); break;
@@ -349,8 +362,11 @@ static si_status parse_attr(rd r, si_attr *a) {
     if (!a->name) goto bad;
     if (nf > INT32_MAX || ni > INT32_MAX) goto bad;
     if (a->type == SI_ATTR_UNDEFINED) /* IR < 0.0.2 files omit the type: infer it */
-        a->type = nf ? SI_ATTR_FLOATS : ni ? SI_ATTR_INTS : a->t ? SI_ATTR_TENSOR
-                  : a->s ? SI_ATTR_STRING : SI_ATTR_INT;
+        a->type = nf     ? SI_ATTR_FLOATS
+                  : ni   ? SI_ATTR_INTS
+                  : a->t ? SI_ATTR_TENSOR
+                  : a->s ? SI_ATTR_STRING
+                         : SI_ATTR_INT;
     a->floats = (float *)(void *)floats;
     a->n = a->type == SI_ATTR_FLOATS ? (int)nf : (int)ni;
     return SI_OK;
@@ -528,26 +544,34 @@ static si_status parse_graph(rd r, si_model_proto *m) {
         case 1:
             m->nodes = grow(m->nodes, m->n_nodes, sizeof *m->nodes);
             st = parse_node(sub, &m->nodes[m->n_nodes], m->n_nodes);
-            if (st == SI_OK) m->n_nodes++;
-            else node_free(&m->nodes[m->n_nodes]);
+            if (st == SI_OK)
+                m->n_nodes++;
+            else
+                node_free(&m->nodes[m->n_nodes]);
             break;
         case 5:
             m->inits = grow(m->inits, m->n_inits, sizeof *m->inits);
             st = parse_tensor(sub, &m->inits[m->n_inits]);
-            if (st == SI_OK) m->n_inits++;
-            else si_error_prefix(st, "initializer %d: ", m->n_inits);
+            if (st == SI_OK)
+                m->n_inits++;
+            else
+                si_error_prefix(st, "initializer %d: ", m->n_inits);
             break;
         case 11:
             m->inputs = grow(m->inputs, m->n_inputs, sizeof *m->inputs);
             st = parse_value_info(sub, &m->inputs[m->n_inputs]);
-            if (st == SI_OK) m->n_inputs++;
-            else value_info_free(&m->inputs[m->n_inputs]);
+            if (st == SI_OK)
+                m->n_inputs++;
+            else
+                value_info_free(&m->inputs[m->n_inputs]);
             break;
         default:
             m->outputs = grow(m->outputs, m->n_outputs, sizeof *m->outputs);
             st = parse_value_info(sub, &m->outputs[m->n_outputs]);
-            if (st == SI_OK) m->n_outputs++;
-            else value_info_free(&m->outputs[m->n_outputs]);
+            if (st == SI_OK)
+                m->n_outputs++;
+            else
+                value_info_free(&m->outputs[m->n_outputs]);
         }
         if (st != SI_OK) return st;
     }

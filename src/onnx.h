@@ -79,7 +79,7 @@ typedef struct {
 typedef struct {
     char *name;
     int dtype;
-    int ndim; /* -1 when the shape is unknown */
+    int ndim;                  /* -1 when the shape is unknown */
     int64_t dims[SI_MAX_DIMS]; /* -1 for a symbolic or unknown dimension */
     char *dim_params[SI_MAX_DIMS];
 } si_value_info;

@@ -12,15 +12,18 @@
 si_status si_pipeline_check_model(si_graph *g, si_pipeline_config *cfg, int64_t *classes) {
     const si_value *in = &g->values[g->inputs[0]];
     if (g->n_inputs != 1)
-        return si_error(SI_ERR_UNSUPPORTED, "%s: the model has %d inputs; an image classifier "
-                                            "takes one (N, 3, H, W) tensor", g->path, g->n_inputs);
+        return si_error(SI_ERR_UNSUPPORTED,
+                        "%s: the model has %d inputs; an image classifier "
+                        "takes one (N, 3, H, W) tensor",
+                        g->path, g->n_inputs);
     if (in->shape.ndim != 4 || in->shape.dims[1] != 3)
         return si_error(SI_ERR_UNSUPPORTED, "%s: input '%s' is not (N, 3, H, W)", g->path,
                         in->name);
     if (!in->batch_dim && in->shape.dims[0] != cfg->batch)
-        return si_error(SI_ERR_ARG, "%s: the model's batch dimension is fixed at %lld; run it "
-                                    "with --batch %lld", g->path, (long long)in->shape.dims[0],
-                        (long long)in->shape.dims[0]);
+        return si_error(SI_ERR_ARG,
+                        "%s: the model's batch dimension is fixed at %lld; run it "
+                        "with --batch %lld",
+                        g->path, (long long)in->shape.dims[0], (long long)in->shape.dims[0]);
     si_status st = si_graph_infer(g, in->batch_dim ? 1 : (int)in->shape.dims[0]);
     if (st != SI_OK) return st;
     int h = (int)in->shape.dims[2], w = (int)in->shape.dims[3];
@@ -98,7 +101,7 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_images
     uint8_t *pixels = si_xmalloc(plane * 3 * (size_t)B); /* (B, H, W, 3) uint8 crops */
     uint64_t *off = si_xmalloc(sizeof(uint64_t) * (size_t)(B + 1));
     int32_t *rowmap = si_xmalloc(sizeof(int32_t) * (size_t)B);
-    char (*msgs)[256] = si_xmalloc(sizeof(*msgs) * (size_t)B);
+    char(*msgs)[256] = si_xmalloc(sizeof(*msgs) * (size_t)B);
     si_decoder **dec = si_xcalloc((size_t)nthreads, sizeof *dec);
     si_bytes buf = {0}, one = {0};
     const si_graph *g = e->g;
@@ -111,7 +114,8 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_images
     int32_t *pc = si_xmalloc(sizeof(int32_t) * (size_t)B * (size_t)K); /* packed-row top-K */
     float *pp = si_xmalloc(sizeof(float) * (size_t)B * (size_t)K);
     for (int t = 0; t < nthreads; t++)
-        if (!(dec[t] = si_decoder_create())) si_fatal(__FILE__, __LINE__, "si_decoder_create", NULL);
+        if (!(dec[t] = si_decoder_create()))
+            si_fatal(__FILE__, __LINE__, "si_decoder_create", NULL);
 
     si_status st = SI_OK;
     double t0 = si_now();
@@ -174,7 +178,8 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_images
             /* topk of the packed rows, then scattered back to the images' places */
             si_post_topk(logits, rows, classes, K, scratch, pc, pp);
             for (int r = 0; r < rows; r++) {
-                memcpy(cls + (size_t)rowmap[r] * K, pc + (size_t)r * K, sizeof(int32_t) * (size_t)K);
+                memcpy(cls + (size_t)rowmap[r] * K, pc + (size_t)r * K,
+                       sizeof(int32_t) * (size_t)K);
                 memcpy(prob + (size_t)rowmap[r] * K, pp + (size_t)r * K, sizeof(float) * (size_t)K);
             }
             out->t_post += si_now() - t;

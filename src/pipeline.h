@@ -9,9 +9,9 @@
 #include "io/jpeg.h"
 
 typedef struct {
-    int batch;        /* images per batch (engine planned for it) */
+    int batch; /* images per batch (engine planned for it) */
     int topk;
-    si_preproc pre;   /* resize, crop (= model input size), pixel cap */
+    si_preproc pre; /* resize, crop (= model input size), pixel cap */
     float mean[3], std[3];
 } si_pipeline_config;
 

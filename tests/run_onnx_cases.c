@@ -1,9 +1,9 @@
 /* Runs test cases in ONNX's backend node-test layout (DIR/model.onnx,
  * DIR/test_data_set_N/input_K.pb and output_K.pb) on the CPU backend and compares every output
- * with the suite's own rule, |out - ref| <= abs_tol + rel_tol * |ref| (rel_tol 1e-3, abs_tol 1e-7 by
- * default), or, with --max-rel, to a bound on max|out - ref| / max|ref| instead.
- * A case the engine refuses as unsupported fails unless listed in --expect-unsupported with its
- * reason, so the claimed-op list in docs cannot drift from what runs. */
+ * with the suite's own rule, |out - ref| <= abs_tol + rel_tol * |ref| (rel_tol 1e-3, abs_tol 1e-7
+ * by default), or, with --max-rel, to a bound on max|out - ref| / max|ref| instead. A case the
+ * engine refuses as unsupported fails unless listed in --expect-unsupported with its reason, so the
+ * claimed-op list in docs cannot drift from what runs. */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -116,8 +116,10 @@ static int run_set(si_model_proto *m, const char *setdir, const char *name) {
         goto done;
     }
     if ((st = si_engine_create(g, "cpu", batch, &e)) != SI_OK) {
-        printf("%s %s: %s\n", st == SI_ERR_UNSUPPORTED && expect_unsupported(name)
-                                  ? "UNSUPPORTED (expected)" : "FAIL", name, si_error_msg());
+        printf("%s %s: %s\n",
+               st == SI_ERR_UNSUPPORTED && expect_unsupported(name) ? "UNSUPPORTED (expected)"
+                                                                    : "FAIL",
+               name, si_error_msg());
         rc = st == SI_ERR_UNSUPPORTED && expect_unsupported(name) ? 2 : 1;
         goto done;
     }
@@ -157,8 +159,10 @@ static int run_set(si_model_proto *m, const char *setdir, const char *name) {
         int64_t bad = 0, first_bad = -1;
         for (int64_t i = 0; i < r->numel; i++) {
             double d = fabs((double)y[i] - (double)rv[i]);
-            if (isnan(rv[i]) != isnan(y[i])) d = INFINITY;
-            else if (isnan(rv[i])) d = 0;
+            if (isnan(rv[i]) != isnan(y[i]))
+                d = INFINITY;
+            else if (isnan(rv[i]))
+                d = 0;
             if (d > abs_tol + rel_tol * fabs((double)rv[i])) {
                 if (first_bad < 0) first_bad = i;
                 bad++;
@@ -178,7 +182,8 @@ static int run_set(si_model_proto *m, const char *setdir, const char *name) {
             rc = 1;
         } else if (max_rel >= 0) {
             printf("  %s: output %d: max|diff| = %.3g, max|ref| = %.3g, max|diff|/max|ref| = "
-                   "%.3g (bound %.1g)\n", name, o, maxdiff, maxref, rel, max_rel);
+                   "%.3g (bound %.1g)\n",
+                   name, o, maxdiff, maxref, rel, max_rel);
         }
     }
     if (rc == 0) printf("PASS %s\n", name);
@@ -207,8 +212,10 @@ static void run_case(const char *dir) {
         if (!is_dir(p)) break;
         int rc = run_set(m, p, name);
         sets++;
-        if (rc == 1) worst = 1;
-        else if (rc == 2 && worst == 0) worst = 2;
+        if (rc == 1)
+            worst = 1;
+        else if (rc == 2 && worst == 0)
+            worst = 2;
         if (rc == 2) break;
     }
     si_model_proto_free(m);
@@ -220,9 +227,12 @@ static void run_case(const char *dir) {
         printf("FAIL %s: listed as unsupported but passes: update the list\n", name);
         worst = 1;
     }
-    if (worst == 0) passed++;
-    else if (worst == 2) unsupported_ok++;
-    else failed++;
+    if (worst == 0)
+        passed++;
+    else if (worst == 2)
+        unsupported_ok++;
+    else
+        failed++;
 }
 
 static int cmp_str(const void *a, const void *b) {
@@ -284,11 +294,16 @@ int main(int argc, char **argv) {
     int first = 1;
     for (; first < argc && !strncmp(argv[first], "--", 2); first++) {
         if (first + 1 >= argc) break;
-        if (!strcmp(argv[first], "--rtol")) rel_tol = atof(argv[++first]);
-        else if (!strcmp(argv[first], "--atol")) abs_tol = atof(argv[++first]);
-        else if (!strcmp(argv[first], "--max-rel")) max_rel = atof(argv[++first]);
-        else if (!strcmp(argv[first], "--prefix")) prefix = argv[++first];
-        else if (!strcmp(argv[first], "--expect-unsupported")) load_expected(argv[++first]);
+        if (!strcmp(argv[first], "--rtol"))
+            rel_tol = atof(argv[++first]);
+        else if (!strcmp(argv[first], "--atol"))
+            abs_tol = atof(argv[++first]);
+        else if (!strcmp(argv[first], "--max-rel"))
+            max_rel = atof(argv[++first]);
+        else if (!strcmp(argv[first], "--prefix"))
+            prefix = argv[++first];
+        else if (!strcmp(argv[first], "--expect-unsupported"))
+            load_expected(argv[++first]);
         else {
             fprintf(stderr, "unknown option %s\n", argv[first]);
             return 2;

@@ -44,8 +44,10 @@ static void value_info(pb *out, int field, const char *name, int nd, const int64
     pb shape = {0}, tt = {0}, type = {0}, vi = {0};
     for (int i = 0; i < nd; i++) {
         pb dim = {0};
-        if (dims[i] < 0) put_str(&dim, 2, "N");
-        else put_int(&dim, 1, (uint64_t)dims[i]);
+        if (dims[i] < 0)
+            put_str(&dim, 2, "N");
+        else
+            put_int(&dim, 1, (uint64_t)dims[i]);
         put_msg(&shape, 1, &dim);
     }
     put_int(&tt, 1, SI_DT_FLOAT);
@@ -85,8 +87,10 @@ static void build_valid(pb *m, int encoding) {
     put_int(&init, 1, 4); /* dims: unpacked */
     put_int(&init, 2, SI_DT_FLOAT);
     put_str(&init, 8, "c");
-    if (encoding == 0) put_bytes(&init, 9, cv, sizeof cv); /* raw_data */
-    else if (encoding == 1) put_bytes(&init, 4, cv, sizeof cv); /* packed float_data */
+    if (encoding == 0)
+        put_bytes(&init, 9, cv, sizeof cv); /* raw_data */
+    else if (encoding == 1)
+        put_bytes(&init, 4, cv, sizeof cv); /* packed float_data */
     else
         for (int i = 0; i < 4; i++) { /* unpacked float_data */
             put_key(&init, 4, 5);
@@ -231,7 +235,8 @@ static void test_graph_errors(void) {
     si_status st = build(&g, msg, sizeof msg);
     CHECK(st == SI_ERR_UNSUPPORTED);
     CHECK_MSG(strstr(msg, "first_bad") && strstr(msg, "second_bad") && strstr(msg, "Foo") &&
-                  strstr(msg, "Bar"), "%s", msg);
+                  strstr(msg, "Bar"),
+              "%s", msg);
     /* a cycle: a <- Relu(b), b <- Relu(a) */
     pb c = {0};
     node(&c, "Relu", "r1", "b", NULL, "a");

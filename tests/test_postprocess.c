@@ -36,8 +36,8 @@ int main(void) {
             for (int j = 0; j < cols; j++) p[j] /= sum, order[j] = j;
             qsort_r(order, cols, sizeof(int), cmp_desc, p);
             for (int i = 0; i < k; i++) {
-                CHECK_MSG(cls[r * k + i] == order[i], "cols %d row %d rank %d: %d vs %d", cols,
-                          r, i, cls[r * k + i], order[i]);
+                CHECK_MSG(cls[r * k + i] == order[i], "cols %d row %d rank %d: %d vs %d", cols, r,
+                          i, cls[r * k + i], order[i]);
                 CHECK_MSG(fabs(prob[r * k + i] - p[order[i]]) < 1e-6, "prob %g vs %g",
                           prob[r * k + i], p[order[i]]);
             }

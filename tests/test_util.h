@@ -9,7 +9,8 @@
 static int test_pass, test_fail;
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
-        if (cond) test_pass++;                                                                     \
+        if (cond)                                                                                  \
+            test_pass++;                                                                           \
         else {                                                                                     \
             test_fail++;                                                                           \
             fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
@@ -17,7 +18,8 @@ static int test_pass, test_fail;
     } while (0)
 #define CHECK_MSG(cond, ...)                                                                       \
     do {                                                                                           \
-        if (cond) test_pass++;                                                                     \
+        if (cond)                                                                                  \
+            test_pass++;                                                                           \
         else {                                                                                     \
             test_fail++;                                                                           \
             fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);               \
@@ -32,7 +34,9 @@ static inline int test_finish(void) {
 }
 /* Deterministic xorshift generator for seeded random inputs. */
 static inline unsigned test_rand(unsigned *s) {
-    *s ^= *s << 13; *s ^= *s >> 17; *s ^= *s << 5;
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
     return *s;
 }
 static inline float test_randf(unsigned *s) { /* uniform in [-1, 1) */
