@@ -340,6 +340,13 @@ int si_cli_run(int argc, char **argv) {
     }
     int threads = a.threads ? a.threads : si_mpi_threads(&m);
     omp_set_num_threads(threads);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (m.rank == 0 && !a.threads && !getenv("OMP_NUM_THREADS") &&
+        (long)threads * m.local_size * 2 <= online)
+        /* mpirun binds each rank to one core when ranks <= 2: say how to give them more */
+        si_log_warn("each rank uses %d of the node's %ld cores (the rank is bound to them); to "
+                    "use more, run mpirun with --map-by slot:PE=%ld or --bind-to none, or pass "
+                    "--threads", threads, online, online / m.local_size);
 
     si_graph *g = NULL;
     si_engine *e = NULL;
