@@ -3,6 +3,8 @@
  * chunked, extendible datasets when full, so memory does not grow with the number of images.
  * The file is built as OUTPUT.tmp and renamed at the end: a failed pack leaves nothing behind. */
 #include "pack.h"
+
+#include "h5util.h"
 #include "imageset.h"
 
 #include <dirent.h>
@@ -362,15 +364,6 @@ static si_status pack_list(packer *pk, const char *list) {
     return st;
 }
 
-static herr_t attr_scalar(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *v) {
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = sp >= 0 ? H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT) : -1;
-    herr_t e = a >= 0 ? H5Awrite(a, mtype, v) : -1;
-    if (a >= 0) H5Aclose(a);
-    if (sp >= 0) H5Sclose(sp);
-    return e;
-}
-
 static si_status write_attrs(packer *pk) {
     int version = SI_PACK_FORMAT_VERSION;
     char *src = realpath(pk->o->source, NULL);
@@ -381,9 +374,9 @@ static si_status write_attrs(packer *pk) {
         for (char *p = src; *p; p++)
             if ((unsigned char)*p >= 0x80) *p = '?';
     const char *s = src;
-    herr_t e = attr_scalar(pk->grp, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT, &version);
-    if (e >= 0) e = attr_scalar(pk->grp, "count", H5T_STD_U64LE, H5T_NATIVE_UINT64, &pk->st->count);
-    if (e >= 0) e = attr_scalar(pk->grp, "source", pk->strtype, pk->strtype, &s);
+    herr_t e = si_h5_attr(pk->grp, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT, &version);
+    if (e >= 0) e = si_h5_attr(pk->grp, "count", H5T_STD_U64LE, H5T_NATIVE_UINT64, &pk->st->count);
+    if (e >= 0) e = si_h5_attr(pk->grp, "source", pk->strtype, pk->strtype, &s);
     free(src);
     return e < 0 ? write_failed(pk, "the attributes of /images") : SI_OK;
 }
@@ -433,9 +426,7 @@ si_status si_pack(const si_pack_opts *o, si_pack_stats *st) {
         s = si_error(SI_ERR_IO, "%s: cannot create", tmp);
         goto done;
     }
-    pk.strtype = H5Tcopy(H5T_C_S1);
-    H5Tset_size(pk.strtype, H5T_VARIABLE);
-    H5Tset_cset(pk.strtype, H5T_CSET_UTF8);
+    pk.strtype = si_h5_utf8_type();
     pk.grp = H5Gcreate2(pk.file, "images", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (pk.grp < 0 || (pk.data = create_1d(&pk, "data", H5T_STD_U8LE, chunk)) < 0 ||
         (pk.offsets = create_1d(&pk, "offsets", H5T_STD_U64LE, REC_BLOCK)) < 0 ||

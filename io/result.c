@@ -3,6 +3,8 @@
  * bounded. Written as PATH.tmp and renamed, so a reader never sees a half-written result. */
 #include "result.h"
 
+#include "h5util.h"
+
 #include <errno.h>
 #include <hdf5.h>
 #include <stdio.h>
@@ -72,20 +74,6 @@ static si_status gather_ids(si_imageset *in, const uint64_t *index, uint64_t r0,
     return SI_OK;
 }
 
-static herr_t attr(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *v) {
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = sp >= 0 ? H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT) : -1;
-    herr_t e = a >= 0 ? H5Awrite(a, mtype, v) : -1;
-    if (a >= 0) H5Aclose(a);
-    if (sp >= 0) H5Sclose(sp);
-    return e;
-}
-
-static herr_t attr_str(hid_t obj, const char *name, hid_t strtype, const char *s) {
-    const char *v = s ? s : "";
-    return attr(obj, name, strtype, strtype, &v);
-}
-
 static si_status write_all(hid_t file, hid_t strtype, const char *tmp, const si_result_meta *meta,
                            const si_result_cols *c, si_imageset *input) {
     uint64_t n = c->n;
@@ -123,20 +111,22 @@ static si_status write_all(hid_t file, hid_t strtype, const char *tmp, const si_
     uint64_t failed = 0;
     for (uint64_t i = 0; i < n; i++) failed += c->status[i] != SI_IMG_OK;
     int version = FORMAT_VERSION;
-    herr_t e = attr(file, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT, &version);
-    if (e >= 0) e = attr_str(file, "shardinfer_version", strtype, SI_VERSION);
-    if (e >= 0) e = attr_str(file, "model", strtype, meta->model_path);
-    if (e >= 0) e = attr_str(file, "model_sha256", strtype, meta->model_sha256);
-    if (e >= 0) e = attr_str(file, "input", strtype, meta->input_path);
-    if (e >= 0) e = attr(file, "ranks", H5T_STD_I32LE, H5T_NATIVE_INT, &meta->ranks);
-    if (e >= 0) e = attr(file, "batch_size", H5T_STD_I32LE, H5T_NATIVE_INT, &meta->batch_size);
+    herr_t e = si_h5_attr(file, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT, &version);
+    if (e >= 0) e = si_h5_attr_str(file, "shardinfer_version", strtype, SI_VERSION);
+    if (e >= 0) e = si_h5_attr_str(file, "model", strtype, meta->model_path);
+    if (e >= 0) e = si_h5_attr_str(file, "model_sha256", strtype, meta->model_sha256);
+    if (e >= 0) e = si_h5_attr_str(file, "input", strtype, meta->input_path);
+    if (e >= 0) e = si_h5_attr(file, "ranks", H5T_STD_I32LE, H5T_NATIVE_INT, &meta->ranks);
     if (e >= 0)
-        e = attr(file, "elapsed_seconds", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
-                 &meta->elapsed_seconds);
-    if (e >= 0) e = attr(file, "images", H5T_STD_U64LE, H5T_NATIVE_UINT64, &n);
-    if (e >= 0) e = attr(file, "failed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &failed);
-    if (e >= 0) e = attr_str(file, "command_line", strtype, meta->command_line);
-    if (e >= 0 && meta->preprocess) e = attr_str(file, "preprocess", strtype, meta->preprocess);
+        e = si_h5_attr(file, "batch_size", H5T_STD_I32LE, H5T_NATIVE_INT, &meta->batch_size);
+    if (e >= 0)
+        e = si_h5_attr(file, "elapsed_seconds", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+                       &meta->elapsed_seconds);
+    if (e >= 0) e = si_h5_attr(file, "images", H5T_STD_U64LE, H5T_NATIVE_UINT64, &n);
+    if (e >= 0) e = si_h5_attr(file, "failed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &failed);
+    if (e >= 0) e = si_h5_attr_str(file, "command_line", strtype, meta->command_line);
+    if (e >= 0 && meta->preprocess)
+        e = si_h5_attr_str(file, "preprocess", strtype, meta->preprocess);
     if (e < 0) return si_error(SI_ERR_IO, "%s: cannot write the root attributes", tmp);
     return SI_OK;
 }
@@ -159,9 +149,7 @@ si_status si_result_write(const char *path, bool overwrite, const si_result_meta
     if (file < 0) {
         st = si_error(SI_ERR_IO, "%s: cannot create", tmp);
     } else {
-        hid_t strtype = H5Tcopy(H5T_C_S1);
-        H5Tset_size(strtype, H5T_VARIABLE);
-        H5Tset_cset(strtype, H5T_CSET_UTF8);
+        hid_t strtype = si_h5_utf8_type();
         st = write_all(file, strtype, tmp, meta, cols, input);
         H5Tclose(strtype);
         if (H5Fclose(file) < 0 && st == SI_OK)

@@ -1,7 +1,7 @@
 /* `shardinfer show`: reads /ids, /status, /topk_class, /topk_prob of a result in blocks. */
 #include "resultview.h"
 
-#include <hdf5.h>
+#include "h5util.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,9 +64,7 @@ si_status si_result_print(const char *path, const char *labels, long limit, FILE
     H5Sclose(sp);
     hsize_t n = dims[0], k = dims[1];
     if (limit >= 0 && (hsize_t)limit < n) n = (hsize_t)limit;
-    strtype = H5Tcopy(H5T_C_S1);
-    H5Tset_size(strtype, H5T_VARIABLE);
-    H5Tset_cset(strtype, H5T_CSET_UTF8);
+    strtype = si_h5_utf8_type();
     char **idbuf = si_xmalloc(sizeof(char *) * BLOCK);
     int32_t *sbuf = si_xmalloc(sizeof(int32_t) * BLOCK);
     int32_t *cbuf = si_xmalloc(sizeof(int32_t) * BLOCK * (k ? k : 1));

@@ -526,6 +526,17 @@ static char *join_types(const char *a, const char *b) {
     return s;
 }
 
+/* Node `c` (BatchNorm or activation) is absorbed by its producer p: p writes c's output value
+ * (so graph outputs and later readers keep working), and c is marked dead for compact(). */
+static void absorb(si_graph *g, si_gnode *p, si_gnode *c) {
+    char *t = join_types(p->op_type, c->op_type);
+    free(p->op_type);
+    p->op_type = t;
+    g->values[c->out].producer = g->values[p->out].producer;
+    p->out = c->out;
+    c->op = -1;
+}
+
 /* Conv (constant weights) followed by its only consumer, an inference BatchNormalization:
  * W' = W * scale[m], b' = b * scale[m] + shift[m]. The Conv takes the BN's output name, so
  * graph outputs and later nodes keep working. */
@@ -554,13 +565,7 @@ static void fold_batchnorm(si_graph *g) {
             /* the shift becomes the bias: reuse the BN's shift constant */
             cv->in[cv->n_in++] = bn->in[2];
         }
-        char *t = join_types(cv->op_type, bn->op_type);
-        free(cv->op_type);
-        cv->op_type = t;
-        /* the conv now writes the BN's output value */
-        g->values[bn->out].producer = xv->producer;
-        cv->out = bn->out;
-        bn->op = -1;
+        absorb(g, cv, bn);
         g->folded_bn++;
     }
 }
@@ -576,12 +581,7 @@ static void fuse_activations(si_graph *g) {
         bool can = (p->op == SI_OP_CONV || p->op == SI_OP_BINARY) && p->act.kind == SI_ACT_NONE;
         if (!can) continue;
         p->act = a->act;
-        char *t = join_types(p->op_type, a->op_type);
-        free(p->op_type);
-        p->op_type = t;
-        g->values[a->out].producer = xv->producer;
-        p->out = a->out;
-        a->op = -1;
+        absorb(g, p, a);
         g->fused_act++;
     }
 }

@@ -1,0 +1,14 @@
+/* Small HDF5 helpers shared by the io/ modules that write or read strings and attributes. */
+#ifndef SI_H5UTIL_H
+#define SI_H5UTIL_H
+
+#include <hdf5.h>
+
+/* A variable-length UTF-8 string type; caller closes it with H5Tclose. */
+hid_t si_h5_utf8_type(void);
+/* Writes a scalar attribute `name` on obj (file type ftype, memory type mtype). */
+herr_t si_h5_attr(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *v);
+/* Writes a variable-length string attribute (NULL writes ""); strtype from si_h5_utf8_type. */
+herr_t si_h5_attr_str(hid_t obj, const char *name, hid_t strtype, const char *s);
+
+#endif
