@@ -7,12 +7,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* An activation fused into the op that precedes it. */
-typedef enum { SI_ACT_NONE = 0, SI_ACT_RELU, SI_ACT_CLIP } si_act_kind;
+/* An activation, standalone or fused into the op that precedes it. */
+typedef enum {
+    SI_ACT_NONE = 0,
+    SI_ACT_RELU,
+    SI_ACT_CLIP,        /* min(max(x, lo), hi) */
+    SI_ACT_SIGMOID,     /* 1 / (1 + exp(-x)) */
+    SI_ACT_HARDSIGMOID, /* max(0, min(1, alpha * x + beta)) */
+    SI_ACT_HARDSWISH,   /* x * max(0, min(1, x / 6 + 1/2)) */
+    SI_ACT_SILU,        /* x * sigmoid(x) (exported as Sigmoid + Mul) */
+    SI_ACT_LEAKYRELU    /* x >= 0 ? x : alpha * x */
+} si_act_kind;
 typedef struct {
     int kind;
-    float lo, hi; /* SI_ACT_CLIP bounds */
+    float lo, hi;       /* SI_ACT_CLIP bounds */
+    float alpha, beta;  /* SI_ACT_HARDSIGMOID, SI_ACT_LEAKYRELU */
 } si_act;
+
+/* The activation of one value (the same formula every backend must implement). */
+float si_act_apply(float v, si_act a);
 
 typedef struct {
     int n, c, h, w; /* input (N, C, H, W) */
@@ -60,5 +73,76 @@ void si_cpu_channel_affine(const float *x, int64_t n, int64_t c, int64_t inner, 
 
 /* Row-wise softmax of (rows, cols). */
 void si_cpu_softmax(const float *x, int64_t rows, int64_t cols, float *y);
+
+/* --- the rest of the engine's ops (opsets 7-22); dims are int64, tensors contiguous --------- */
+
+/* Average pooling; count_include_pad as ONNX defines it (padded cells count in the divisor, the
+ * cells added by ceil_mode never do). */
+void si_cpu_avgpool2d(const si_pool_shape *s, int count_include_pad, const float *x, float *y);
+
+/* Softmax over one axis: x viewed as (outer, len, inner). */
+void si_cpu_softmax_axis(const float *x, int64_t outer, int64_t len, int64_t inner, float *y);
+
+/* Concat along an axis: inputs viewed as (outer, sizes[i], inner); y is (outer, sum, inner). */
+void si_cpu_concat(int n, const float *const *xs, const int64_t *sizes, int64_t outer,
+                   int64_t inner, float *y);
+/* Split: the inverse of concat. */
+void si_cpu_split(const float *x, int64_t outer, int64_t inner, int n, const int64_t *sizes,
+                  float *const *ys);
+
+/* y[i] = x[start[d] + i[d] * step[d]] for every dim d (starts already clamped, steps != 0). */
+void si_cpu_slice(int ndim, const int64_t *x_dims, const float *x, const int64_t *starts,
+                  const int64_t *steps, const int64_t *y_dims, float *y);
+
+/* y = x transposed: y_dims[d] = x_dims[perm[d]]. */
+void si_cpu_transpose(int ndim, const int64_t *x_dims, const int *perm, const float *x, float *y);
+
+/* Broadcast x to y_dims (numpy rules, shapes right-aligned to ndim): Expand. */
+void si_cpu_broadcast(int ndim, const int64_t *x_dims, const float *x, const int64_t *y_dims,
+                      float *y);
+
+/* Gather along an axis: x viewed as (outer, len, inner), idx (n) in [-len, len). */
+void si_cpu_gather(const float *x, int64_t outer, int64_t len, int64_t inner, const int64_t *idx,
+                   int64_t n, float *y);
+
+/* numpy matmul on shapes already promoted to rank >= 2: a (..., M, K), b (..., K, N), batch
+ * dims broadcast to y (..., M, N); all three padded to the same ndim. */
+void si_cpu_matmul(int ndim, const int64_t *a_dims, const float *a, const int64_t *b_dims,
+                   const float *b, const int64_t *y_dims, float *y);
+
+typedef enum { SI_PAD_CONSTANT = 0, SI_PAD_REFLECT, SI_PAD_EDGE, SI_PAD_WRAP } si_pad_mode;
+/* pads: begin[ndim] then end[ndim], negative values crop. */
+void si_cpu_pad(int mode, int ndim, const int64_t *x_dims, const float *x, const int64_t *pads,
+                float value, const int64_t *y_dims, float *y);
+
+typedef enum { SI_REDUCE_MEAN = 0, SI_REDUCE_SUM, SI_REDUCE_MAX, SI_REDUCE_MIN } si_reduce_op;
+/* Reduces the dims with reduce[d] != 0; y has x's shape with those dims set to 1. */
+void si_cpu_reduce(int op, int ndim, const int64_t *x_dims, const float *x, const uint8_t *reduce,
+                   float *y);
+
+typedef enum { SI_RESIZE_NEAREST = 0, SI_RESIZE_LINEAR, SI_RESIZE_CUBIC } si_resize_mode;
+typedef enum {
+    SI_COORD_HALF_PIXEL = 0,
+    SI_COORD_ASYMMETRIC,
+    SI_COORD_ALIGN_CORNERS,
+    SI_COORD_PYTORCH_HALF_PIXEL,
+    SI_COORD_TF_HALF_PIXEL_FOR_NN,
+    SI_COORD_HALF_PIXEL_SYMMETRIC
+} si_coord_mode;
+typedef enum {
+    SI_NEAREST_ROUND_PREFER_FLOOR = 0,
+    SI_NEAREST_ROUND_PREFER_CEIL,
+    SI_NEAREST_FLOOR,
+    SI_NEAREST_CEIL
+} si_nearest_mode;
+typedef struct {
+    int mode, coord, nearest;
+    float cubic_a;     /* cubic_coeff_a, default -0.75 */
+    int exclude_outside;
+} si_resize_params;
+/* Resizes the last two dims of (nc, ih, iw) to (oh, ow) with the given scales (output/input,
+ * as ONNX's coordinate transforms use them), per ONNX Resize-11..19 semantics. */
+void si_cpu_resize2d(const si_resize_params *p, int64_t nc, int ih, int iw, int oh, int ow,
+                     float scale_h, float scale_w, const float *x, float *y);
 
 #endif
