@@ -3,6 +3,8 @@
  * threads by itself when there are too few planes to share out (batch 1, no groups). */
 #include "cpu_kernels.h"
 
+#include "common.h"
+
 #include <cblas.h>
 #include <stdbool.h>
 #include <float.h>
@@ -10,14 +12,41 @@
 #include <omp.h>
 #include <string.h>
 
+/* SI_MAX_DIMS (onnx.h): the most dims a tensor has, so index arrays can live on the stack. */
+#define MAXD 8
+/* Below this many elements a parallel region costs more than it saves. */
+#define PAR_MIN 65536
+
+/* The activation formulas, inline so the conv epilogue and elementwise loops pay no call per
+ * element; si_act_apply exports the same body. NaN propagates through every kind but RELU. */
 static inline float act_apply(float v, si_act a) {
     switch (a.kind) {
     case SI_ACT_RELU: return v > 0.f ? v : 0.f;
     case SI_ACT_CLIP: /* max then min, as ONNX defines it: min > max yields max */
         v = v < a.lo ? a.lo : v;
         return v > a.hi ? a.hi : v;
+    case SI_ACT_SIGMOID: return 1.f / (1.f + expf(-v));
+    case SI_ACT_HARDSIGMOID: {
+        float t = a.alpha * v + a.beta;
+        if (t > 1.f) t = 1.f;
+        if (t < 0.f) t = 0.f;
+        return t;
+    }
+    case SI_ACT_HARDSWISH: {
+        float t = v * (1.f / 6.f) + 0.5f;
+        if (t > 1.f) t = 1.f;
+        if (t < 0.f) t = 0.f;
+        return v * t;
+    }
+    /* the product the unfused Sigmoid + Mul computes, so fusing changes no bit */
+    case SI_ACT_SILU: return v * (1.f / (1.f + expf(-v)));
+    case SI_ACT_LEAKYRELU: return v >= 0.f ? v : a.alpha * v;
     default: return v;
     }
+}
+
+float si_act_apply(float v, si_act a) {
+    return act_apply(v, a);
 }
 
 size_t si_cpu_conv2d_scratch(const si_conv_shape *s) {
@@ -58,8 +87,21 @@ static void im2col(const si_conv_shape *s, const float *x, float *col) {
             }
 }
 
+/* The switch hoisted out of the loop for the common kinds, so those loops vectorise. */
 static void bias_act(float *y, int64_t hw, float b, si_act act) {
-    for (int64_t i = 0; i < hw; i++) y[i] = act_apply(y[i] + b, act);
+    switch (act.kind) {
+    case SI_ACT_NONE:
+        for (int64_t i = 0; i < hw; i++) y[i] += b;
+        break;
+    case SI_ACT_RELU:
+        for (int64_t i = 0; i < hw; i++) {
+            float v = y[i] + b;
+            y[i] = v > 0.f ? v : 0.f;
+        }
+        break;
+    default:
+        for (int64_t i = 0; i < hw; i++) y[i] = act_apply(y[i] + b, act);
+    }
 }
 
 /* Depthwise (one input channel per group, one output per group): direct loops, the interior
@@ -252,5 +294,664 @@ void si_cpu_softmax(const float *x, int64_t rows, int64_t cols, float *y) {
         for (int64_t j = 0; j < cols; j++) sum += (yr[j] = expf(xr[j] - mx));
         float inv = (float)(1.0 / sum);
         for (int64_t j = 0; j < cols; j++) yr[j] *= inv;
+    }
+}
+
+/* --- the rest of the engine's ops ----------------------------------------------------------- */
+
+/* The taps k in [0, kn) with lo <= start + k * d < hi, as [*k0, *k1). */
+static void tap_range(int start, int kn, int d, int lo, int hi, int *k0, int *k1) {
+    int a = start >= lo ? 0 : (lo - start + d - 1) / d;
+    int b = start >= hi ? 0 : (hi - start + d - 1) / d;
+    if (b > kn) b = kn;
+    if (a > b) a = b;
+    *k0 = a;
+    *k1 = b;
+}
+
+void si_cpu_avgpool2d(const si_pool_shape *s, int count_include_pad, const float *x, float *y) {
+    int64_t planes = (int64_t)s->n * s->c;
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < planes; p++) {
+        const float *xp = x + p * s->h * s->w;
+        float *yp = y + p * s->oh * s->ow;
+        for (int oy = 0; oy < s->oh; oy++) {
+            int iy0 = oy * s->sh - s->pt, ky0, ky1, py0, py1;
+            tap_range(iy0, s->kh, s->dh, 0, s->h, &ky0, &ky1);
+            /* the divisor counts taps inside the padded input, never those ceil_mode adds */
+            tap_range(iy0, s->kh, s->dh, -s->pt, s->h + s->pb, &py0, &py1);
+            for (int ox = 0; ox < s->ow; ox++) {
+                int ix0 = ox * s->sw - s->pl, kx0, kx1, px0, px1;
+                tap_range(ix0, s->kw, s->dw, 0, s->w, &kx0, &kx1);
+                tap_range(ix0, s->kw, s->dw, -s->pl, s->w + s->pr, &px0, &px1);
+                float acc = 0.f;
+                for (int ky = ky0; ky < ky1; ky++) {
+                    const float *row = xp + (size_t)(iy0 + ky * s->dh) * s->w + ix0;
+                    for (int kx = kx0; kx < kx1; kx++) acc += row[kx * s->dw];
+                }
+                int cnt = count_include_pad ? (py1 - py0) * (px1 - px0) : (ky1 - ky0) * (kx1 - kx0);
+                yp[(size_t)oy * s->ow + ox] = cnt > 0 ? acc / (float)cnt : 0.f;
+            }
+        }
+    }
+}
+
+/* Softmax down columns: (len, inner) rows of stride inner, a chunk of inner columns at a time
+ * with the running max and sum on the stack. */
+#define SM_CHUNK 64
+void si_cpu_softmax_axis(const float *x, int64_t outer, int64_t len, int64_t inner, float *y) {
+    if (outer <= 0 || len <= 0 || inner <= 0) return;
+    if (inner == 1) {
+#pragma omp parallel for schedule(static) if (outer * len > PAR_MIN)
+        for (int64_t o = 0; o < outer; o++) si_cpu_softmax(x + o * len, 1, len, y + o * len);
+        return;
+    }
+    int64_t nch = (inner + SM_CHUNK - 1) / SM_CHUNK;
+#pragma omp parallel for schedule(static) if (outer * len * inner > PAR_MIN)
+    for (int64_t t = 0; t < outer * nch; t++) {
+        int64_t o = t / nch, c0 = t % nch * SM_CHUNK;
+        int cn = (int)(inner - c0 < SM_CHUNK ? inner - c0 : SM_CHUNK);
+        const float *xb = x + o * len * inner + c0;
+        float *yb = y + o * len * inner + c0;
+        float mx[SM_CHUNK];
+        double sum[SM_CHUNK];
+        for (int i = 0; i < cn; i++) mx[i] = -INFINITY, sum[i] = 0.0;
+        for (int64_t j = 0; j < len; j++) {
+            const float *xr = xb + j * inner;
+            for (int i = 0; i < cn; i++) mx[i] = xr[i] > mx[i] ? xr[i] : mx[i];
+        }
+        for (int64_t j = 0; j < len; j++) {
+            const float *xr = xb + j * inner;
+            float *yr = yb + j * inner;
+            for (int i = 0; i < cn; i++) sum[i] += (yr[i] = expf(xr[i] - mx[i]));
+        }
+        for (int i = 0; i < cn; i++) mx[i] = (float)(1.0 / sum[i]); /* now the reciprocal */
+        for (int64_t j = 0; j < len; j++) {
+            float *yr = yb + j * inner;
+            for (int i = 0; i < cn; i++) yr[i] *= mx[i];
+        }
+    }
+}
+
+void si_cpu_concat(int n, const float *const *xs, const int64_t *sizes, int64_t outer,
+                   int64_t inner, float *y) {
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += sizes[i];
+    int64_t yrow = total * inner;
+#pragma omp parallel for schedule(static) if (outer * yrow > PAR_MIN && outer > 1)
+    for (int64_t o = 0; o < outer; o++) {
+        float *d = y + o * yrow;
+        for (int i = 0; i < n; i++) {
+            int64_t blk = sizes[i] * inner;
+            if (blk > 0) memcpy(d, xs[i] + o * blk, sizeof(float) * (size_t)blk);
+            d += blk;
+        }
+    }
+}
+
+void si_cpu_split(const float *x, int64_t outer, int64_t inner, int n, const int64_t *sizes,
+                  float *const *ys) {
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += sizes[i];
+    int64_t xrow = total * inner;
+#pragma omp parallel for schedule(static) if (outer * xrow > PAR_MIN && outer > 1)
+    for (int64_t o = 0; o < outer; o++) {
+        const float *s = x + o * xrow;
+        for (int i = 0; i < n; i++) {
+            int64_t blk = sizes[i] * inner;
+            if (blk > 0) memcpy(ys[i] + o * blk, s, sizeof(float) * (size_t)blk);
+            s += blk;
+        }
+    }
+}
+
+/* Row-major strides of dims. Returns the element count. */
+static int64_t strides_of(int ndim, const int64_t *dims, int64_t *st) {
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        st[d] = s;
+        s *= dims[d];
+    }
+    return s;
+}
+
+void si_cpu_slice(int ndim, const int64_t *x_dims, const float *x, const int64_t *starts,
+                  const int64_t *steps, const int64_t *y_dims, float *y) {
+    SI_ASSERT(ndim >= 0 && ndim <= MAXD);
+    int64_t xs[MAXD], ys[MAXD];
+    strides_of(ndim, x_dims, xs);
+    int64_t total = strides_of(ndim, y_dims, ys);
+    if (total == 0) return;
+    if (ndim == 0) {
+        y[0] = x[0];
+        return;
+    }
+    int64_t base = 0;
+    for (int d = 0; d < ndim; d++) base += starts[d] * xs[d];
+    int64_t inner = y_dims[ndim - 1], rows = total / inner, step = steps[ndim - 1];
+#pragma omp parallel for schedule(static) if (total > PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t rem = r, off = base;
+        for (int d = ndim - 2; d >= 0; d--) {
+            off += rem % y_dims[d] * steps[d] * xs[d];
+            rem /= y_dims[d];
+        }
+        float *yr = y + r * inner;
+        if (step == 1)
+            memcpy(yr, x + off, sizeof(float) * (size_t)inner);
+        else
+            for (int64_t j = 0; j < inner; j++) yr[j] = x[off + j * step];
+    }
+}
+
+/* Drops size-1 dims and merges runs of dims that stay adjacent and in order, so NCHW -> NHWC
+ * becomes (N, C, HW) -> (N, HW, C). Writes the reduced x dims and perm; returns their rank. */
+static int transpose_canon(int ndim, const int64_t *x_dims, const int *perm, int64_t *xd, int *pm) {
+    int kept[MAXD], nk = 0, order[MAXD], ny = 0;
+    int64_t ks[MAXD];
+    for (int d = 0; d < ndim; d++) {
+        kept[d] = x_dims[d] == 1 ? -1 : nk;
+        if (x_dims[d] != 1) ks[nk++] = x_dims[d];
+    }
+    for (int k = 0; k < ndim; k++)
+        if (kept[perm[k]] >= 0) order[ny++] = kept[perm[k]];
+    int gs[MAXD], gl[MAXD], ng = 0; /* runs, in y order: first x dim, length */
+    for (int k = 0; k < ny; k++) {
+        if (k > 0 && order[k] == order[k - 1] + 1) {
+            gl[ng - 1]++;
+        } else {
+            gs[ng] = order[k];
+            gl[ng++] = 1;
+        }
+    }
+    for (int g = 0; g < ng; g++) {
+        int pos = 0; /* the run's place in x order */
+        for (int h = 0; h < ng; h++) pos += gs[h] < gs[g];
+        int64_t sz = 1;
+        for (int i = 0; i < gl[g]; i++) sz *= ks[gs[g] + i];
+        xd[pos] = sz;
+        pm[g] = pos;
+    }
+    return ng;
+}
+
+#define TR_TILE 32
+void si_cpu_transpose(int ndim, const int64_t *x_dims, const int *perm, const float *x, float *y) {
+    SI_ASSERT(ndim >= 0 && ndim <= MAXD);
+    int64_t total = 1;
+    for (int d = 0; d < ndim; d++) total *= x_dims[d];
+    if (total == 0) return;
+    int64_t xd[MAXD], yd[MAXD], xs[MAXD], ys[MAXD];
+    int pm[MAXD];
+    int n = transpose_canon(ndim, x_dims, perm, xd, pm);
+    if (n <= 1) { /* an identity after canonicalising */
+        memcpy(y, x, sizeof(float) * (size_t)total);
+        return;
+    }
+    strides_of(n, xd, xs);
+    for (int k = 0; k < n; k++) yd[k] = xd[pm[k]];
+    strides_of(n, yd, ys);
+    if (pm[n - 1] == n - 1) { /* the innermost dim stays: contiguous rows */
+        int64_t row = yd[n - 1], rows = total / row;
+#pragma omp parallel for schedule(static) if (total > PAR_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t rem = r, off = 0;
+            for (int k = n - 2; k >= 0; k--) {
+                off += rem % yd[k] * xs[pm[k]];
+                rem /= yd[k];
+            }
+            memcpy(y + r * row, x + off, sizeof(float) * (size_t)row);
+        }
+        return;
+    }
+    /* Tiled 2-D transposes between y's innermost dim (x stride sj) and x's innermost dim (at
+     * y position q, y stride si), one per index of the other dims. */
+    int q = 0;
+    while (pm[q] != n - 1) q++;
+    int64_t ni = yd[q], nj = yd[n - 1], si = ys[q], sj = xs[pm[n - 1]];
+    int od[MAXD], no = 0; /* the other y dims */
+    for (int k = 0; k < n - 1; k++)
+        if (k != q) od[no++] = k;
+    int64_t nib = (ni + TR_TILE - 1) / TR_TILE, njb = (nj + TR_TILE - 1) / TR_TILE;
+    int64_t tiles = nib * njb, tasks = total / (ni * nj) * tiles;
+#pragma omp parallel for schedule(static) if (total > PAR_MIN)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t rem = t / tiles, xo = 0, yo = 0;
+        for (int k = no - 1; k >= 0; k--) {
+            int64_t idx = rem % yd[od[k]];
+            rem /= yd[od[k]];
+            xo += idx * xs[pm[od[k]]];
+            yo += idx * ys[od[k]];
+        }
+        int64_t i0 = t % tiles / njb * TR_TILE, j0 = t % njb * TR_TILE;
+        int64_t i1 = i0 + TR_TILE < ni ? i0 + TR_TILE : ni,
+                j1 = j0 + TR_TILE < nj ? j0 + TR_TILE : nj;
+        for (int64_t i = i0; i < i1; i++) {
+            float *yr = y + yo + i * si;
+            const float *xr = x + xo + i;
+            for (int64_t j = j0; j < j1; j++) yr[j] = xr[j * sj];
+        }
+    }
+}
+
+void si_cpu_broadcast(int ndim, const int64_t *x_dims, const float *x, const int64_t *y_dims,
+                      float *y) {
+    SI_ASSERT(ndim >= 0 && ndim <= MAXD);
+    int64_t xs[MAXD], ys[MAXD];
+    strides_of(ndim, x_dims, xs);
+    int64_t total = strides_of(ndim, y_dims, ys);
+    if (total == 0) return;
+    /* the trailing dims x already has are copied as blocks */
+    int k = ndim;
+    int64_t blk = 1;
+    while (k > 0 && x_dims[k - 1] == y_dims[k - 1]) blk *= y_dims[--k];
+    if (k == 0) {
+        memcpy(y, x, sizeof(float) * (size_t)total);
+        return;
+    }
+    /* dim k-1 is broadcast (x has 1 there): each row of it repeats one block */
+    int64_t reps = y_dims[k - 1], rows = total / (reps * blk);
+#pragma omp parallel for schedule(static) if (total > PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t rem = r, xo = 0;
+        for (int d = k - 2; d >= 0; d--) {
+            if (x_dims[d] != 1) xo += rem % y_dims[d] * xs[d];
+            rem /= y_dims[d];
+        }
+        float *yr = y + r * reps * blk;
+        if (blk == 1) {
+            float v = x[xo];
+            for (int64_t j = 0; j < reps; j++) yr[j] = v;
+        } else {
+            for (int64_t j = 0; j < reps; j++)
+                memcpy(yr + j * blk, x + xo, sizeof(float) * (size_t)blk);
+        }
+    }
+}
+
+void si_cpu_gather(const float *x, int64_t outer, int64_t len, int64_t inner, const int64_t *idx,
+                   int64_t n, float *y) {
+    if (inner <= 0) return;
+#pragma omp parallel for schedule(static) if (outer * n * inner > PAR_MIN)
+    for (int64_t t = 0; t < outer * n; t++) {
+        int64_t o = t / n, i = idx[t % n];
+        if (i < 0) i += len;
+        float *d = y + t * inner;
+        if (i < 0 || i >= len) /* the caller checks indices; this keeps memory safe if not */
+            for (int64_t j = 0; j < inner; j++) d[j] = 0.f;
+        else
+            memcpy(d, x + (o * len + i) * inner, sizeof(float) * (size_t)inner);
+    }
+}
+
+void si_cpu_matmul(int ndim, const int64_t *a_dims, const float *a, const int64_t *b_dims,
+                   const float *b, const int64_t *y_dims, float *y) {
+    SI_ASSERT(ndim >= 2 && ndim <= MAXD);
+    int64_t m = a_dims[ndim - 2], k = a_dims[ndim - 1], n = b_dims[ndim - 1];
+    int nb = ndim - 2;
+    int64_t batch = 1, as[MAXD], bs[MAXD], sa = m * k, sb = k * n;
+    bool b_shared = true, a_full = true;
+    for (int d = nb - 1; d >= 0; d--) {
+        batch *= y_dims[d];
+        as[d] = a_dims[d] == 1 ? 0 : sa;
+        bs[d] = b_dims[d] == 1 ? 0 : sb;
+        sa *= a_dims[d];
+        sb *= b_dims[d];
+        b_shared &= b_dims[d] == 1;
+        a_full &= a_dims[d] == y_dims[d];
+    }
+    if (batch == 0 || m == 0 || n == 0) return;
+    if (k == 0) {
+        memset(y, 0, sizeof(float) * (size_t)(batch * m * n));
+        return;
+    }
+    if (b_shared && a_full) { /* one b for every a: a's batches stack into rows */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(batch * m), (int)n, (int)k,
+                    1.f, a, (int)k, b, (int)n, 0.f, y, (int)n);
+        return;
+    }
+    /* enough products: one per thread, single-threaded BLAS inside */
+    bool outer = batch >= omp_get_max_threads();
+#pragma omp parallel for schedule(dynamic, 1) if (outer)
+    for (int64_t t = 0; t < batch; t++) {
+        int64_t rem = t, ao = 0, bo = 0;
+        for (int d = nb - 1; d >= 0; d--) {
+            int64_t idx = rem % y_dims[d];
+            rem /= y_dims[d];
+            ao += idx * as[d];
+            bo += idx * bs[d];
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.f, a + ao,
+                    (int)k, b + bo, (int)n, 0.f, y + t * m * n, (int)n);
+    }
+}
+
+/* Where padded index s (relative to the kept, uncropped part of length len) reads from, or -1
+ * for the constant. Reflect repeats with period 2 (len - 1), as numpy's does for wide pads. */
+static inline int64_t pad_src(int mode, int64_t s, int64_t len) {
+    if (s >= 0 && s < len) return s;
+    if (len <= 0 || mode == SI_PAD_CONSTANT) return -1;
+    switch (mode) {
+    case SI_PAD_EDGE: return s < 0 ? 0 : len - 1;
+    case SI_PAD_WRAP: return (s % len + len) % len;
+    default: { /* SI_PAD_REFLECT */
+        if (len == 1) return 0;
+        int64_t period = 2 * (len - 1), r = (s % period + period) % period;
+        return r < len ? r : period - r;
+    }
+    }
+}
+
+void si_cpu_pad(int mode, int ndim, const int64_t *x_dims, const float *x, const int64_t *pads,
+                float value, const int64_t *y_dims, float *y) {
+    SI_ASSERT(ndim >= 0 && ndim <= MAXD);
+    int64_t xs[MAXD], ys[MAXD], crop[MAXD], lead[MAXD], len[MAXD];
+    strides_of(ndim, x_dims, xs);
+    int64_t total = strides_of(ndim, y_dims, ys);
+    if (total == 0) return;
+    if (ndim == 0) {
+        y[0] = x[0];
+        return;
+    }
+    /* negative pads crop first; positive pads then pad what is left */
+    for (int d = 0; d < ndim; d++) {
+        int64_t b = pads[d], e = pads[ndim + d];
+        crop[d] = b < 0 ? -b : 0;
+        lead[d] = b > 0 ? b : 0;
+        len[d] = x_dims[d] - crop[d] - (e < 0 ? -e : 0);
+        if (len[d] < 0) len[d] = 0;
+    }
+    int l = ndim - 1;
+    int64_t inner = y_dims[l], rows = total / inner;
+    int64_t mid0 = lead[l] < inner ? lead[l] : inner;
+    int64_t mid1 = lead[l] + len[l] < inner ? lead[l] + len[l] : inner;
+#pragma omp parallel for schedule(static) if (total > PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t rem = r, off = 0;
+        bool fill = false;
+        for (int d = l - 1; d >= 0; d--) {
+            int64_t s = pad_src(mode, rem % y_dims[d] - lead[d], len[d]);
+            rem /= y_dims[d];
+            if (s < 0) fill = true;
+            off += (crop[d] + s) * xs[d];
+        }
+        float *yr = y + r * inner;
+        if (fill) {
+            for (int64_t j = 0; j < inner; j++) yr[j] = value;
+            continue;
+        }
+        const float *xr = x + off + crop[l];
+        for (int64_t j = 0; j < mid0; j++) {
+            int64_t s = pad_src(mode, j - lead[l], len[l]);
+            yr[j] = s < 0 ? value : xr[s];
+        }
+        if (mid1 > mid0) memcpy(yr + mid0, xr, sizeof(float) * (size_t)(mid1 - mid0));
+        for (int64_t j = mid1; j < inner; j++) {
+            int64_t s = pad_src(mode, j - lead[l], len[l]);
+            yr[j] = s < 0 ? value : xr[s];
+        }
+    }
+}
+
+static inline double reduce_init(int op) {
+    return op == SI_REDUCE_MAX ? -INFINITY : op == SI_REDUCE_MIN ? INFINITY : 0.0;
+}
+
+/* Folds n values at stride st into acc; max and min let NaN through, as numpy's do. */
+static inline double reduce_run(int op, double acc, const float *p, int64_t n, int64_t st) {
+    switch (op) {
+    case SI_REDUCE_MAX:
+        for (int64_t i = 0; i < n; i++) {
+            double v = p[i * st];
+            acc = v > acc || v != v ? v : acc;
+        }
+        return acc;
+    case SI_REDUCE_MIN:
+        for (int64_t i = 0; i < n; i++) {
+            double v = p[i * st];
+            acc = v < acc || v != v ? v : acc;
+        }
+        return acc;
+    default:
+        for (int64_t i = 0; i < n; i++) acc += p[i * st];
+        return acc;
+    }
+}
+
+/* Folds len rows of stride inner, cn columns each, into acc[cn]. */
+static void reduce_cols(int op, double *acc, const float *xb, int64_t len, int64_t inner, int cn) {
+    for (int64_t j = 0; j < len; j++) {
+        const float *xr = xb + j * inner;
+        switch (op) {
+        case SI_REDUCE_MAX:
+            for (int i = 0; i < cn; i++) {
+                double v = xr[i];
+                acc[i] = v > acc[i] || v != v ? v : acc[i];
+            }
+            break;
+        case SI_REDUCE_MIN:
+            for (int i = 0; i < cn; i++) {
+                double v = xr[i];
+                acc[i] = v < acc[i] || v != v ? v : acc[i];
+            }
+            break;
+        default:
+            for (int i = 0; i < cn; i++) acc[i] += xr[i];
+        }
+    }
+}
+
+#define RD_CHUNK 64
+void si_cpu_reduce(int op, int ndim, const int64_t *x_dims, const float *x, const uint8_t *reduce,
+                   float *y) {
+    SI_ASSERT(ndim >= 0 && ndim <= MAXD);
+    int64_t ny = 1, nx = 1;
+    for (int d = 0; d < ndim; d++) {
+        nx *= x_dims[d];
+        if (!reduce[d]) ny *= x_dims[d];
+    }
+    if (ny == 0) return;
+    double cnt = (double)(nx / ny);
+    if (nx == 0) { /* reductions over nothing: ONNX's identities (mean: 0 / 0) */
+        float v = op == SI_REDUCE_MEAN ? NAN : (float)reduce_init(op);
+        for (int64_t i = 0; i < ny; i++) y[i] = v;
+        return;
+    }
+    /* drop size-1 dims and merge neighbours with the same flag */
+    int64_t cd[MAXD];
+    bool cr[MAXD];
+    int n = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (x_dims[d] == 1) continue;
+        bool r = reduce[d] != 0;
+        if (n > 0 && cr[n - 1] == r) {
+            cd[n - 1] *= x_dims[d];
+        } else {
+            cd[n] = x_dims[d];
+            cr[n++] = r;
+        }
+    }
+    bool any = false;
+    for (int d = 0; d < n; d++) any |= cr[d];
+    if (!any) {
+        memcpy(y, x, sizeof(float) * (size_t)nx);
+        return;
+    }
+    bool mean = op == SI_REDUCE_MEAN;
+    if (n == 1 || n == 2 || (n == 3 && !cr[0])) {
+        /* (outer, len, inner) with len reduced: [R], [K R], [R K], [K R K] */
+        int ri = cr[0] ? 0 : 1;
+        int64_t outer = ri ? cd[0] : 1, len = cd[ri], inner = ri + 1 < n ? cd[ri + 1] : 1;
+        if (inner == 1) {
+#pragma omp parallel for schedule(static) if (nx > PAR_MIN && outer > 1)
+            for (int64_t o = 0; o < outer; o++) {
+                double acc = reduce_run(op, reduce_init(op), x + o * len, len, 1);
+                y[o] = (float)(mean ? acc / cnt : acc);
+            }
+            return;
+        }
+        int64_t nch = (inner + RD_CHUNK - 1) / RD_CHUNK;
+#pragma omp parallel for schedule(static) if (nx > PAR_MIN)
+        for (int64_t t = 0; t < outer * nch; t++) {
+            int64_t o = t / nch, c0 = t % nch * RD_CHUNK;
+            int cn = (int)(inner - c0 < RD_CHUNK ? inner - c0 : RD_CHUNK);
+            const float *xb = x + o * len * inner + c0;
+            double acc[RD_CHUNK];
+            for (int i = 0; i < cn; i++) acc[i] = reduce_init(op);
+            reduce_cols(op, acc, xb, len, inner, cn);
+            float *yb = y + o * inner + c0;
+            for (int i = 0; i < cn; i++) yb[i] = (float)(mean ? acc[i] / cnt : acc[i]);
+        }
+        return;
+    }
+    /* general: per output, an odometer over the reduced dims */
+    int64_t xs[MAXD], kd[MAXD], ks[MAXD], rd[MAXD], rs[MAXD];
+    int nk = 0, nr = 0;
+    strides_of(n, cd, xs);
+    for (int d = 0; d < n; d++) {
+        if (cr[d]) {
+            rd[nr] = cd[d];
+            rs[nr++] = xs[d];
+        } else {
+            kd[nk] = cd[d];
+            ks[nk++] = xs[d];
+        }
+    }
+    /* the innermost reduced dim runs as a strided loop */
+    int64_t rlen = rd[nr - 1], rst = rs[nr - 1], rrows = nx / ny / rlen;
+#pragma omp parallel for schedule(static) if (nx > PAR_MIN)
+    for (int64_t o = 0; o < ny; o++) {
+        int64_t rem = o, base = 0;
+        for (int d = nk - 1; d >= 0; d--) {
+            base += rem % kd[d] * ks[d];
+            rem /= kd[d];
+        }
+        double acc = reduce_init(op);
+        for (int64_t r = 0; r < rrows; r++) {
+            int64_t rr = r, off = base;
+            for (int d = nr - 2; d >= 0; d--) {
+                off += rr % rd[d] * rs[d];
+                rr /= rd[d];
+            }
+            acc = reduce_run(op, acc, x + off, rlen, rst);
+        }
+        y[o] = (float)(mean ? acc / cnt : acc);
+    }
+}
+
+/* Resize: one axis's source taps (indices clamped to the input, as edge padding would) and
+ * weights for output coordinate o. Coordinates in double, as ONNX's reference computes them.
+ * length_resized in the spec's formulas is read as scale * input (the reference's
+ * output_width, a fraction when scales are given), as ONNX's align_corners node tests require;
+ * onnxruntime uses the integer output size there and fails them. pytorch_half_pixel gives the
+ * spec's 0 for a length <= 1 (the reference's -0.5 differs from it for cubic only). */
+static double resize_coord(int coord, int o, double scale, int in, int out) {
+    double xo = o, lr = scale * in;
+    switch (coord) {
+    case SI_COORD_ASYMMETRIC: return xo / scale;
+    case SI_COORD_ALIGN_CORNERS: return lr == 1.0 ? 0.0 : xo * (in - 1) / (lr - 1.0);
+    case SI_COORD_PYTORCH_HALF_PIXEL: return lr > 1.0 ? (xo + 0.5) / scale - 0.5 : 0.0;
+    case SI_COORD_TF_HALF_PIXEL_FOR_NN: return (xo + 0.5) / scale;
+    case SI_COORD_HALF_PIXEL_SYMMETRIC: {
+        double off = in / 2.0 * (1.0 - out / lr);
+        return off + (xo + 0.5) / scale - 0.5;
+    }
+    default: return (xo + 0.5) / scale - 0.5; /* SI_COORD_HALF_PIXEL */
+    }
+}
+
+static inline int clamp_index(double v, int in) {
+    if (!(v >= 0.0)) return 0; /* NaN too */
+    return v > in - 1 ? in - 1 : (int)v;
+}
+
+static int resize_taps(const si_resize_params *p, int o, double scale, int in, int out, int *idx,
+                       float *w) {
+    double xo = resize_coord(p->coord, o, scale, in, out), f = floor(xo), t = xo - f;
+    if (p->mode == SI_RESIZE_NEAREST) {
+        double r;
+        switch (p->nearest) {
+        case SI_NEAREST_ROUND_PREFER_CEIL: r = t >= 0.5 ? f + 1.0 : f; break;
+        case SI_NEAREST_FLOOR: r = f; break;
+        case SI_NEAREST_CEIL: r = t > 0.0 ? f + 1.0 : f; break;
+        default: r = t > 0.5 ? f + 1.0 : f; break;
+        }
+        idx[0] = clamp_index(r, in);
+        w[0] = 1.f;
+        return 1;
+    }
+    if (p->mode == SI_RESIZE_LINEAR) {
+        idx[0] = clamp_index(f, in);
+        idx[1] = clamp_index(f + 1.0, in);
+        w[0] = (float)(1.0 - t);
+        w[1] = (float)t;
+        return 2;
+    }
+    double A = p->cubic_a, u = 1.0 - t, c[4], sum = 0.0;
+    c[0] = ((A * (t + 1) - 5 * A) * (t + 1) + 8 * A) * (t + 1) - 4 * A;
+    c[1] = ((A + 2) * t - (A + 3)) * t * t + 1;
+    c[2] = ((A + 2) * u - (A + 3)) * u * u + 1;
+    c[3] = ((A * (u + 1) - 5 * A) * (u + 1) + 8 * A) * (u + 1) - 4 * A;
+    for (int i = 0; i < 4; i++) {
+        double s = f - 1.0 + i;
+        if (p->exclude_outside && (s < 0.0 || s > in - 1)) c[i] = 0.0;
+        sum += c[i];
+        idx[i] = clamp_index(s, in);
+    }
+    if (p->exclude_outside && sum != 0.0)
+        for (int i = 0; i < 4; i++) c[i] /= sum;
+    for (int i = 0; i < 4; i++) w[i] = (float)c[i];
+    return 4;
+}
+
+/* Work splits into (plane, block of rows, chunk of columns) tasks; each computes its columns'
+ * taps once into stack tables and each row's taps once per row. */
+#define RS_COLS 256
+#define RS_ROWS 32
+void si_cpu_resize2d(const si_resize_params *p, int64_t nc, int ih, int iw, int oh, int ow,
+                     float scale_h, float scale_w, const float *x, float *y) {
+    if (nc <= 0 || oh <= 0 || ow <= 0 || ih <= 0 || iw <= 0) return;
+    int64_t ncb = (ow + RS_COLS - 1) / RS_COLS, nrb = (oh + RS_ROWS - 1) / RS_ROWS;
+    int64_t tasks = nc * nrb * ncb;
+#pragma omp parallel for schedule(static) if (nc * oh * ow > PAR_MIN / 4)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t pl = t / (nrb * ncb);
+        int r0 = (int)(t / ncb % nrb) * RS_ROWS, c0 = (int)(t % ncb) * RS_COLS;
+        int r1 = r0 + RS_ROWS < oh ? r0 + RS_ROWS : oh, cn = ow - c0 < RS_COLS ? ow - c0 : RS_COLS;
+        int xi[RS_COLS * 4], nt = 1;
+        float xw[RS_COLS * 4];
+        for (int c = 0; c < cn; c++)
+            nt = resize_taps(p, c0 + c, scale_w, iw, ow, xi + c * 4, xw + c * 4);
+        const float *xp = x + pl * ih * iw;
+        for (int oy = r0; oy < r1; oy++) {
+            int yi[4];
+            float yw[4];
+            resize_taps(p, oy, scale_h, ih, oh, yi, yw);
+            float *yr = y + (pl * oh + oy) * ow + c0;
+            if (nt == 1) {
+                const float *row = xp + (size_t)yi[0] * iw;
+                for (int c = 0; c < cn; c++) yr[c] = row[xi[c * 4]];
+            } else if (nt == 2) {
+                const float *ra = xp + (size_t)yi[0] * iw, *rb = xp + (size_t)yi[1] * iw;
+                for (int c = 0; c < cn; c++) {
+                    const int *i = xi + c * 4;
+                    const float *w = xw + c * 4;
+                    yr[c] = yw[0] * (w[0] * ra[i[0]] + w[1] * ra[i[1]]) +
+                            yw[1] * (w[0] * rb[i[0]] + w[1] * rb[i[1]]);
+                }
+            } else {
+                for (int c = 0; c < cn; c++) {
+                    const int *i = xi + c * 4;
+                    const float *w = xw + c * 4;
+                    float acc = 0.f;
+                    for (int k = 0; k < 4; k++) {
+                        const float *row = xp + (size_t)yi[k] * iw;
+                        acc += yw[k] * (w[0] * row[i[0]] + w[1] * row[i[1]] + w[2] * row[i[2]] +
+                                        w[3] * row[i[3]]);
+                    }
+                    yr[c] = acc;
+                }
+            }
+        }
     }
 }

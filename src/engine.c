@@ -53,6 +53,7 @@ si_status si_engine_run(si_engine *e, int batch) {
     if (batch < 1 || batch > e->max_batch)
         return si_error(SI_ERR_ARG, "batch of %d rows, engine planned for 1..%d", batch,
                         e->max_batch);
+    /* shapes (and host values) follow the batch; only a change of batch size re-infers */
     si_status st = si_graph_infer(e->g, batch);
     if (st != SI_OK) return st;
     return e->be->run(e, batch);
@@ -62,4 +63,9 @@ const float *si_engine_output(si_engine *e, int i, si_shape *shape) {
     SI_ASSERT(i >= 0 && i < e->g->n_outputs);
     if (shape) *shape = e->g->values[e->g->outputs[i]].shape;
     return e->host_out[i];
+}
+
+int si_engine_output_dtype(const si_engine *e, int i) {
+    SI_ASSERT(i >= 0 && i < e->g->n_outputs);
+    return e->g->values[e->g->outputs[i]].dtype;
 }

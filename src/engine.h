@@ -24,7 +24,8 @@ struct si_engine {
     int max_batch;
     float **host_in;         /* [n_inputs] host input buffers, sized for max_batch */
     const float **host_out;  /* [n_outputs] valid after run */
-    size_t activation_bytes; /* planned activation memory for max_batch */
+    size_t activation_bytes; /* planned activation memory for max_batch (arena + scratch) */
+    size_t naive_bytes;      /* what one buffer per value would cost instead */
 };
 
 /* Creates an engine over g (ownership of g passes to the engine) on the named backend ("cpu").
@@ -35,8 +36,10 @@ void si_engine_free(si_engine *e); /* accepts NULL */
 /* Host buffer for input i, (max_batch, ...) floats; borrowed. */
 float *si_engine_input(si_engine *e, int i);
 si_status si_engine_run(si_engine *e, int batch);
-/* Output i of the last run and its shape; borrowed until the next run. */
+/* Output i of the last run and its shape; borrowed until the next run. Outputs computed from
+ * shapes alone (a model ending in Shape, say) are int64: see si_engine_output_dtype. */
 const float *si_engine_output(si_engine *e, int i, si_shape *shape);
+int si_engine_output_dtype(const si_engine *e, int i); /* SI_DT_FLOAT or SI_DT_INT64 */
 
 extern const si_backend si_cpu_backend;
 

@@ -1,7 +1,13 @@
-/* The executable graph: ONNX nodes turned into shardinfer ops with checked attributes, constants
- * converted to float, BatchNormalization folded into the preceding Conv, Relu/Clip fused into
- * the op before them, and shape inference with a symbolic batch dimension. Backend-neutral: the
- * CPU and CUDA backends both execute this form. Unsupported nodes are all reported at once. */
+/* The executable graph: ONNX nodes turned into shardinfer ops with checked attributes, and the
+ * passes that run at load: constant folding, dead-node removal, BatchNorm folded into Conv,
+ * activations (Relu, Clip, HardSwish, SiLU as Sigmoid*Mul, ...) and residual Adds fused into the
+ * op before them, and shape inference with a symbolic batch dimension.
+ *
+ * Values are of three kinds. CONST: known when the model loads (initializers, Constant nodes,
+ * folded results). HOST: small tensors computed from shapes (Shape -> Gather -> Concat ->
+ * Reshape, as exporters emit them), re-evaluated on the host whenever the batch size changes.
+ * RUNTIME: float tensors that the backend computes. Backend-neutral: every backend executes the
+ * RUNTIME nodes of this form and reads CONST/HOST values from si_value.data. */
 #ifndef SI_GRAPH_H
 #define SI_GRAPH_H
 
@@ -11,12 +17,25 @@
 typedef enum {
     SI_OP_CONV = 0,
     SI_OP_MAXPOOL,
+    SI_OP_AVGPOOL,
     SI_OP_GLOBAL_AVGPOOL,
     SI_OP_GEMM,
-    SI_OP_BINARY,     /* Add (Sub, Mul, Div share the kernel) */
-    SI_OP_ACTIVATION, /* Relu, Clip */
+    SI_OP_MATMUL,
+    SI_OP_BINARY,     /* Add, Sub, Mul, Div with broadcasting */
+    SI_OP_ACTIVATION, /* Relu, Clip, Sigmoid, HardSigmoid, HardSwish, LeakyRelu */
     SI_OP_AFFINE,     /* BatchNormalization not folded into a Conv */
-    SI_OP_VIEW,       /* Flatten, Reshape, Identity: same bytes, new shape */
+    SI_OP_VIEW,       /* Flatten, Reshape, Squeeze, Unsqueeze, Identity, Dropout: same bytes */
+    SI_OP_CONCAT,
+    SI_OP_SPLIT,
+    SI_OP_SLICE,
+    SI_OP_TRANSPOSE,
+    SI_OP_EXPAND,
+    SI_OP_GATHER,
+    SI_OP_RESIZE,
+    SI_OP_SOFTMAX,
+    SI_OP_PAD,
+    SI_OP_REDUCE,
+    SI_OP_HOST, /* evaluated on the host from CONST/HOST inputs (shape arithmetic) */
     SI_OP_COUNT
 } si_op;
 
@@ -29,17 +48,21 @@ typedef struct {
 
 int64_t si_shape_numel(const si_shape *s);
 
+typedef enum { SI_VAL_RUNTIME = 0, SI_VAL_CONST, SI_VAL_HOST } si_value_kind;
+
 typedef struct {
     char *name;
-    int dtype;      /* of the ONNX value; runtime values are float32 */
-    si_shape shape; /* inferred for the current batch size (si_graph_infer) */
-    bool is_const;  /* initializer or folded constant: data holds it */
+    int kind;       /* si_value_kind */
+    int dtype;      /* SI_DT_FLOAT or SI_DT_INT64 (every integer and bool type) */
+    si_shape shape; /* for the current batch size (si_graph_infer) */
     bool is_input;  /* runtime graph input */
     bool batch_dim; /* dim 0 of a runtime input is symbolic: it is the batch */
-    void *data;     /* constant data (float32 for float values, int64 for int values) */
+    void *data;     /* CONST and HOST values: float32 or int64 data, owned */
     int producer;   /* node index, -1 for inputs and constants */
-    int uses;       /* number of node inputs reading it, graph outputs included */
+    int uses;       /* node inputs reading it, graph outputs included */
 } si_value;
+
+#define SI_MAX_OUTPUTS 16
 
 typedef enum { SI_PAD_NOTSET = 0, SI_PAD_SAME_UPPER, SI_PAD_SAME_LOWER, SI_PAD_VALID } si_auto_pad;
 
@@ -47,33 +70,54 @@ typedef struct {
     int op;
     char *name;    /* the ONNX node's name, for messages */
     char *op_type; /* the ONNX op type(s), e.g. "Conv+BatchNormalization+Relu" after fusion */
-    int in[5], n_in;
-    int out;
-    si_act act; /* fused activation (or the op itself for SI_OP_ACTIVATION) */
+    int *in, n_in; /* value ids; parameter inputs (shapes, axes, scales) are CONST or HOST */
+    int out;       /* first output; Split has n_out of them in outs */
+    int outs[SI_MAX_OUTPUTS], n_out;
+    si_act act;   /* fused activation (or the op itself for SI_OP_ACTIVATION) */
+    int residual; /* Conv: value added before the activation (fused residual Add), -1 if none */
+    int pslot[4]; /* positions in `in` of parameter inputs (op-specific order), -1 if absent */
     struct {
         int kh, kw, sh, sw, dh, dw, pads[4]; /* pads: top, left, bottom, right */
-        int group, auto_pad, ceil_mode;
-    } win;                /* Conv and MaxPool attributes */
+        int group, auto_pad, ceil_mode, count_include_pad;
+    } win;                /* Conv, MaxPool, AveragePool */
     si_conv_shape conv;   /* filled by si_graph_infer */
     si_pool_shape pool;   /* filled by si_graph_infer */
     int trans_a, trans_b; /* Gemm */
     float alpha, beta;
     si_binop binop;
-    int axis;                     /* Flatten */
-    int64_t reshape[SI_MAX_DIMS]; /* Reshape target as given (0 and -1 resolved at infer) */
-    int reshape_ndim, allowzero;
-    bool is_reshape, is_flatten;
+    int axis;              /* Flatten, Concat, Split, Softmax, Gather (normalised at infer) */
+    int legacy_axis;       /* Softmax before opset 13: coerce to 2-D at axis */
+    int perm[SI_MAX_DIMS]; /* Transpose (normalised at infer) */
+    int64_t starts[SI_MAX_DIMS], steps[SI_MAX_DIMS]; /* Slice, resolved at infer */
+    int64_t pads[2 * SI_MAX_DIMS];                   /* Pad, resolved at infer */
+    int pad_mode;
+    float pad_value;
+    int reduce_op, keepdims, noop_with_empty_axes; /* Reduce* */
+    uint8_t reduce_mask[SI_MAX_DIMS];
+    si_resize_params resize;
+    float scales[2];                    /* Resize: output/input of H and W, resolved at infer */
+    int64_t attr_ints[2 * SI_MAX_DIMS]; /* attribute-given parameters of older opsets */
+    int n_attr_ints;
+    int64_t split_sizes[SI_MAX_OUTPUTS];
+    bool split_from_attr;
+    int view_kind;         /* SI_OP_VIEW: which ONNX op (for shape inference) */
+    int host_op;           /* SI_OP_HOST: which host operation */
+    unsigned host_present; /* SI_OP_HOST: bit k set when ONNX input k is present */
+    int64_t host_i[4];     /* host op integer attributes (Shape start/end, Cast to, axis, ...) */
+    float host_f;
+    si_tensor *host_t; /* ConstantOfShape value */
 } si_gnode;
 
 typedef struct si_graph {
     char *path;
     int64_t opset;
-    int n_values, n_nodes, n_inputs, n_outputs;
+    int n_values, n_nodes, n_inputs, n_outputs, cap_values;
     si_value *values;
     si_gnode *nodes; /* topological order */
     int *inputs;     /* value ids of the runtime inputs */
     int *outputs;    /* value ids of the graph outputs */
-    int folded_bn, fused_act;
+    int folded_bn, fused_act, fused_residual, folded_consts, removed_nodes;
+    int inferred_batch; /* batch size the shapes are inferred for, -1 if none yet */
     si_meta_prop *meta;
     int n_meta;
 } si_graph;
@@ -83,7 +127,7 @@ typedef struct {
      * bounds as inputs; shardinfer needs such parameters when the model loads). Borrowed. */
     const si_tensor *bind;
     int n_bind;
-    bool no_fusion; /* keep BatchNorm and activations as separate ops (for tests) */
+    bool no_fusion; /* keep BatchNorm, activations and Adds as separate ops (for tests) */
 } si_graph_opts;
 
 /* Builds the graph from a parsed model. All unsupported nodes are listed in one message.
@@ -94,13 +138,24 @@ si_status si_graph_load(const char *path, const si_graph_opts *opts, si_graph **
 void si_graph_free(si_graph *g);
 
 /* Infers every value's shape for the given batch size (replacing the symbolic dim 0 of runtime
- * inputs). Reports shape errors with the node's name. */
+ * inputs) and evaluates the HOST nodes. Does nothing if already inferred for this batch. */
 si_status si_graph_infer(si_graph *g, int batch);
 
 /* True when the ONNX input `name` feeds only parameter slots (Clip bounds, Reshape shape,
- * BatchNormalization statistics) and so must be bound as a constant. */
+ * Slice/Pad/Resize parameters, BatchNormalization statistics) and so must be bound as a
+ * constant. */
 bool si_model_input_is_param(const si_model_proto *m, const char *name);
 
 const char *si_graph_meta(const si_graph *g, const char *key);
+
+/* --- internal to the graph module (graph.c, graph_ops.c, host_eval.c) ------------------------ */
+/* Evaluates a HOST node from its inputs' data; (re)allocates its outputs' data. */
+si_status si_host_eval(si_graph *g, si_gnode *n);
+/* Whether an ONNX op type can be evaluated on the host. */
+bool si_host_supports(const char *op_type);
+/* Device-op shape inference (graph_ops.c). */
+si_status si_graph_infer_node(si_graph *g, si_gnode *n);
+si_status si_node_error(const si_graph *g, const si_gnode *n, si_status code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif

@@ -11,7 +11,10 @@ static const char usage[] =
     "  pack   build an HDF5 image set from a directory or list of JPEG files\n"
     "  run    classify every image of a set with an ONNX model (under mpirun: one rank per\n"
     "         GPU or CPU share); writes one consolidated HDF5 result\n"
-    "  show   print a result file as a table (id, status, top-K classes)\n";
+    "  show   print a result file as a table (id, status, top-K classes)\n"
+    "  inspect  describe a model: ops, shapes, parameters, FLOPs, planned memory\n"
+    "  exec   run a model on .npy tensors and write its outputs as .npy\n"
+    "  bench  time the engine alone on random input (images/s per batch size)\n";
 
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
@@ -26,8 +29,11 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "pack")) return si_cli_pack(argc - 1, argv + 1);
     if (!strcmp(argv[1], "run")) return si_cli_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "show")) return si_cli_show(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "exec")) return si_cli_exec(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "inspect")) return si_cli_inspect(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "bench")) return si_cli_bench(argc - 1, argv + 1);
     fprintf(stderr,
-            "shardinfer: unknown command '%s' (commands: pack, run, show; see "
+            "shardinfer: unknown command '%s' (commands: pack, run, show, inspect, exec, bench; see "
             "shardinfer --help)\n",
             argv[1]);
     return SI_EXIT_USAGE;

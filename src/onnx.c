@@ -3,6 +3,8 @@
 #include "onnx.h"
 
 #include <errno.h>
+#include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -165,14 +167,75 @@ void si_tensor_free_data(si_tensor *t) {
 
 /* TensorProto: dims=1 data_type=2 float_data=4 int32_data=5 string_data=6 int64_data=7 name=8
  * raw_data=9 double_data=10 uint64_data=11 external_data=13 data_location=14. */
-static si_status parse_tensor(rd r, si_tensor *t) {
+/* External data (TensorProto.external_data): weights in a side file next to the model. The
+ * location must stay inside the model's directory: no absolute paths, no "..", and the resolved
+ * path must lie under the resolved directory, so a model cannot make us read arbitrary files. */
+static si_status read_external(const char *basedir, const char *tname, const char *location,
+                               int64_t offset, int64_t length, size_t nbytes, void **out) {
+    if (!basedir)
+        return si_error(SI_ERR_UNSUPPORTED, "tensor '%s': external data outside a model file",
+                        tname);
+    bool dotdot = false;
+    for (const char *c = location; c && *c; c = strchr(c, '/') ? strchr(c, '/') + 1 : "")
+        if (c[0] == '.' && c[1] == '.' && (c[2] == '/' || c[2] == 0)) dotdot = true;
+    if (!location || !location[0] || location[0] == '/' || dotdot)
+        return si_error(SI_ERR_FORMAT,
+                        "tensor '%s': external data location '%s' is not a path "
+                        "inside the model's directory",
+                        tname, location ? location : "");
+    if (length >= 0 && (uint64_t)length != nbytes)
+        return si_error(SI_ERR_FORMAT, "tensor '%s': external data length %lld, shape needs %zu",
+                        tname, (long long)length, nbytes);
+    char path[4096], real_dir[PATH_MAX], real_file[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", basedir, location);
+    if (!realpath(basedir, real_dir) || !realpath(path, real_file))
+        return si_error(SI_ERR_IO, "tensor '%s': external data file %s: %s", tname, path,
+                        strerror(errno));
+    size_t dl = strlen(real_dir);
+    if (strncmp(real_file, real_dir, dl) || real_file[dl] != '/')
+        return si_error(SI_ERR_FORMAT,
+                        "tensor '%s': external data file %s resolves outside the "
+                        "model's directory",
+                        tname, path);
+    int fd = open(real_file, O_RDONLY);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        if (fd >= 0) close(fd);
+        return si_error(SI_ERR_IO, "tensor '%s': cannot open %s: %s", tname, path, strerror(errno));
+    }
+    if (offset < 0 || (uint64_t)offset > (uint64_t)sb.st_size ||
+        nbytes > (uint64_t)sb.st_size - (uint64_t)offset) {
+        close(fd);
+        return si_error(SI_ERR_FORMAT,
+                        "tensor '%s': %s holds %lld bytes, the tensor needs %zu "
+                        "at offset %lld",
+                        tname, path, (long long)sb.st_size, nbytes, (long long)offset);
+    }
+    uint8_t *d = si_xmalloc(nbytes ? nbytes : 1);
+    size_t got = 0;
+    while (got < nbytes) {
+        ssize_t r = pread(fd, d + got, nbytes - got, (off_t)(offset + (int64_t)got));
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (got != nbytes) {
+        free(d);
+        return si_error(SI_ERR_IO, "tensor '%s': short read from %s", tname, path);
+    }
+    *out = d;
+    return SI_OK;
+}
+
+static si_status parse_tensor(rd r, si_tensor *t, const char *basedir) {
     int64_t *dims = NULL, ndims = 0;
     uint8_t *fdata = NULL, *ddata = NULL, *u64data = NULL;
     int64_t nf = 0, nd = 0, nu64 = 0, ni32 = 0, ni64 = 0;
     int64_t *i32data = NULL, *i64data = NULL;
     rd raw = {0};
     bool have_raw = false, external = false;
-    int64_t dtype = 0;
+    int64_t dtype = 0, ext_offset = 0, ext_length = -1;
+    char *ext_location = NULL;
     si_status st = SI_OK;
     memset(t, 0, sizeof *t);
     uint32_t f;
@@ -200,6 +263,36 @@ static si_status parse_tensor(rd r, si_tensor *t) {
             break;
         case 10: ok = rd_repeated_fixed(&r, wt, WT_I64, 8, &ddata, &nd); break;
         case 11: ok = rd_repeated_fixed(&r, wt, WT_I64, 8, &u64data, &nu64); break;
+        case 13: { /* external_data: StringStringEntryProto {key=1, value=2} */
+            rd sub = {0};
+            char *key = NULL, *val = NULL;
+            ok = wt == WT_LEN && rd_len(&r, &sub);
+            while (ok && sub.p < sub.end) {
+                uint32_t f2;
+                int wt2;
+                if (!rd_key(&sub, &f2, &wt2))
+                    ok = false;
+                else if ((f2 == 1 || f2 == 2) && wt2 == WT_LEN) {
+                    char **dst = f2 == 1 ? &key : &val;
+                    free(*dst);
+                    ok = (*dst = rd_string(&sub)) != NULL;
+                } else
+                    ok = rd_skip(&sub, wt2);
+            }
+            if (ok && key && val) {
+                if (!strcmp(key, "location")) {
+                    free(ext_location);
+                    ext_location = val;
+                    val = NULL;
+                } else if (!strcmp(key, "offset"))
+                    ext_offset = strtoll(val, NULL, 10);
+                else if (!strcmp(key, "length"))
+                    ext_length = strtoll(val, NULL, 10);
+            }
+            free(key);
+            free(val);
+            break;
+        }
         case 14:
             ok = wt == WT_VARINT && rd_varint(&r, &v);
             external = ok && v == 1;
@@ -227,15 +320,15 @@ static si_status parse_tensor(rd r, si_tensor *t) {
         numel *= dims[i];
     }
     t->numel = numel;
-    if (external) {
-        st = si_error(SI_ERR_UNSUPPORTED,
-                      "tensor '%s': weights in an external data file are not supported yet", tname);
-        goto done;
-    }
     size_t es = si_dtype_size(t->dtype);
     if (es == 0) {
         st = si_error(SI_ERR_UNSUPPORTED, "tensor '%s': data type %s (%d) is not supported", tname,
                       si_dtype_name(t->dtype), t->dtype);
+        goto done;
+    }
+    if (external) {
+        st = read_external(basedir, tname, ext_location, ext_offset, ext_length, (size_t)numel * es,
+                           &t->data);
         goto done;
     }
     /* every path below checks the element count against what the file actually holds, so a
@@ -291,6 +384,7 @@ bad:
                   "past the end)",
                   t->name ? t->name : "(unnamed)");
 done:
+    free(ext_location);
     free(dims);
     free(fdata);
     free(ddata);
@@ -342,7 +436,7 @@ static si_status parse_attr(rd r, si_attr *a) {
         case 5:
             if (wt != WT_LEN || !rd_len(&r, &sub) || a->t) goto bad;
             a->t = si_xcalloc(1, sizeof *a->t);
-            if (parse_tensor(sub, a->t) != SI_OK) {
+            if (parse_tensor(sub, a->t, NULL) != SI_OK) {
                 free(floats);
                 free(a->t);
                 a->t = NULL;
@@ -551,7 +645,7 @@ static si_status parse_graph(rd r, si_model_proto *m) {
             break;
         case 5:
             m->inits = grow(m->inits, m->n_inits, sizeof *m->inits);
-            st = parse_tensor(sub, &m->inits[m->n_inits]);
+            st = parse_tensor(sub, &m->inits[m->n_inits], m->dir);
             if (st == SI_OK)
                 m->n_inits++;
             else
@@ -588,6 +682,9 @@ si_status si_model_proto_parse(const uint8_t *buf, size_t len, const char *name,
     *out = NULL;
     si_model_proto *m = si_xcalloc(1, sizeof *m);
     m->path = si_xstrdup(name);
+    char *dir = si_xstrdup(name);
+    m->dir = si_xstrdup(dirname(dir)); /* external data resolves against it */
+    free(dir);
     m->opset = -1;
     rd r = {buf, buf + len}, graph = {0};
     bool have_graph = false;
@@ -725,7 +822,9 @@ si_status si_tensor_load_pb(const char *path, si_tensor *out) {
     si_status st = map_file(path, &buf, &len);
     if (st != SI_OK) return st;
     rd r = {buf, buf + len};
-    st = parse_tensor(r, out);
+    char *dir = si_xstrdup(path);
+    st = parse_tensor(r, out, dirname(dir));
+    free(dir);
     if (buf) munmap((void *)buf, len);
     if (st != SI_OK) si_error_prefix(st, "%s: ", path);
     return st;
@@ -748,6 +847,7 @@ void si_model_proto_free(si_model_proto *m) {
     free(m->meta);
     free(m->producer);
     free(m->path);
+    free(m->dir);
     free(m);
 }
 

@@ -90,6 +90,7 @@ typedef struct {
 
 typedef struct {
     char *path;
+    char *dir; /* the model's directory: external data files are resolved (and confined) there */
     int64_t ir_version;
     int64_t opset; /* version of the default ("" or "ai.onnx") domain */
     char *producer;

@@ -32,3 +32,10 @@ add_test(NAME demo_model_vs_onnxruntime
   COMMAND run_onnx_cases --max-rel 1e-4 ${SI_CASES}/efficientnet_lite0_photo)
 set_tests_properties(onnx_node_tests ort_op_cases demo_model_vs_onnxruntime PROPERTIES
   FIXTURES_REQUIRED ref_cases LABELS "unit")
+
+# weights in a side file: same results as embedded, and no path may leave the model's directory
+add_test(NAME external_data
+  COMMAND ${SI_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_external_data.py
+          --runner $<TARGET_FILE:run_onnx_cases> --shardinfer $<TARGET_FILE:shardinfer>
+          --cases ${SI_CASES} --work ${SI_TEST_DATA}/external)
+set_tests_properties(external_data PROPERTIES FIXTURES_REQUIRED ref_cases LABELS "unit")

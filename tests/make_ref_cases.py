@@ -93,6 +93,18 @@ NODE_TEST_PATTERNS = [
     r"test_identity",           # not _opt/_sequence: optional and sequence types
     r"test_reshape_.*",
     r"test_batchnorm_epsilon", r"test_batchnorm_example",  # inference mode only
+    # the engine's other ops (docs/operators.md); integer-typed variants are left out below
+    r"test_averagepool_.*", r"test_sigmoid(_example)?", r"test_hardsigmoid(_.*)?",
+    r"test_hardswish", r"test_leakyrelu(_.*)?", r"test_mul(_bcast|_example)?",
+    r"test_sub(_bcast|_example)?", r"test_div(_bcast|_example)?", r"test_concat_.*",
+    r"test_split_.*", r"test_slice(_.*)?", r"test_transpose_.*", r"test_squeeze(_.*)?",
+    r"test_unsqueeze_.*", r"test_resize_.*", r"test_upsample_nearest", r"test_softmax_.*",
+    r"test_matmul_.*", r"test_constant_pad(_.*)?", r"test_edge_pad", r"test_reflect_pad",
+    r"test_wrap_pad", r"test_reduce_(mean|sum|max|min)_.*", r"test_globalmaxpool(_.*)?",
+    r"test_dropout_default(_ratio)?", r"test_gather_[0-9].*", r"test_gather_negative_indices",
+    # shape arithmetic, evaluated on the host
+    r"test_shape(_.*)?", r"test_size(_example)?", r"test_constantofshape_.*", r"test_range_.*",
+    r"test_equal(_bcast)?", r"test_where_.*", r"test_expand_.*", r"test_constant",
 ]
 
 
@@ -108,7 +120,14 @@ def node_test_dir():
 def wanted_node_test(name):
     if "_expanded" in name or "training" in name:
         return False
-    if name.startswith("test_clip") and re.search(r"_u?int\d+", name):
+    # float16/bfloat16 tensors and integer image data are outside what the engine claims; shape
+    # arithmetic ops keep their integer tests (their inputs come from shapes in real models)
+    if re.search(r"float16", name) or name.startswith(("test_reduce_sum_square",
+                                                         "test_split_to_sequence")):
+        return False
+    if re.search(r"_u?int(8|16|32)\b|_u?int(8|16|32)_|_bool|_string", name) and not name.startswith(
+            ("test_range", "test_equal", "test_where", "test_constantofshape", "test_shape",
+             "test_size")):
         return False
     return any(re.fullmatch(p, name) for p in NODE_TEST_PATTERNS)
 
