@@ -198,7 +198,8 @@ static si_status read_inputs(const si_model_proto *m, exec_args *a) {
             return si_error(SI_ERR_ARG, "input '%s': %s has shape %s, the model expects %s",
                             x->name, x->file, fmt_shape(s1, sizeof s1, x->t.ndim, x->t.dims, NULL),
                             fmt_shape(s2, sizeof s2, vi->ndim, vi->dims, vi->dim_params));
-        x->bound = vi->dtype != SI_DT_FLOAT || si_model_input_is_param(m, x->name);
+        x->bound = vi->dtype != SI_DT_FLOAT || si_model_input_is_param(m, x->name) ||
+                   si_model_input_host_only(m, x->name);
     }
     return SI_OK;
 }

@@ -305,6 +305,26 @@ bool si_model_input_is_param(const si_model_proto *m, const char *name) {
     return used;
 }
 
+bool si_model_input_host_only(const si_model_proto *m, const char *name) {
+    static const char *host_only[] = {"Shape",   "Size",  "ConstantOfShape",
+                                      "Range",   "Equal", "Less",
+                                      "Greater", "Not",   "Where",
+                                      "Mod",     "Neg",   "Abs",
+                                      "Floor",   "Ceil",  "Sqrt",
+                                      "Min",     "Max"};
+    bool used = false;
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int j = 0; j < m->nodes[i].n_inputs; j++) {
+            if (strcmp(m->nodes[i].inputs[j], name)) continue;
+            bool host = false;
+            for (size_t k = 0; k < sizeof host_only / sizeof host_only[0]; k++)
+                host |= !strcmp(m->nodes[i].op_type, host_only[k]);
+            if (!host) return false;
+            used = true;
+        }
+    return used;
+}
+
 /* --- passes ------------------------------------------------------------------------------------
  */
 static void count_uses(si_graph *g) {

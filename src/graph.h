@@ -146,6 +146,11 @@ si_status si_graph_infer(si_graph *g, int batch);
  * constant. */
 bool si_model_input_is_param(const si_model_proto *m, const char *name);
 
+/* True when every reader of input `name` is an op that exists only as shape arithmetic (Range,
+ * Equal, Where, Shape, ...): in real models such inputs come from shapes and constants, so
+ * `exec` and the test runner bind them as constants, as they do parameters. */
+bool si_model_input_host_only(const si_model_proto *m, const char *name);
+
 const char *si_graph_meta(const si_graph *g, const char *key);
 
 /* --- internal to the graph module (graph.c, graph_ops.c, host_eval.c) ------------------------ */

@@ -24,30 +24,6 @@ static bool is_dir(const char *p) {
     return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-/* True when every reader of input `name` is an op that exists only as shape arithmetic (Range,
- * Equal, Where, ...): in real models their inputs come from shapes and constants, so the runner
- * binds such test inputs as constants, as it does parameters. Device-capable ops (Add, Gather,
- * Concat, ...) keep their inputs at run time so that their kernels are tested. */
-static bool feeds_host_only(const si_model_proto *m, const char *name) {
-    static const char *host_only[] = {"Shape",   "Size",  "ConstantOfShape",
-                                      "Range",   "Equal", "Less",
-                                      "Greater", "Not",   "Where",
-                                      "Mod",     "Neg",   "Abs",
-                                      "Floor",   "Ceil",  "Sqrt",
-                                      "Min",     "Max"};
-    bool used = false;
-    for (int i = 0; i < m->n_nodes; i++)
-        for (int j = 0; j < m->nodes[i].n_inputs; j++) {
-            if (strcmp(m->nodes[i].inputs[j], name)) continue;
-            bool host = false;
-            for (size_t k = 0; k < sizeof host_only / sizeof host_only[0]; k++)
-                host |= !strcmp(m->nodes[i].op_type, host_only[k]);
-            if (!host) return false;
-            used = true;
-        }
-    return used;
-}
-
 static bool expect_unsupported(const char *name) {
     for (int i = 0; i < n_expected; i++)
         if (!strcmp(expected[i], name)) return true;
@@ -103,7 +79,8 @@ static int run_set(si_model_proto *m, const char *setdir, const char *name) {
         if (runtime_inputs >= nin) break;
         si_tensor *t = &in[runtime_inputs++];
         const char *nm = m->inputs[i].name;
-        if (si_model_input_is_param(m, nm) || t->dtype != SI_DT_FLOAT || feeds_host_only(m, nm)) {
+        if (si_model_input_is_param(m, nm) || t->dtype != SI_DT_FLOAT ||
+            si_model_input_host_only(m, nm)) {
             bind[nbind] = *t;
             bind[nbind].name = (char *)nm;
             nbind++;
