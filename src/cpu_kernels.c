@@ -326,8 +326,8 @@ void si_cpu_avgpool2d(const si_pool_shape *s, int count_include_pad, const float
                 tap_range(ix0, s->kw, s->dw, -s->pl, s->w + s->pr, &px0, &px1);
                 float acc = 0.f;
                 for (int ky = ky0; ky < ky1; ky++) {
-                    const float *row = xp + (size_t)(iy0 + ky * s->dh) * s->w + ix0;
-                    for (int kx = kx0; kx < kx1; kx++) acc += row[kx * s->dw];
+                    const float *row = xp + (size_t)(iy0 + ky * s->dh) * s->w;
+                    for (int kx = kx0; kx < kx1; kx++) acc += row[ix0 + kx * s->dw];
                 }
                 int cnt = count_include_pad ? (py1 - py0) * (px1 - px0) : (ky1 - ky0) * (kx1 - kx0);
                 yp[(size_t)oy * s->ow + ox] = cnt > 0 ? acc / (float)cnt : 0.f;

@@ -21,9 +21,15 @@ const char *si_op_name(int op) {
     return op >= 0 && op < SI_OP_COUNT ? names[op] : "?";
 }
 
+int64_t si_mul_sat(int64_t a, int64_t b) {
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) return (a < 0) != (b < 0) ? INT64_MIN : INT64_MAX;
+    return r;
+}
+
 int64_t si_shape_numel(const si_shape *s) {
     int64_t n = 1;
-    for (int i = 0; i < s->ndim; i++) n *= s->dims[i];
+    for (int i = 0; i < s->ndim; i++) n = si_mul_sat(n, s->dims[i]);
     return n;
 }
 
@@ -640,6 +646,11 @@ si_status si_graph_infer(si_graph *g, int batch) {
     for (int i = 0; i < g->n_inputs; i++) {
         si_value *v = &g->values[g->inputs[i]];
         if (v->batch_dim) v->shape.dims[0] = batch;
+        for (int d = 0; d < v->shape.ndim; d++)
+            if (v->shape.dims[d] > ((int64_t)1 << 31) ||
+                si_shape_numel(&v->shape) > ((int64_t)1 << 34))
+                return si_error(SI_ERR_UNSUPPORTED, "%s: input '%s' is too large", g->path,
+                                v->name);
     }
     for (int j = 0; j < g->n_nodes; j++) {
         si_gnode *n = &g->nodes[j];

@@ -46,7 +46,9 @@ typedef struct {
     int64_t dims[SI_MAX_DIMS];
 } si_shape;
 
+/* Element count; saturates instead of overflowing, so hostile dims hit the size caps. */
 int64_t si_shape_numel(const si_shape *s);
+int64_t si_mul_sat(int64_t a, int64_t b);
 
 typedef enum { SI_VAL_RUNTIME = 0, SI_VAL_CONST, SI_VAL_HOST } si_value_kind;
 

@@ -160,10 +160,6 @@ bool si_convert_device_op(si_builder *b, const si_node_proto *n, si_gnode *gn) {
             si_b_unsupported(b, n, "the Indices output is not supported");
             return false;
         }
-        if (!max && (gn->win.dh != 1 || gn->win.dw != 1)) {
-            si_b_unsupported(b, n, "dilated average pooling is not supported");
-            return false;
-        }
         si_node_add_input(gn, x);
     } else if (!strcmp(op, "GlobalAveragePool")) {
         gn->op = SI_OP_GLOBAL_AVGPOOL;
@@ -698,7 +694,7 @@ static si_status infer_reshape(si_graph *g, si_gnode *n, const si_shape *x, si_s
             return si_node_error(g, n, SI_ERR_FORMAT, "invalid dimension %lld", (long long)v);
         }
         y->dims[d] = v;
-        known *= v;
+        known = si_mul_sat(known, v);
     }
     if (infer >= 0) {
         if (known == 0 || total % known)
@@ -734,7 +730,7 @@ static si_status infer_view(si_graph *g, si_gnode *n, const si_shape *x, si_shap
             return si_node_error(g, n, SI_ERR_FORMAT, "axis %d out of range for rank %d", n->axis,
                                  x->ndim);
         int64_t outer = 1;
-        for (int d = 0; d < axis; d++) outer *= x->dims[d];
+        for (int d = 0; d < axis; d++) outer = si_mul_sat(outer, x->dims[d]);
         *y = (si_shape){2, {outer, outer ? si_shape_numel(x) / outer : 0}};
         return SI_OK;
     }

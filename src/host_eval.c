@@ -200,13 +200,27 @@ static const si_value *hin(const si_graph *g, const si_gnode *n, int k) {
     return &g->values[n->in[pos]];
 }
 
-/* (Re)allocates the output's data for its shape and dtype. */
+/* Host tensors are shapes and small constants; a model asking for more (an Expand or
+ * ConstantOfShape to a huge shape) is refused instead of exhausting memory. */
+#define HOST_MAX_ELEMS (1 << 24)
+
+/* (Re)allocates the output's data for its shape and dtype; NULL when over the cap. */
 static void *alloc_out(si_value *y) {
     free(y->data);
+    y->data = NULL;
     int64_t n = si_shape_numel(&y->shape);
+    if (n < 0 || n > HOST_MAX_ELEMS) return NULL;
     y->data = si_xcalloc((size_t)(n ? n : 1), y->dtype == SI_DT_INT64 ? 8 : 4);
     return y->data;
 }
+
+#define ALLOC_OR_FAIL(y)                                                                           \
+    do {                                                                                           \
+        if (!alloc_out(y))                                                                         \
+            return si_node_error(g, n, SI_ERR_UNSUPPORTED,                                         \
+                                 "a shape-arithmetic result of %lld elements is too large",        \
+                                 (long long)si_shape_numel(&(y)->shape));                          \
+    } while (0)
 
 static void put(si_value *y, int64_t i, double v) {
     if (y->dtype == SI_DT_INT64)
@@ -302,7 +316,7 @@ static si_status eval_slice(si_graph *g, si_gnode *n, const si_value *x, si_valu
         start[a] = s;
         step[a] = sp[i];
     }
-    alloc_out(y);
+    ALLOC_OR_FAIL(y);
     int64_t total = si_shape_numel(&y->shape);
     for (int64_t i = 0; i < total; i++) {
         int64_t rem = i, off = 0, stride = 1;
@@ -335,7 +349,7 @@ si_status si_host_eval(si_graph *g, si_gnode *n) {
                        : SI_DT_INT64;
         y->shape.ndim = t->ndim;
         memcpy(y->shape.dims, t->dims, sizeof(int64_t) * (size_t)t->ndim);
-        alloc_out(y);
+        ALLOC_OR_FAIL(y);
         for (int64_t i = 0; i < t->numel; i++) {
             double v;
             switch (t->dtype) {
@@ -363,19 +377,21 @@ si_status si_host_eval(si_graph *g, si_gnode *n) {
         e = e < 0 ? 0 : e > nd ? nd : e;
         y->dtype = SI_DT_INT64;
         y->shape = (si_shape){1, {e > s ? e - s : 0}};
-        int64_t *d = alloc_out(y);
+        ALLOC_OR_FAIL(y);
+        int64_t *d = y->data;
         for (int64_t i = s; i < e; i++) d[i - s] = x->shape.dims[i];
         return SI_OK;
     }
     case H_SIZE:
         y->dtype = SI_DT_INT64;
         y->shape.ndim = 0;
-        *(int64_t *)alloc_out(y) = si_shape_numel(&x->shape);
+        ALLOC_OR_FAIL(y);
+        *(int64_t *)y->data = si_shape_numel(&x->shape);
         return SI_OK;
     case H_IDENTITY:
         y->dtype = x->dtype;
         y->shape = x->shape;
-        alloc_out(y);
+        ALLOC_OR_FAIL(y);
         for (int64_t i = 0; i < si_value_numel(x); i++) copy_elem(y, i, x, i);
         return SI_OK;
     case H_CAST: {
@@ -383,7 +399,7 @@ si_status si_host_eval(si_graph *g, si_gnode *n) {
         y->dtype = (to == SI_DT_FLOAT || to == SI_DT_DOUBLE || to == SI_DT_FLOAT16) ? SI_DT_FLOAT
                                                                                     : SI_DT_INT64;
         y->shape = x->shape;
-        alloc_out(y);
+        ALLOC_OR_FAIL(y);
         for (int64_t i = 0; i < si_value_numel(x); i++) {
             double v = si_value_f64(x, i);
             if (to == SI_DT_BOOL) v = v != 0;
@@ -400,14 +416,14 @@ si_status si_host_eval(si_graph *g, si_gnode *n) {
         if (a < 0 || a >= nd || nd - 1 + x1->shape.ndim > SI_MAX_DIMS)
             return si_node_error(g, n, SI_ERR_FORMAT, "invalid axis");
         int64_t outer = 1, inner = 1, len = x->shape.dims[a], ni = si_value_numel(x1);
-        for (int d = 0; d < a; d++) outer *= x->shape.dims[d];
+        for (int d = 0; d < a; d++) outer = si_mul_sat(outer, x->shape.dims[d]);
         for (int d = a + 1; d < nd; d++) inner *= x->shape.dims[d];
         y->dtype = x->dtype;
         y->shape.ndim = 0;
         for (int d = 0; d < a; d++) y->shape.dims[y->shape.ndim++] = x->shape.dims[d];
         for (int d = 0; d < x1->shape.ndim; d++) y->shape.dims[y->shape.ndim++] = x1->shape.dims[d];
         for (int d = a + 1; d < nd; d++) y->shape.dims[y->shape.ndim++] = x->shape.dims[d];
-        alloc_out(y);
+        ALLOC_OR_FAIL(y);
         for (int64_t o = 0; o < outer; o++)
             for (int64_t j = 0; j < ni; j++) {
                 int64_t k = si_value_i64(x1, j);
@@ -460,7 +476,7 @@ si_status si_host_eval(si_graph *g, si_gnode *n) {
                 if (naxes >= 0 ? !drop[d] : x->shape.dims[d] != 1)
                     y->shape.dims[y->shape.ndim++] = x->shape.dims[d];
         }
-        alloc_out(y);
+        ALLOC_OR_FAIL(y);
         for (int64_t i = 0; i < si_value_numel(x); i++) copy_elem(y, i, x, i);
         return SI_OK;
     }
@@ -473,7 +489,7 @@ si_status si_host_eval(si_graph *g, si_gnode *n) {
             if (a < 0 || a > x->shape.ndim)
                 return si_node_error(g, n, SI_ERR_FORMAT, "invalid axis");
             int64_t outer = 1;
-            for (int d = 0; d < a; d++) outer *= x->shape.dims[d];
+            for (int d = 0; d < a; d++) outer = si_mul_sat(outer, x->shape.dims[d]);
             y->shape = (si_shape){2, {outer, outer ? total / outer : 0}};
         } else {
             if (!x1 || si_value_numel(x1) > SI_MAX_DIMS)
@@ -490,7 +506,7 @@ si_status si_host_eval(si_graph *g, si_gnode *n) {
                 }
                 if (v < 0) return si_node_error(g, n, SI_ERR_FORMAT, "invalid target shape");
                 y->shape.dims[d] = v;
-                known *= v;
+                known = si_mul_sat(known, v);
             }
             if (inf >= 0) {
                 if (!known || total % known)
@@ -500,7 +516,7 @@ si_status si_host_eval(si_graph *g, si_gnode *n) {
                 return si_node_error(g, n, SI_ERR_FORMAT, "element counts differ");
             }
         }
-        alloc_out(y);
+        ALLOC_OR_FAIL(y);
         for (int64_t i = 0; i < total; i++) copy_elem(y, i, x, i);
         return SI_OK;
     }
@@ -516,9 +532,9 @@ si_status si_host_eval(si_graph *g, si_gnode *n) {
             y->shape.dims[a] += v->shape.dims[a];
             if (v->dtype == SI_DT_FLOAT) y->dtype = SI_DT_FLOAT;
         }
-        alloc_out(y);
+        ALLOC_OR_FAIL(y);
         int64_t outer = 1, inner = 1;
-        for (int d = 0; d < a; d++) outer *= x->shape.dims[d];
+        for (int d = 0; d < a; d++) outer = si_mul_sat(outer, x->shape.dims[d]);
         for (int d = a + 1; d < nd; d++) inner *= x->shape.dims[d];
         int64_t j = 0;
         for (int64_t o = 0; o < outer; o++)
@@ -535,9 +551,7 @@ si_status si_host_eval(si_graph *g, si_gnode *n) {
         y->dtype = (int)n->host_i[0];
         y->shape.ndim = nd;
         for (int d = 0; d < nd; d++) y->shape.dims[d] = si_value_i64(x, d);
-        if (si_shape_numel(&y->shape) > (1 << 24))
-            return si_node_error(g, n, SI_ERR_UNSUPPORTED, "constant too large for the host");
-        alloc_out(y);
+        ALLOC_OR_FAIL(y);
         for (int64_t i = 0; i < si_shape_numel(&y->shape); i++)
             put(y, i, y->dtype == SI_DT_INT64 ? (double)n->host_i[1] : (double)n->host_f);
         return SI_OK;
@@ -550,7 +564,7 @@ si_status si_host_eval(si_graph *g, si_gnode *n) {
         if (!bcast_shape(&x->shape, &t, &y->shape))
             return si_node_error(g, n, SI_ERR_FORMAT, "cannot expand");
         y->dtype = x->dtype;
-        alloc_out(y);
+        ALLOC_OR_FAIL(y);
         for (int64_t i = 0; i < si_shape_numel(&y->shape); i++)
             copy_elem(y, i, x, bcast_offset(&x->shape, &y->shape, i));
         return SI_OK;
@@ -565,7 +579,7 @@ si_status si_host_eval(si_graph *g, si_gnode *n) {
         if (cnt > (1 << 24)) return si_node_error(g, n, SI_ERR_UNSUPPORTED, "range too long");
         y->dtype = s->dtype;
         y->shape = (si_shape){1, {cnt}};
-        alloc_out(y);
+        ALLOC_OR_FAIL(y);
         for (int64_t i = 0; i < cnt; i++) put(y, i, a + (double)i * d);
         return SI_OK;
     }
@@ -577,7 +591,7 @@ si_status si_host_eval(si_graph *g, si_gnode *n) {
     case H_SQRT:
         y->dtype = op == H_NOT ? SI_DT_INT64 : x->dtype;
         y->shape = x->shape;
-        alloc_out(y);
+        ALLOC_OR_FAIL(y);
         for (int64_t i = 0; i < si_value_numel(x); i++) {
             double v = si_value_f64(x, i);
             if (op == H_NEG && x->dtype == SI_DT_INT64) {
@@ -605,7 +619,7 @@ si_status si_host_eval(si_graph *g, si_gnode *n) {
         }
         y->shape.ndim = nd;
         y->dtype = x->dtype;
-        alloc_out(y);
+        ALLOC_OR_FAIL(y);
         int64_t total = si_value_numel(x), xs[SI_MAX_DIMS];
         for (int d = nd - 1, s = 1; d >= 0; d--) xs[d] = s, s *= (int)x->shape.dims[d];
         for (int64_t i = 0; i < total; i++) {
@@ -624,7 +638,7 @@ si_status si_host_eval(si_graph *g, si_gnode *n) {
         if (!bcast_shape(&x->shape, &x1->shape, &t) || !bcast_shape(&t, &x2->shape, &y->shape))
             return si_node_error(g, n, SI_ERR_FORMAT, "shapes cannot be broadcast");
         y->dtype = x1->dtype == SI_DT_FLOAT || x2->dtype == SI_DT_FLOAT ? SI_DT_FLOAT : SI_DT_INT64;
-        alloc_out(y);
+        ALLOC_OR_FAIL(y);
         for (int64_t i = 0; i < si_shape_numel(&y->shape); i++) {
             bool c = si_value_f64(x, bcast_offset(&x->shape, &y->shape, i)) != 0;
             const si_value *src = c ? x1 : x2;
@@ -639,7 +653,7 @@ si_status si_host_eval(si_graph *g, si_gnode *n) {
         bool cmp = op == H_EQUAL || op == H_LESS || op == H_GREATER;
         bool ints = x->dtype == SI_DT_INT64 && x1->dtype == SI_DT_INT64;
         y->dtype = cmp || ints ? SI_DT_INT64 : SI_DT_FLOAT;
-        alloc_out(y);
+        ALLOC_OR_FAIL(y);
         for (int64_t i = 0; i < si_shape_numel(&y->shape); i++) {
             int64_t ia = bcast_offset(&x->shape, &y->shape, i),
                     ib = bcast_offset(&x1->shape, &y->shape, i);

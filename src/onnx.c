@@ -255,6 +255,7 @@ static si_status parse_tensor(rd r, si_tensor *t, const char *basedir) {
         case 7: ok = rd_repeated_i64(&r, wt, &i64data, &ni64); break;
         case 8:
             free(t->name);
+            t->name = NULL;
             ok = wt == WT_LEN && (t->name = rd_string(&r)) != NULL;
             break;
         case 9:
@@ -275,6 +276,7 @@ static si_status parse_tensor(rd r, si_tensor *t, const char *basedir) {
                 else if ((f2 == 1 || f2 == 2) && wt2 == WT_LEN) {
                     char **dst = f2 == 1 ? &key : &val;
                     free(*dst);
+                    *dst = NULL;
                     ok = (*dst = rd_string(&sub)) != NULL;
                 } else
                     ok = rd_skip(&sub, wt2);
@@ -422,6 +424,7 @@ static si_status parse_attr(rd r, si_attr *a) {
         switch (f) {
         case 1:
             free(a->name);
+            a->name = NULL;
             ok = wt == WT_LEN && (a->name = rd_string(&r)) != NULL;
             break;
         case 2: ok = wt == WT_I32 && rd_fixed(&r, &a->f, 4); break;
@@ -431,6 +434,7 @@ static si_status parse_attr(rd r, si_attr *a) {
             break;
         case 4:
             free(a->s);
+            a->s = NULL;
             ok = wt == WT_LEN && (a->s = rd_string(&r)) != NULL;
             break;
         case 5:
@@ -493,14 +497,17 @@ static si_status parse_node(rd r, si_node_proto *n, int index) {
             break;
         case 3:
             free(n->name);
+            n->name = NULL;
             if (wt != WT_LEN || !(n->name = rd_string(&r))) goto bad;
             break;
         case 4:
             free(n->op_type);
+            n->op_type = NULL;
             if (wt != WT_LEN || !(n->op_type = rd_string(&r))) goto bad;
             break;
         case 7:
             free(n->domain);
+            n->domain = NULL;
             if (wt != WT_LEN || !(n->domain = rd_string(&r))) goto bad;
             break;
         case 5:
@@ -556,6 +563,7 @@ static si_status parse_value_info(rd r, si_value_info *v) {
         if (!rd_key(&r, &f, &wt)) goto bad;
         if (f == 1 && wt == WT_LEN) {
             free(v->name);
+            v->name = NULL;
             if (!(v->name = rd_string(&r))) goto bad;
         } else if (f == 2 && wt == WT_LEN) {
             if (!rd_len(&r, &type)) goto bad;
@@ -601,6 +609,7 @@ static si_status parse_value_info(rd r, si_value_info *v) {
                             v->dims[d] = (int64_t)x;
                         } else if (f == 2 && wt == WT_LEN) {
                             free(v->dim_params[d]);
+                            v->dim_params[d] = NULL;
                             if (!(v->dim_params[d] = rd_string(&dim))) goto bad;
                         } else if (!rd_skip(&dim, wt))
                             goto bad;
@@ -700,6 +709,7 @@ si_status si_model_proto_parse(const uint8_t *buf, size_t len, const char *name,
             m->ir_version = (int64_t)v;
         } else if (f == 2 && wt == WT_LEN) {
             free(m->producer);
+            m->producer = NULL;
             if (!(m->producer = rd_string(&r))) goto bad;
         } else if (f == 7 && wt == WT_LEN) {
             if (!rd_len(&r, &graph)) goto bad;
@@ -715,6 +725,7 @@ si_status si_model_proto_parse(const uint8_t *buf, size_t len, const char *name,
                 }
                 if (f == 1 && wt == WT_LEN) {
                     free(domain);
+                    domain = NULL;
                     if (!(domain = rd_string(&sub))) goto bad;
                 } else if (f == 2 && wt == WT_VARINT) {
                     if (!rd_varint(&sub, &v)) {
@@ -737,6 +748,7 @@ si_status si_model_proto_parse(const uint8_t *buf, size_t len, const char *name,
                 char **dst = f == 1 ? &p.key : f == 2 ? &p.value : NULL;
                 if (dst && wt == WT_LEN) {
                     free(*dst);
+                    *dst = NULL;
                     if (!(*dst = rd_string(&sub))) goto bad_meta;
                 } else if (!rd_skip(&sub, wt))
                     goto bad_meta;

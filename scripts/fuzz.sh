@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Builds a libFuzzer target with clang (address + undefined sanitizers) and runs it.
+#   scripts/fuzz.sh model [SECONDS]   the ONNX reader, graph builder and shape inference
+# The seed corpus is every model.onnx the tests generate (run the tests once first); findings
+# land in build-fuzz/crash-*. Needs clang and libclang-rt (apt-get install clang libclang-rt-14-dev).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+target=${1:-model}
+secs=${2:-600}
+out=$root/build-fuzz
+mkdir -p "$out/corpus-$target"
+case "$target" in
+  model)
+    srcs=(src/common.c src/onnx.c src/graph.c src/graph_ops.c src/host_eval.c src/memplan.c
+          tests/fuzz/fuzz_model.c)
+    find "$root/build/testdata" -name model.onnx -size -2M 2>/dev/null | head -400 |
+      while read -r f; do cp "$f" "$out/corpus-$target/$(echo "$f" | md5sum | cut -c1-16).onnx"; done
+    ;;
+  *) echo "fuzz.sh: unknown target '$target' (targets: model)" >&2; exit 2 ;;
+esac
+(cd "$root" && clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
+  -fno-sanitize-recover=undefined -I. -I/usr/include/x86_64-linux-gnu/openblas-openmp \
+  "${srcs[@]}" -lcrypto -lm -o "$out/fuzz_$target")
+cd "$out"
+# -rss_limit_mb: a case that makes us allocate past 2 GB is a finding, not a host problem
+exec ./"fuzz_$target" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -max_len=262144 \
+  "corpus-$target"
