@@ -13,7 +13,7 @@ enum { VIEW_IDENTITY = 0, VIEW_FLATTEN, VIEW_RESHAPE, VIEW_SQUEEZE, VIEW_UNSQUEE
 /* Reads a 2-element spatial list attribute (kernel_shape, strides, dilations). */
 static bool attr_pair(si_builder *b, const si_node_proto *n, const char *name, int *y, int *x,
                       int def) {
-    const si_attr *a = si_node_attr(n, name);
+    const si_attr *a = si_node_attr_ints(n, name);
     *y = *x = def;
     if (!a) return true;
     if (a->n != 2) {
@@ -41,7 +41,7 @@ static bool parse_window(si_builder *b, const si_node_proto *n, si_gnode *gn, bo
         si_b_unsupported(b, n, "kernel_shape is required");
         return false;
     }
-    const si_attr *pads = si_node_attr(n, "pads");
+    const si_attr *pads = si_node_attr_ints(n, "pads");
     if (pads) {
         if (pads->n != 4) {
             si_b_unsupported(b, n, "pads has %d values; only 2-D is supported", pads->n);
@@ -102,7 +102,7 @@ static bool add_param(si_builder *b, const si_node_proto *n, si_gnode *gn, int i
 }
 
 static bool store_attr_ints(si_builder *b, const si_node_proto *n, si_gnode *gn, const char *name) {
-    const si_attr *a = si_node_attr(n, name);
+    const si_attr *a = si_node_attr_ints(n, name);
     if (!a) return true;
     if (a->n > 2 * SI_MAX_DIMS) {
         si_b_unsupported(b, n, "attribute %s has %d values", name, a->n);
@@ -325,7 +325,7 @@ bool si_convert_device_op(si_builder *b, const si_node_proto *n, si_gnode *gn) {
             gn->view_kind = op[0] == 'S' ? VIEW_SQUEEZE : VIEW_UNSQUEEZE;
             if (opset < 13) {
                 if (!store_attr_ints(b, n, gn, "axes")) return false;
-                gn->split_from_attr = si_node_attr(n, "axes") != NULL;
+                gn->split_from_attr = si_node_attr_ints(n, "axes") != NULL;
             } else if (!add_param(b, n, gn, 1, &PSLOT(gn, 0))) {
                 return false;
             }
@@ -357,8 +357,8 @@ bool si_convert_device_op(si_builder *b, const si_node_proto *n, si_gnode *gn) {
         si_node_add_input(gn, x);
         if (opset < 10) {
             /* starts, ends, axes as attributes: kept as [starts | ends | axes] */
-            const si_attr *s = si_node_attr(n, "starts"), *e = si_node_attr(n, "ends"),
-                          *a = si_node_attr(n, "axes");
+            const si_attr *s = si_node_attr_ints(n, "starts"), *e = si_node_attr_ints(n, "ends"),
+                          *a = si_node_attr_ints(n, "axes");
             if (!s || !e || s->n != e->n || s->n > SI_MAX_DIMS || (a && a->n != s->n)) {
                 si_b_unsupported(b, n, "starts/ends/axes attributes are missing or inconsistent");
                 return false;
@@ -379,7 +379,7 @@ bool si_convert_device_op(si_builder *b, const si_node_proto *n, si_gnode *gn) {
     } else if (!strcmp(op, "Transpose")) {
         gn->op = SI_OP_TRANSPOSE;
         si_node_add_input(gn, x);
-        const si_attr *p = si_node_attr(n, "perm");
+        const si_attr *p = si_node_attr_ints(n, "perm");
         gn->n_attr_ints = -1; /* no perm: reverse the dims */
         if (p) {
             if (p->n > SI_MAX_DIMS) {
@@ -443,7 +443,7 @@ bool si_convert_device_op(si_builder *b, const si_node_proto *n, si_gnode *gn) {
             si_b_unsupported(b, n, "nearest_mode '%s' is not supported", nmode);
             return false;
         }
-        if (si_attr_int(n, "antialias", 0) || si_node_attr(n, "axes") ||
+        if (si_attr_int(n, "antialias", 0) || si_node_attr_ints(n, "axes") ||
             (si_node_attr(n, "keep_aspect_ratio_policy") &&
              strcmp(si_node_attr(n, "keep_aspect_ratio_policy")->s, "stretch"))) {
             si_b_unsupported(b, n,
@@ -513,7 +513,7 @@ bool si_convert_device_op(si_builder *b, const si_node_proto *n, si_gnode *gn) {
         bool axes_input = gn->reduce_op == SI_REDUCE_SUM ? opset >= 13 : opset >= 18;
         if (!axes_input) {
             if (!store_attr_ints(b, n, gn, "axes")) return false;
-            gn->split_from_attr = si_node_attr(n, "axes") != NULL;
+            gn->split_from_attr = si_node_attr_ints(n, "axes") != NULL;
         } else if (!add_param(b, n, gn, 1, &PSLOT(gn, 0))) {
             return false;
         }

@@ -99,7 +99,8 @@ static bool constant_value(si_builder *b, const si_node_proto *n, si_gnode *gn) 
         *t = (si_tensor){.dtype = SI_DT_INT64, .ndim = 0, .numel = 1};
         t->data = si_xmalloc(8);
         memcpy(t->data, &a->i, 8);
-    } else if ((a = si_node_attr(n, "value_floats")) || (a = si_node_attr(n, "value_ints"))) {
+    } else if (((a = si_node_attr(n, "value_floats")) && a->type == SI_ATTR_FLOATS) ||
+               (a = si_node_attr_ints(n, "value_ints"))) {
         bool f = a->type == SI_ATTR_FLOATS;
         *t = (si_tensor){.dtype = f ? SI_DT_FLOAT : SI_DT_INT64, .ndim = 1, .numel = a->n};
         t->dims[0] = a->n;
@@ -164,7 +165,7 @@ bool si_convert_host_op(si_builder *b, const si_node_proto *n, si_gnode *gn) {
     case H_SLICE:
     case H_TRANSPOSE: {
         const char *name = op == H_TRANSPOSE ? "perm" : "axes";
-        const si_attr *a = si_node_attr(n, name);
+        const si_attr *a = si_node_attr_ints(n, name);
         gn->n_attr_ints = -1;
         if (a) {
             if (a->n > 2 * SI_MAX_DIMS) {
@@ -175,7 +176,7 @@ bool si_convert_host_op(si_builder *b, const si_node_proto *n, si_gnode *gn) {
             memcpy(gn->attr_ints, a->ints, sizeof(int64_t) * (size_t)a->n);
         }
         if (op == H_SLICE && b->m->opset < 10) {
-            const si_attr *s = si_node_attr(n, "starts"), *e = si_node_attr(n, "ends");
+            const si_attr *s = si_node_attr_ints(n, "starts"), *e = si_node_attr_ints(n, "ends");
             if (!s || !e || s->n != e->n || s->n > SI_MAX_DIMS) {
                 si_b_unsupported(b, n, "starts/ends attributes are missing or inconsistent");
                 return false;

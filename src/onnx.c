@@ -465,8 +465,21 @@ static si_status parse_attr(rd r, si_attr *a) {
                   : a->t ? SI_ATTR_TENSOR
                   : a->s ? SI_ATTR_STRING
                          : SI_ATTR_INT;
-    a->floats = (float *)(void *)floats;
-    a->n = a->type == SI_ATTR_FLOATS ? (int)nf : (int)ni;
+    /* only the list of the declared type is kept, never NULL, so n always counts it */
+    if (a->type == SI_ATTR_FLOATS) {
+        a->floats = floats ? (float *)(void *)floats : si_xcalloc(1, sizeof(float));
+        a->n = (int)nf;
+        free(a->ints);
+        a->ints = NULL;
+    } else {
+        free(floats);
+        a->n = a->type == SI_ATTR_INTS ? (int)ni : 0;
+        if (a->type == SI_ATTR_INTS && !a->ints) a->ints = si_xcalloc(1, sizeof(int64_t));
+        if (a->type != SI_ATTR_INTS) {
+            free(a->ints);
+            a->ints = NULL;
+        }
+    }
     return SI_OK;
 bad:
     free(floats);
@@ -867,6 +880,11 @@ const si_attr *si_node_attr(const si_node_proto *n, const char *name) {
     for (int i = 0; i < n->n_attrs; i++)
         if (!strcmp(n->attrs[i].name, name)) return &n->attrs[i];
     return NULL;
+}
+
+const si_attr *si_node_attr_ints(const si_node_proto *n, const char *name) {
+    const si_attr *a = si_node_attr(n, name);
+    return a && a->type == SI_ATTR_INTS ? a : NULL;
 }
 
 const char *si_model_meta(const si_model_proto *m, const char *key) {

@@ -115,6 +115,8 @@ void si_tensor_free_data(si_tensor *t); /* frees the members, not t itself; acce
 
 /* Lookups; return NULL when absent. Borrowed. */
 const si_attr *si_node_attr(const si_node_proto *n, const char *name);
+/* The attribute only if it is a list of ints (a->ints has a->n values, never NULL). */
+const si_attr *si_node_attr_ints(const si_node_proto *n, const char *name);
 const char *si_model_meta(const si_model_proto *m, const char *key);
 
 #endif
