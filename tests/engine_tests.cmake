@@ -39,3 +39,22 @@ add_test(NAME external_data
           --runner $<TARGET_FILE:run_onnx_cases> --shardinfer $<TARGET_FILE:shardinfer>
           --cases ${SI_CASES} --work ${SI_TEST_DATA}/external)
 set_tests_properties(external_data PROPERTIES FIXTURES_REQUIRED ref_cases LABELS "unit")
+
+# Real PyTorch exports (torchvision's resnet50, mobilenet_v2/v3, efficientnet_b0, shufflenet,
+# squeezenet, densenet121, regnet_y_400mf and ultralytics' YOLOv8n; random weights with realistic
+# BatchNorm statistics; opset 17, legacy exporter, dynamic batch) made at test time by
+# .venv-torch (scripts/setup_torch.sh): CPU outputs vs onnxruntime, max|diff|/max|ref| <= 1e-4.
+find_program(SI_TORCH_PYTHON python3 PATHS ${PROJECT_SOURCE_DIR}/.venv-torch/bin NO_DEFAULT_PATH)
+if(SI_TORCH_PYTHON)
+  add_test(NAME export_torch_models
+    COMMAND ${SI_TORCH_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/export_models.py
+            --output-dir ${SI_TEST_DATA}/models)
+  set_tests_properties(export_torch_models PROPERTIES FIXTURES_SETUP torch_models
+    LABELS "slow" TIMEOUT 900)
+  add_test(NAME torch_models_vs_onnxruntime
+    COMMAND run_onnx_cases --max-rel 1e-4 ${SI_TEST_DATA}/models)
+  set_tests_properties(torch_models_vs_onnxruntime PROPERTIES FIXTURES_REQUIRED torch_models
+    LABELS "slow")
+else()
+  message(STATUS "No .venv-torch: the real-export tests are left out (scripts/setup_torch.sh)")
+endif()
