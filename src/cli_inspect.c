@@ -175,13 +175,18 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int si_cli_bench(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},   {"batch", required_argument, 0, 'b'},
-        {"threads", required_argument, 0, 't'}, {"iters", required_argument, 0, 'n'},
-        {"warmup", required_argument, 0, 'w'},  {"backend", required_argument, 0, 'B'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"batch", required_argument, 0, 'b'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"iters", required_argument, 0, 'n'},
+                                         {"warmup", required_argument, 0, 'w'},
+                                         {"backend", required_argument, 0, 'B'},
+                                         {"profile", no_argument, 0, 'p'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     const char *model = NULL, *backend = "cpu";
     int batch = 32, threads = 0, iters = 10, warmup = 2, c;
+    bool profile = false;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":m:b:t:n:w:h", opts, NULL)) != -1) {
@@ -191,10 +196,12 @@ int si_cli_bench(int argc, char **argv) {
         switch (c) {
         case 'm': model = optarg; continue;
         case 'B': backend = optarg; continue;
+        case 'p': profile = true; continue;
         case 'h':
             printf("usage: shardinfer bench --model M.onnx [--batch 32] [--threads N] "
-                   "[--iters 10] [--warmup 2] [--backend cpu]\n"
-                   "  times the engine alone on seeded random input and prints the median\n");
+                   "[--iters 10] [--warmup 2] [--backend cpu] [--profile]\n"
+                   "  times the engine alone on seeded random input and prints the median;\n"
+                   "  --profile adds the time per op type\n");
             return SI_EXIT_OK;
         case 'b':
             if (num_ok && v >= 1) {
@@ -254,6 +261,7 @@ int si_cli_bench(int argc, char **argv) {
         }
     }
     double *ms = si_xmalloc(sizeof(double) * (size_t)iters);
+    if (profile) e->node_seconds = si_xcalloc((size_t)e->g->n_nodes + 1, sizeof(double));
     double first = 0;
     for (int i = 0; i < warmup + iters && st == SI_OK; i++) {
         double t = si_now();
@@ -261,6 +269,8 @@ int si_cli_bench(int argc, char **argv) {
         double dt = (si_now() - t) * 1e3;
         if (i == 0) first = (si_now() - t0) * 1e3;
         if (i >= warmup) ms[i - warmup] = dt;
+        if (i + 1 == warmup && e->node_seconds) /* profile the timed runs only */
+            memset(e->node_seconds, 0, sizeof(double) * (size_t)e->g->n_nodes);
     }
     if (st != SI_OK) {
         si_log_error("%s", si_error_msg());
@@ -274,6 +284,43 @@ int si_cli_bench(int argc, char **argv) {
            "max_ms=%.3f images_per_s=%.1f first_result_ms=%.1f arena_mb=%.1f\n",
            model, batch, threads, backend, med, ms[0], ms[iters - 1], batch * 1e3 / med, first,
            (double)e->activation_bytes / 1e6);
+    if (e->node_seconds) { /* time per (fused) op type and conv kind, largest first */
+        const si_graph *pg = e->g;
+        int nn = pg->n_nodes;
+        char(*label)[160] = si_xmalloc(sizeof(*label) * (size_t)(nn + 1));
+        for (int j = 0; j < nn; j++) {
+            const si_gnode *n = &pg->nodes[j];
+            const char *kind = "";
+            if (n->op == SI_OP_CONV)
+                kind = n->conv.c / n->conv.group == 1 && n->conv.m == n->conv.group ? " [depthwise]"
+                       : n->conv.kh == 1 && n->conv.kw == 1                         ? " [1x1]"
+                                                                                    : " [kxk]";
+            snprintf(label[j], sizeof label[j], "%s%s", n->op_type, kind);
+        }
+        double total = 0;
+        for (int j = 0; j < nn; j++) total += e->node_seconds[j];
+        bool *done = si_xcalloc((size_t)nn + 1, 1);
+        printf("profile: %% of engine time per op type (%d timed runs)\n", iters);
+        for (;;) {
+            int best = -1;
+            double best_t = -1;
+            for (int j = 0; j < nn; j++) {
+                if (done[j]) continue;
+                double t = 0;
+                for (int k = j; k < nn; k++)
+                    if (!done[k] && !strcmp(label[k], label[j])) t += e->node_seconds[k];
+                if (t > best_t) best_t = t, best = j;
+            }
+            if (best < 0) break;
+            int cnt = 0;
+            for (int k = best; k < nn; k++)
+                if (!done[k] && !strcmp(label[k], label[best])) done[k] = 1, cnt++;
+            printf("  %5.1f%%  %8.2f ms/run  x%-3d %s\n", total > 0 ? 100 * best_t / total : 0,
+                   best_t * 1e3 / iters, cnt, label[best]);
+        }
+        free(done);
+        free(label);
+    }
     free(ms);
     si_engine_free(e);
     return SI_EXIT_OK;

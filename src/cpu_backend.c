@@ -219,8 +219,12 @@ static si_status cpu_run(si_engine *e, int batch) {
     si_graph *g = e->g;
     cpu_state *s = e->state;
     (void)batch; /* shapes are inferred for it already */
-    for (int j = 0; j < g->n_nodes; j++)
-        if (g->nodes[j].op != SI_OP_HOST) run_node(e, &g->nodes[j], s);
+    for (int j = 0; j < g->n_nodes; j++) {
+        if (g->nodes[j].op == SI_OP_HOST) continue;
+        double t = e->node_seconds ? si_now() : 0;
+        run_node(e, &g->nodes[j], s);
+        if (e->node_seconds) e->node_seconds[j] += si_now() - t;
+    }
     for (int i = 0; i < g->n_outputs; i++) e->host_out[i] = ptr(e, g->outputs[i]);
     return SI_OK;
 }

@@ -99,40 +99,50 @@ static void bias_act(float *y, int64_t hw, float b, si_act act) {
             y[i] = v > 0.f ? v : 0.f;
         }
         break;
+    case SI_ACT_CLIP: /* ReLU6 and friends: as common as Relu in mobile nets */
+        for (int64_t i = 0; i < hw; i++) {
+            float v = y[i] + b;
+            v = v < act.lo ? act.lo : v;
+            y[i] = v > act.hi ? act.hi : v;
+        }
+        break;
     default:
         for (int64_t i = 0; i < hw; i++) y[i] = act_apply(y[i] + b, act);
     }
 }
 
-/* Depthwise (one input channel per group, one output per group): direct loops, the interior
- * without bounds checks. */
-static void depthwise_plane(const si_conv_shape *s, const float *x, const float *w, float b,
-                            si_act act, float *y) {
+/* Depthwise (one input channel per group, one output per group). Row accumulation: for each
+ * output row and each kernel tap, one multiply-add over the span of output columns whose input
+ * column is inside the image. With stride 1 that span is contiguous in both rows, so the inner
+ * loop vectorises; no per-pixel bounds checks. The bias and activation finish each row. */
+/* An AVX2+FMA (haswell) clone picked at run time: the binary stays portable across x86-64 machines
+ */
+__attribute__((target_clones("arch=haswell", "default"))) static void
+depthwise_plane(const si_conv_shape *s, const float *x, const float *w, float b, si_act act,
+                float *y) {
     for (int oy = 0; oy < s->oh; oy++) {
-        for (int ox = 0; ox < s->ow; ox++) {
-            int iy0 = oy * s->sh - s->pt, ix0 = ox * s->sw - s->pl;
-            float acc = 0.f;
-            bool inside = iy0 >= 0 && ix0 >= 0 && iy0 + (s->kh - 1) * s->dh < s->h &&
-                          ix0 + (s->kw - 1) * s->dw < s->w;
-            if (inside) {
-                for (int ky = 0; ky < s->kh; ky++) {
-                    const float *row = x + (size_t)(iy0 + ky * s->dh) * s->w + ix0;
-                    const float *wk = w + ky * s->kw;
-                    for (int kx = 0; kx < s->kw; kx++) acc += row[kx * s->dw] * wk[kx];
-                }
-            } else {
-                for (int ky = 0; ky < s->kh; ky++) {
-                    int iy = iy0 + ky * s->dh;
-                    if (iy < 0 || iy >= s->h) continue;
-                    for (int kx = 0; kx < s->kw; kx++) {
-                        int ix = ix0 + kx * s->dw;
-                        if (ix < 0 || ix >= s->w) continue;
-                        acc += x[(size_t)iy * s->w + ix] * w[ky * s->kw + kx];
-                    }
+        float *yr = y + (size_t)oy * s->ow;
+        for (int ox = 0; ox < s->ow; ox++) yr[ox] = 0.f;
+        for (int ky = 0; ky < s->kh; ky++) {
+            int iy = oy * s->sh - s->pt + ky * s->dh;
+            if (iy < 0 || iy >= s->h) continue;
+            const float *xr = x + (size_t)iy * s->w;
+            for (int kx = 0; kx < s->kw; kx++) {
+                float wv = w[ky * s->kw + kx];
+                int off = kx * s->dw - s->pl; /* ix = ox * sw + off */
+                /* ox in [lo, hi): 0 <= ox * sw + off < w */
+                int lo = off >= 0 ? 0 : (-off + s->sw - 1) / s->sw;
+                int hi = s->w - off <= 0 ? 0 : (s->w - off + s->sw - 1) / s->sw;
+                if (hi > s->ow) hi = s->ow;
+                if (s->sw == 1) {
+                    const float *xs = xr + off;
+                    for (int ox = lo; ox < hi; ox++) yr[ox] += wv * xs[ox];
+                } else {
+                    for (int ox = lo; ox < hi; ox++) yr[ox] += wv * xr[ox * s->sw + off];
                 }
             }
-            y[(size_t)oy * s->ow + ox] = act_apply(acc + b, act);
         }
+        bias_act(yr, s->ow, b, act);
     }
 }
 
@@ -153,21 +163,49 @@ void si_cpu_conv2d(const si_conv_shape *s, const float *x, const float *w, const
         return;
     }
     int64_t tasks = (int64_t)s->n * g;
-    /* enough independent (image, group) tasks: one per thread, single-threaded BLAS inside */
-    bool outer = tasks >= omp_get_max_threads();
-#pragma omp parallel for schedule(dynamic, 1) if (outer)
+    if (tasks >= omp_get_max_threads()) {
+        /* enough independent (image, group) tasks: one per thread, single-threaded BLAS inside */
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int64_t t = 0; t < tasks; t++) {
+            int64_t ni = t / g, gi = t % g;
+            const float *xg = x + (ni * s->c + gi * cg) * ihw;
+            float *yg = y + (ni * s->m + gi * mg) * ohw;
+            const float *col = xg;
+            if (scr) {
+                float *mine = scratch + (size_t)omp_get_thread_num() * scr;
+                im2col(s, xg, mine);
+                col = mine;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mg, (int)ohw, kdim, 1.f,
+                        w + (size_t)gi * mg * kdim, kdim, col, (int)ohw, 0.f, yg, (int)ohw);
+            for (int mi = 0; mi < mg; mi++)
+                bias_act(yg + mi * ohw, ohw, bias ? bias[gi * mg + mi] : 0.f, act);
+        }
+        return;
+    }
+    /* Few tasks (batch 1): BLAS threads each GEMM itself. It must be called from sequential
+     * code: inside even an inactive parallel region, OpenBLAS opens a nested team while the
+     * top-level pool spins, and two threads ran slower than one. im2col and the epilogue get
+     * their own top-level parallel loops. */
     for (int64_t t = 0; t < tasks; t++) {
         int64_t ni = t / g, gi = t % g;
         const float *xg = x + (ni * s->c + gi * cg) * ihw;
         float *yg = y + (ni * s->m + gi * mg) * ohw;
         const float *col = xg;
         if (scr) {
-            float *mine = scratch + (size_t)omp_get_thread_num() * scr;
-            im2col(s, xg, mine);
-            col = mine;
+            int kk = s->kh * s->kw;
+#pragma omp parallel for schedule(static)
+            for (int ci = 0; ci < cg; ci++) { /* one input channel's kh*kw rows each */
+                si_conv_shape one = *s;
+                one.c = 1;
+                one.group = 1;
+                im2col(&one, xg + (size_t)ci * ihw, scratch + (size_t)ci * kk * ohw);
+            }
+            col = scratch;
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mg, (int)ohw, kdim, 1.f,
                     w + (size_t)gi * mg * kdim, kdim, col, (int)ohw, 0.f, yg, (int)ohw);
+#pragma omp parallel for schedule(static)
         for (int mi = 0; mi < mg; mi++)
             bias_act(yg + mi * ohw, ohw, bias ? bias[gi * mg + mi] : 0.f, act);
     }

@@ -40,6 +40,7 @@ void si_engine_free(si_engine *e) {
     if (e->be && e->be->release) e->be->release(e);
     free(e->host_in);
     free(e->host_out);
+    free(e->node_seconds);
     si_graph_free(e->g);
     free(e);
 }

@@ -26,6 +26,7 @@ struct si_engine {
     const float **host_out;  /* [n_outputs] valid after run */
     size_t activation_bytes; /* planned activation memory for max_batch (arena + scratch) */
     size_t naive_bytes;      /* what one buffer per value would cost instead */
+    double *node_seconds;    /* if set (n_nodes entries), backends add each node's time */
 };
 
 /* Creates an engine over g (ownership of g passes to the engine) on the named backend ("cpu").
