@@ -27,6 +27,13 @@ int64_t si_mul_sat(int64_t a, int64_t b) {
     return r;
 }
 
+int64_t si_f2i_sat(double v) {
+    if (v != v) return 0; /* NaN */
+    if (v >= 9.2e18) return INT64_MAX;
+    if (v <= -9.2e18) return INT64_MIN;
+    return (int64_t)v;
+}
+
 int64_t si_shape_numel(const si_shape *s) {
     int64_t n = 1;
     for (int i = 0; i < s->ndim; i++) n = si_mul_sat(n, s->dims[i]);
@@ -140,9 +147,10 @@ static si_status const_from_tensor(si_builder *b, const si_tensor *t, const char
         for (int64_t i = 0; i < n; i++) {
             if (t->dtype == SI_DT_FLOAT)
                 d[i] = ((const float *)t->data)[i];
-            else if (t->dtype == SI_DT_DOUBLE)
-                d[i] = (float)((const double *)t->data)[i];
-            else {
+            else if (t->dtype == SI_DT_DOUBLE) { /* saturate: out-of-range casts are undefined */
+                double dv = ((const double *)t->data)[i];
+                d[i] = dv > FLT_MAX ? INFINITY : dv < -FLT_MAX ? -INFINITY : (float)dv;
+            } else {
                 uint16_t h = ((const uint16_t *)t->data)[i];
                 int e = (h >> 10) & 31, f = h & 1023;
                 float val = e == 0    ? ldexpf((float)f, -24)

@@ -49,6 +49,8 @@ typedef struct {
 /* Element count; saturates instead of overflowing, so hostile dims hit the size caps. */
 int64_t si_shape_numel(const si_shape *s);
 int64_t si_mul_sat(int64_t a, int64_t b);
+/* double -> int64 truncating, NaN -> 0, saturating (a plain cast of those is undefined). */
+int64_t si_f2i_sat(double v);
 
 typedef enum { SI_VAL_RUNTIME = 0, SI_VAL_CONST, SI_VAL_HOST } si_value_kind;
 

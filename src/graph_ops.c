@@ -839,8 +839,8 @@ static si_status infer_resize(si_graph *g, si_gnode *n, const si_shape *x, si_sh
         }
         if (!(n->scales[0] > 0) || !(n->scales[1] > 0))
             return si_node_error(g, n, SI_ERR_FORMAT, "scales must be positive");
-        y->dims[2] = (int64_t)floor((double)x->dims[2] * n->scales[0]);
-        y->dims[3] = (int64_t)floor((double)x->dims[3] * n->scales[1]);
+        y->dims[2] = si_f2i_sat(floor((double)x->dims[2] * n->scales[0]));
+        y->dims[3] = si_f2i_sat(floor((double)x->dims[3] * n->scales[1]));
     }
     return SI_OK;
 }

@@ -2,6 +2,7 @@
  * chains and constant subgraphs that exporters emit. Values are small (a handful of elements),
  * so clarity wins over speed here. Each node is evaluated once at load when its inputs are
  * constants (constant folding), or whenever the batch size changes when it depends on a shape. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,11 @@ static const char *host_ops[H_COUNT] = {"Constant", "Shape",     "Size",
                                         "Neg",      "Abs",       "Floor",
                                         "Ceil",     "Sqrt",      "Transpose"};
 
+/* double -> float saturating to +-inf: out-of-range conversions are undefined in C */
+static float d2f(double v) {
+    return v > FLT_MAX ? INFINITY : v < -FLT_MAX ? -INFINITY : (float)v;
+}
+
 static int host_op_of(const char *op) {
     for (int i = 0; i < H_COUNT; i++)
         if (!strcmp(op, host_ops[i])) return i;
@@ -73,7 +79,7 @@ int64_t si_value_numel(const si_value *v) {
 
 int64_t si_value_i64(const si_value *v, int64_t i) {
     return v->dtype == SI_DT_INT64 ? ((const int64_t *)v->data)[i]
-                                   : (int64_t)((const float *)v->data)[i];
+                                   : si_f2i_sat(((const float *)v->data)[i]);
 }
 
 double si_value_f64(const si_value *v, int64_t i) {
@@ -149,7 +155,7 @@ bool si_convert_host_op(si_builder *b, const si_node_proto *n, si_gnode *gn) {
             if (a->t->dtype == SI_DT_FLOAT)
                 gn->host_f = *(const float *)a->t->data;
             else if (a->t->dtype == SI_DT_DOUBLE)
-                gn->host_f = (float)*(const double *)a->t->data;
+                gn->host_f = d2f(*(const double *)a->t->data);
             else if (a->t->dtype == SI_DT_INT64)
                 gn->host_i[1] = *(const int64_t *)a->t->data;
             else if (a->t->dtype == SI_DT_INT32)
@@ -225,9 +231,9 @@ static void *alloc_out(si_value *y) {
 
 static void put(si_value *y, int64_t i, double v) {
     if (y->dtype == SI_DT_INT64)
-        ((int64_t *)y->data)[i] = (int64_t)v;
+        ((int64_t *)y->data)[i] = si_f2i_sat(v);
     else
-        ((float *)y->data)[i] = (float)v;
+        ((float *)y->data)[i] = d2f(v);
 }
 
 /* Copies element i of x into element j of y, keeping int64 exact. */
@@ -575,7 +581,7 @@ si_status si_host_eval(si_graph *g, si_gnode *n) {
         if (!s || !l || !dl) return si_node_error(g, n, SI_ERR_FORMAT, "start, limit, delta");
         double a = si_value_f64(s, 0), lim = si_value_f64(l, 0), d = si_value_f64(dl, 0);
         if (d == 0) return si_node_error(g, n, SI_ERR_FORMAT, "delta is 0");
-        int64_t cnt = (int64_t)ceil((lim - a) / d);
+        int64_t cnt = si_f2i_sat(ceil((lim - a) / d));
         if (cnt < 0) cnt = 0;
         if (cnt > (1 << 24)) return si_node_error(g, n, SI_ERR_UNSUPPORTED, "range too long");
         y->dtype = s->dtype;
