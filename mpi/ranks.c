@@ -77,12 +77,13 @@ enum { TAG_INDEX = 11, TAG_STATUS, TAG_CLASS, TAG_PROB };
 si_status si_mpi_gather(const si_mpi *m, uint64_t n, int k, const si_share_result *mine,
                         si_share_result *all, si_share_result *stats_all) {
     /* per-rank statistics: fixed-size records */
-    double stats[10] = {(double)mine->first,  (double)mine->count, (double)mine->ok,
-                        (double)mine->failed, mine->t_read,        mine->t_decode,
-                        mine->t_infer,        mine->t_post,        mine->t_first,
-                        mine->t_total};
-    double *gathered = m->rank == 0 ? si_xmalloc(sizeof(double) * 10 * (size_t)m->size) : NULL;
-    mpiCheck(MPI_Gather(stats, 10, MPI_DOUBLE, gathered, 10, MPI_DOUBLE, 0, m->comm));
+    enum { NSTAT = 12 };
+    double stats[NSTAT] = {(double)mine->first,  (double)mine->count, (double)mine->ok,
+                           (double)mine->failed, mine->t_read,        mine->t_decode,
+                           mine->t_infer,        mine->t_post,        mine->t_first,
+                           mine->t_total,        mine->t_wait,        (double)mine->bytes_read};
+    double *gathered = m->rank == 0 ? si_xmalloc(sizeof(double) * NSTAT * (size_t)m->size) : NULL;
+    mpiCheck(MPI_Gather(stats, NSTAT, MPI_DOUBLE, gathered, NSTAT, MPI_DOUBLE, 0, m->comm));
     uint64_t counts_local = mine->count;
     uint64_t *counts = m->rank == 0 ? si_xmalloc(sizeof(uint64_t) * (size_t)m->size) : NULL;
     mpiCheck(MPI_Gather(&counts_local, 1, MPI_UINT64_T, counts, 1, MPI_UINT64_T, 0, m->comm));
@@ -160,7 +161,7 @@ si_status si_mpi_gather(const si_mpi *m, uint64_t n, int k, const si_share_resul
                       (unsigned long long)out_of_range, (unsigned long long)bad_index);
     for (uint64_t i = 0; i < n; i++) all->status[i] == 0 ? all->ok++ : all->failed++;
     for (int r = 0; r < m->size; r++) {
-        const double *g = gathered + 10 * r;
+        const double *g = gathered + NSTAT * r;
         stats_all[r] = (si_share_result){.first = (uint64_t)g[0],
                                          .count = (uint64_t)g[1],
                                          .ok = (uint64_t)g[2],
@@ -170,7 +171,9 @@ si_status si_mpi_gather(const si_mpi *m, uint64_t n, int k, const si_share_resul
                                          .t_infer = g[6],
                                          .t_post = g[7],
                                          .t_first = g[8],
-                                         .t_total = g[9]};
+                                         .t_total = g[9],
+                                         .t_wait = g[10],
+                                         .bytes_read = (uint64_t)g[11]};
     }
     free(seen);
     free(idx);

@@ -304,11 +304,16 @@ static void print_summary(const si_mpi *m, const si_share_result *all, const si_
            (unsigned long long)all->count, (unsigned long long)all->ok,
            (unsigned long long)all->failed, m->size, m->size > 1 ? "s" : "", threads,
            threads > 1 ? "s" : "", elapsed, elapsed > 0 ? (double)all->count / elapsed : 0.0);
-    printf("  rank  images   failed  first-result   read     decode   infer    post     total\n");
+    /* read runs in its own thread, overlapped with the rest: its MB/s is the reader's busy
+     * rate, and "starved" is how long decoding waited for it (the input is the bottleneck) */
+    printf("  rank  images   failed  first-result   read (MB/s)       starved   decode   infer "
+           "   post     total\n");
     for (int r = 0; r < m->size; r++) {
         const si_share_result *s = &ranks[r];
-        printf("  %4d  %7llu  %6llu  %10.3f s  %6.2f s %6.2f s %6.2f s %6.2f s %6.2f s\n", r,
-               (unsigned long long)s->count, (unsigned long long)s->failed, s->t_first, s->t_read,
+        printf("  %4d  %7llu  %6llu  %10.3f s  %6.2f s (%6.0f)  %6.2f s %6.2f s %6.2f s %6.2f s "
+               "%6.2f s\n",
+               r, (unsigned long long)s->count, (unsigned long long)s->failed, s->t_first,
+               s->t_read, s->t_read > 0 ? (double)s->bytes_read / 1e6 / s->t_read : 0.0, s->t_wait,
                s->t_decode, s->t_infer, s->t_post, s->t_total);
     }
     printf("  results: %s\n", output);
@@ -346,7 +351,8 @@ int si_cli_run(int argc, char **argv) {
         /* mpirun binds each rank to one core when ranks <= 2: say how to give them more */
         si_log_warn("each rank uses %d of the node's %ld cores (the rank is bound to them); to "
                     "use more, run mpirun with --map-by slot:PE=%ld or --bind-to none, or pass "
-                    "--threads", threads, online, online / m.local_size);
+                    "--threads",
+                    threads, online, online / m.local_size);
 
     si_graph *g = NULL;
     si_engine *e = NULL;

@@ -4,6 +4,7 @@
 #include "pipeline.h"
 
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,6 +85,59 @@ static void read_batch(si_imageset *set, uint64_t b0, uint32_t n, si_bytes *buf,
     }
 }
 
+/* --- prefetch: a reader thread fills a ring of batch slots while the caller decodes ------------
+ */
+#define PREFETCH_SLOTS 3 /* the batch being decoded + up to two read ahead: bounded memory */
+
+typedef struct {
+    si_bytes buf;
+    uint64_t *off;   /* [B+1] */
+    int32_t *status; /* [B]: SI_IMG_READ_ERROR for records that could not be read */
+    uint64_t first;
+    uint32_t n;
+} slot;
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    slot slots[PREFETCH_SLOTS];
+    int filled; /* slots read and not yet consumed */
+    bool stop;  /* the consumer gave up: the reader leaves */
+    si_imageset *set;
+    uint64_t first, count;
+    int batch;
+    double read_seconds; /* the reader's busy time */
+    uint64_t bytes;
+} prefetcher;
+
+static void *reader_main(void *arg) {
+    prefetcher *pf = arg;
+    si_bytes one = {0};
+    uint64_t k = 0;
+    for (uint64_t done = 0; done < pf->count; done += pf->slots[k++ % PREFETCH_SLOTS].n) {
+        pthread_mutex_lock(&pf->mu);
+        while (pf->filled == PREFETCH_SLOTS && !pf->stop) pthread_cond_wait(&pf->cv, &pf->mu);
+        bool stop = pf->stop;
+        pthread_mutex_unlock(&pf->mu);
+        if (stop) break;
+        slot *sl = &pf->slots[k % PREFETCH_SLOTS];
+        uint64_t left = pf->count - done;
+        sl->n = (uint32_t)(left < (uint64_t)pf->batch ? left : (uint64_t)pf->batch);
+        sl->first = pf->first + done;
+        for (uint32_t j = 0; j < sl->n; j++) sl->status[j] = SI_IMG_OK;
+        double t = si_now();
+        read_batch(pf->set, sl->first, sl->n, &sl->buf, sl->off, sl->status, &one);
+        pthread_mutex_lock(&pf->mu);
+        pf->read_seconds += si_now() - t;
+        pf->bytes += sl->off[sl->n] - sl->off[0];
+        pf->filled++;
+        pthread_cond_broadcast(&pf->cv);
+        pthread_mutex_unlock(&pf->mu);
+    }
+    si_bytes_free(&one);
+    return NULL;
+}
+
 si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_imageset *set,
                           uint64_t first, uint64_t count, si_share_result *out) {
     memset(out, 0, sizeof *out);
@@ -99,11 +153,9 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_images
     const size_t plane = (size_t)cfg->pre.crop_h * cfg->pre.crop_w;
     const int nthreads = omp_get_max_threads();
     uint8_t *pixels = si_xmalloc(plane * 3 * (size_t)B); /* (B, H, W, 3) uint8 crops */
-    uint64_t *off = si_xmalloc(sizeof(uint64_t) * (size_t)(B + 1));
     int32_t *rowmap = si_xmalloc(sizeof(int32_t) * (size_t)B);
     char(*msgs)[256] = si_xmalloc(sizeof(*msgs) * (size_t)B);
     si_decoder **dec = si_xcalloc((size_t)nthreads, sizeof *dec);
-    si_bytes buf = {0}, one = {0};
     const si_graph *g = e->g;
     int64_t classes = 1;
     {
@@ -117,18 +169,33 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_images
         if (!(dec[t] = si_decoder_create()))
             si_fatal(__FILE__, __LINE__, "si_decoder_create", NULL);
 
+    prefetcher pf = {.set = set, .first = first, .count = count, .batch = B};
+    pthread_mutex_init(&pf.mu, NULL);
+    pthread_cond_init(&pf.cv, NULL);
+    for (int k = 0; k < PREFETCH_SLOTS; k++) {
+        pf.slots[k].off = si_xmalloc(sizeof(uint64_t) * (size_t)(B + 1));
+        pf.slots[k].status = si_xmalloc(sizeof(int32_t) * (size_t)B);
+    }
+    pthread_t reader;
+    bool reader_up = count > 0 && pthread_create(&reader, NULL, reader_main, &pf) == 0;
+    if (count > 0 && !reader_up) si_fatal(__FILE__, __LINE__, "pthread_create", "reader thread");
+
     si_status st = SI_OK;
     double t0 = si_now();
-    for (uint64_t done = 0; done < count;) {
-        uint32_t n = (uint32_t)(count - done < (uint64_t)B ? count - done : (uint64_t)B);
-        uint64_t b0 = first + done;
-        int32_t *status = out->status + done;
-        for (uint32_t j = 0; j < n; j++) status[j] = SI_IMG_OK;
-
+    uint64_t kb = 0; /* batch number: its slot is kb % PREFETCH_SLOTS */
+    for (uint64_t done = 0; done < count; kb++) {
         double t = si_now();
-        read_batch(set, b0, n, &buf, off, status, &one);
-        out->bytes_read += off[n] - off[0];
-        out->t_read += si_now() - t;
+        pthread_mutex_lock(&pf.mu);
+        while (pf.filled == 0) pthread_cond_wait(&pf.cv, &pf.mu);
+        pthread_mutex_unlock(&pf.mu);
+        out->t_wait += si_now() - t; /* time the decoders starved: reading is the bottleneck */
+        slot *sl = &pf.slots[kb % PREFETCH_SLOTS];
+        uint32_t n = sl->n;
+        uint64_t b0 = sl->first;
+        const uint64_t *off = sl->off;
+        const si_bytes buf = sl->buf;
+        int32_t *status = out->status + done;
+        memcpy(status, sl->status, sizeof(int32_t) * n);
 
         t = si_now();
 #pragma omp parallel for schedule(dynamic, 1)
@@ -187,18 +254,33 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_images
         for (uint32_t j = 0; j < n; j++) status[j] == SI_IMG_OK ? out->ok++ : out->failed++;
         if (done == 0) out->t_first = si_now() - t0;
         done += n;
+        pthread_mutex_lock(&pf.mu); /* the slot goes back to the reader */
+        pf.filled--;
+        pthread_cond_broadcast(&pf.cv);
+        pthread_mutex_unlock(&pf.mu);
     }
+    pthread_mutex_lock(&pf.mu);
+    pf.stop = true;
+    pthread_cond_broadcast(&pf.cv);
+    pthread_mutex_unlock(&pf.mu);
+    if (reader_up) pthread_join(reader, NULL);
+    out->t_read = pf.read_seconds;
+    out->bytes_read = pf.bytes;
+    for (int s2 = 0; s2 < PREFETCH_SLOTS; s2++) {
+        si_bytes_free(&pf.slots[s2].buf);
+        free(pf.slots[s2].off);
+        free(pf.slots[s2].status);
+    }
+    pthread_cond_destroy(&pf.cv);
+    pthread_mutex_destroy(&pf.mu);
     out->t_total = si_now() - t0;
     for (int t = 0; t < nthreads; t++) si_decoder_destroy(dec[t]);
     free(dec);
     free(pixels);
-    free(off);
     free(rowmap);
     free(msgs);
     free(scratch);
     free(pc);
     free(pp);
-    si_bytes_free(&buf);
-    si_bytes_free(&one);
     return st;
 }

@@ -24,6 +24,7 @@ typedef struct {
     uint64_t ok, failed;
     /* seconds spent in each stage, and from start to the first batch's scores */
     double t_read, t_decode, t_infer, t_post, t_first, t_total;
+    double t_wait; /* decoders waiting for the reader: > 0 means reading is the bottleneck */
     uint64_t bytes_read;
 } si_share_result;
 
