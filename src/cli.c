@@ -149,6 +149,8 @@ static const char run_usage[] =
     "  --std R,G,B        else ImageNet's 0.485,0.456,0.406 / 0.229,0.224,0.225)\n"
     "  --topk K           classes kept per image (default 5)\n"
     "  --threads N        threads per rank (default: OMP_NUM_THREADS, else the rank's cores)\n"
+    "  --max-errors N|F%  fail the run (exit 5) when more than N images, or F percent of them,\n"
+    "                     fail to decode; the result is still written (default: no limit)\n"
     "  --max-pixels N     images declaring more pixels fail with status too_large\n"
     "                     (default 100000000)\n"
     "  --backend NAME     cpu (default)\n"
@@ -159,6 +161,8 @@ typedef struct {
     const char *model, *input, *output, *backend;
     si_pipeline_config pc;
     bool mean_set, std_set, resize_set, overwrite;
+    double max_errors; /* < 0: no limit; >= 1: a count; in [0, 1): a fraction */
+    bool max_errors_fraction;
     int threads;
 } run_args;
 
@@ -180,6 +184,7 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
                                          {"topk", required_argument, 0, 'k'},
                                          {"threads", required_argument, 0, 't'},
                                          {"max-pixels", required_argument, 0, 'P'},
+                                         {"max-errors", required_argument, 0, 'E'},
                                          {"backend", required_argument, 0, 'B'},
                                          {"overwrite", no_argument, 0, 'f'},
                                          {"quiet", no_argument, 0, 'q'},
@@ -243,6 +248,21 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
                                    optarg);
             a->pc.pre.max_pixels = (uint64_t)v;
             break;
+        case 'E': {
+            char *end;
+            errno = 0;
+            double lim = strtod(optarg, &end);
+            bool pct = *end == '%';
+            if (errno || end == optarg || (*end && !(pct && !end[1])) || lim < 0 ||
+                (pct && lim > 100))
+                return usage_error(buf, cap,
+                                   "--max-errors '%s': expected a count or a percentage "
+                                   "like 0.5%%",
+                                   optarg);
+            a->max_errors_fraction = pct;
+            a->max_errors = pct ? lim / 100.0 : lim;
+            break;
+        }
         case ':': return usage_error(buf, cap, "option '%s' needs a value", argv[optind - 1]);
         default:
             return usage_error(buf, cap, "unknown option '%s' (see shardinfer run --help)",
@@ -325,6 +345,7 @@ int si_cli_run(int argc, char **argv) {
     double t_start = si_now();
     si_mpi_init(&argc, &argv, &m);
     run_args a = {.backend = "cpu",
+                  .max_errors = -1,
                   .pc = {.batch = 32,
                          .topk = 5,
                          .pre = {.max_pixels = 100000000},
@@ -417,9 +438,22 @@ int si_cli_run(int argc, char **argv) {
     }
     if ((st = si_mpi_agree(&m, st)) != SI_OK) goto out;
     if (m.rank == 0) print_summary(&m, &all, ranks, si_now() - t_start, a.output, threads);
+    if (m.rank == 0 && a.max_errors >= 0) {
+        double limit = a.max_errors_fraction ? a.max_errors * (double)n : a.max_errors;
+        if ((double)all.failed > limit)
+            st = si_error(SI_ERR_LIMIT,
+                          "%llu of %llu images failed (%.2f%%), more than --max-errors allows "
+                          "(%s%g%s); the result was written to %s for inspection",
+                          (unsigned long long)all.failed, (unsigned long long)n,
+                          n ? 100.0 * (double)all.failed / (double)n : 0.0, "",
+                          a.max_errors_fraction ? 100 * a.max_errors : a.max_errors,
+                          a.max_errors_fraction ? "%" : "", a.output);
+    }
+    if ((st = si_mpi_agree(&m, st)) != SI_OK) goto out;
     code = SI_EXIT_OK;
 out:
     if (st == SI_ERR_VERIFY) code = SI_EXIT_VERIFY;
+    if (st == SI_ERR_LIMIT) code = SI_EXIT_MAX_ERRORS;
     si_share_result_free(&mine);
     si_share_result_free(&all);
     free(ranks);

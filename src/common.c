@@ -25,6 +25,7 @@ const char *si_status_name(si_status s) {
     case SI_ERR_UNSUPPORTED: return "unsupported";
     case SI_ERR_NOMEM: return "out of memory";
     case SI_ERR_VERIFY: return "verification failed";
+    case SI_ERR_LIMIT: return "too many failed images";
     case SI_ERR_INTERNAL: return "internal error";
     }
     return "unknown";

@@ -23,6 +23,7 @@ typedef enum {
     SI_ERR_UNSUPPORTED, /* valid input the engine cannot run (unknown op, dtype, layout) */
     SI_ERR_NOMEM,       /* allocation failed or a declared size is beyond a cap */
     SI_ERR_VERIFY,      /* a consistency check of results failed */
+    SI_ERR_LIMIT,       /* more images failed than --max-errors allows */
     SI_ERR_INTERNAL     /* library call failed unexpectedly */
 } si_status;
 

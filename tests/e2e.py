@@ -180,9 +180,19 @@ def bad_inputs(a):
     good = p.returncode == 1 and "norm_1" in err and "erf_2" in err and "2 unsupported" in err
     print(f"{'ok  ' if good else 'FAIL'} unsupported ops listed together: rc={p.returncode}")
     failures += not good
+    # --max-errors: the set has 2 failing images of 23
+    for limit, rc in (("1", 5), ("2", 0), ("5%", 5), ("10%", 0)):
+        p = sh(run(tiny, sset, out, ["--max-errors", limit, "--overwrite"]), expect_rc=None,
+               timeout=60)
+        msgs = [l for l in p.stderr.splitlines() if "max-errors" in l]
+        good = p.returncode == rc and (rc == 0) == (len(msgs) == 0) and os.path.exists(out)
+        print(f"{'ok  ' if good else 'FAIL'} --max-errors {limit}: rc={p.returncode} {msgs}")
+        failures += not good
+        if os.path.exists(out):
+            os.remove(out)
     if failures:
         sys.exit(f"FAIL: {failures} bad-input cases misbehaved")
-    print(f"bad-inputs: OK: {len(cases) + 1} cases")
+    print(f"bad-inputs: OK: {len(cases) + 5} cases")
 
 
 def main():
