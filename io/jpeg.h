@@ -11,6 +11,8 @@ typedef struct {
     int resize;          /* shorter side after resize, in pixels; >= crop */
     int crop_h, crop_w;  /* center crop = model input size */
     uint64_t max_pixels; /* header width*height above this -> SI_IMG_TOO_LARGE */
+    bool exact;          /* no DCT-domain scaling: bit-exact with Pillow + torchvision */
+    bool no_exif;        /* ignore the EXIF orientation (default: apply it) */
 } si_preproc;
 
 typedef struct si_decoder si_decoder;
@@ -19,6 +21,9 @@ si_decoder *si_decoder_create(void);
 void si_decoder_destroy(si_decoder *d); /* accepts NULL */
 
 /* Decodes len bytes and writes the crop as uint8 RGB, HWC, crop_h*crop_w*3 bytes, into dst.
+ * Unless p->exact, the JPEG is decoded at the smallest libjpeg scale M/8 whose shorter side is
+ * still >= p->resize (DCT-domain scaling: fewer pixels to decode and to resize). Unless
+ * p->no_exif, the EXIF orientation is applied before resizing.
  * Returns SI_IMG_OK or the image's failure status; on failure msg (cap bytes) says why and dst
  * is left untouched. Never aborts on bad input. */
 si_image_status si_decode_crop(si_decoder *d, const uint8_t *data, size_t len, const si_preproc *p,

@@ -51,22 +51,22 @@ static hid_t write_col(hid_t file, const char *name, hid_t ftype, hid_t mt, uint
 
 /* Fills ids[0..m) with the input ids of rows [r0, r0+m): runs of consecutive indices are read
  * with one call each (a whole block in the usual case, where index is 0..N-1 in order). */
-static si_status gather_ids(si_imageset *in, const uint64_t *index, uint64_t r0, uint32_t m,
+static si_status gather_ids(si_source *in, const uint64_t *index, uint64_t r0, uint32_t m,
                             char **ids) {
-    uint64_t count = si_imageset_count(in);
+    uint64_t count = si_source_count(in);
     for (uint32_t j = 0; j < m;) {
         uint64_t first = index[r0 + j];
         if (first >= count) {
-            si_imageset_free_ids(ids, j);
+            si_source_free_ids(ids, j);
             return si_error(SI_ERR_ARG, "result row %llu: index %llu is past the %llu images of %s",
                             (unsigned long long)(r0 + j), (unsigned long long)first,
-                            (unsigned long long)count, si_imageset_path(in));
+                            (unsigned long long)count, si_source_spec(in));
         }
         uint32_t run = 1;
         while (j + run < m && index[r0 + j + run] == first + run && first + run < count) run++;
-        si_status st = si_imageset_read_ids(in, first, run, ids + j);
+        si_status st = si_source_read_ids(in, first, run, ids + j);
         if (st != SI_OK) {
-            si_imageset_free_ids(ids, j);
+            si_source_free_ids(ids, j);
             return st;
         }
         j += run;
@@ -75,7 +75,7 @@ static si_status gather_ids(si_imageset *in, const uint64_t *index, uint64_t r0,
 }
 
 static si_status write_all(hid_t file, hid_t strtype, const char *tmp, const si_result_meta *meta,
-                           const si_result_cols *c, si_imageset *input) {
+                           const si_result_cols *c, si_source *input) {
     uint64_t n = c->n;
     hid_t d[5] = {
         write_col(file, "ids", strtype, strtype, n, -1, NULL),
@@ -100,7 +100,7 @@ static si_status write_all(hid_t file, hid_t strtype, const char *tmp, const si_
         if (e >= 0) e = H5Dwrite(d[0], strtype, ms, fs, H5P_DEFAULT, ids);
         H5Sclose(ms);
         H5Sclose(fs);
-        si_imageset_free_ids(ids, m);
+        si_source_free_ids(ids, m);
         if (e < 0) st = si_error(SI_ERR_IO, "%s: cannot write /ids (disk full?)", tmp);
     }
     free(ids);
@@ -133,7 +133,7 @@ static si_status write_all(hid_t file, hid_t strtype, const char *tmp, const si_
 
 /* Borrows every argument; on failure neither PATH nor PATH.tmp is left behind. */
 si_status si_result_write(const char *path, bool overwrite, const si_result_meta *meta,
-                          const si_result_cols *cols, si_imageset *input) {
+                          const si_result_cols *cols, si_source *input) {
     SI_ASSERT(path && meta && cols && input && cols->k >= 0);
     SI_ASSERT(cols->n == 0 || (cols->index && cols->status));
     SI_ASSERT(cols->n == 0 || cols->k == 0 || (cols->topk_class && cols->topk_prob));

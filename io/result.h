@@ -10,7 +10,7 @@
 #ifndef SI_RESULT_H
 #define SI_RESULT_H
 
-#include "imageset.h"
+#include "source.h"
 
 typedef struct {
     const char *model_path;
@@ -34,6 +34,6 @@ typedef struct {
 
 /* Writes the result. ids are copied from `input` in blocks (bounded memory). Borrows all args. */
 si_status si_result_write(const char *path, bool overwrite, const si_result_meta *meta,
-                          const si_result_cols *cols, si_imageset *input);
+                          const si_result_cols *cols, si_source *input);
 
 #endif

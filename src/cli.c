@@ -138,7 +138,8 @@ int si_cli_pack(int argc, char **argv) {
 /* --- run ---------------------------------------------------------------------------------------
  */
 static const char run_usage[] =
-    "usage: [mpirun -np R] shardinfer run --model M.onnx --input SET.h5 --output RESULT.h5\n"
+    "usage: [mpirun -np R] shardinfer run --model M.onnx --input SET --output RESULT.h5\n"
+    "  SET: an HDF5 file, a list file of them, a glob pattern or a directory (one index space)\n"
     "                                  [options]\n"
     "  --batch N          images per batch (default 32)\n"
     "  --resize N         shorter side after resize (default: the model's metadata 'resize',\n"
@@ -153,6 +154,12 @@ static const char run_usage[] =
     "                     fail to decode; the result is still written (default: no limit)\n"
     "  --max-pixels N     images declaring more pixels fail with status too_large\n"
     "                     (default 100000000)\n"
+    "  --layout L         input layout: auto (default), packed, vlen, dense-nhwc, dense-nchw\n"
+    "  --data-dataset P   the images' dataset (default: detected), --ids-dataset P,\n"
+    "                     --offsets-dataset P (packed) likewise\n"
+    "  --exact-preprocess decode at full size (no DCT-domain scaling): bit-exact with\n"
+    "                     torchvision's Resize + CenterCrop on Pillow images, slower\n"
+    "  --no-exif          ignore the EXIF orientation of JPEGs\n"
     "  --backend NAME     cpu (default)\n"
     "  --overwrite        replace an existing RESULT.h5\n"
     "  --quiet | --verbose\n";
@@ -161,7 +168,8 @@ typedef struct {
     const char *model, *input, *output, *backend;
     si_pipeline_config pc;
     bool mean_set, std_set, resize_set, overwrite;
-    double max_errors; /* < 0: no limit; >= 1: a count; in [0, 1): a fraction */
+    si_source_opts src; /* layout and dataset names of the input */
+    double max_errors;  /* < 0: no limit; a count, or a fraction when max_errors_fraction */
     bool max_errors_fraction;
     int threads;
 } run_args;
@@ -185,6 +193,12 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
                                          {"threads", required_argument, 0, 't'},
                                          {"max-pixels", required_argument, 0, 'P'},
                                          {"max-errors", required_argument, 0, 'E'},
+                                         {"layout", required_argument, 0, 'L'},
+                                         {"data-dataset", required_argument, 0, 'D'},
+                                         {"ids-dataset", required_argument, 0, 'I'},
+                                         {"offsets-dataset", required_argument, 0, 'O'},
+                                         {"exact-preprocess", no_argument, 0, 'X'},
+                                         {"no-exif", no_argument, 0, 'Z'},
                                          {"backend", required_argument, 0, 'B'},
                                          {"overwrite", no_argument, 0, 'f'},
                                          {"quiet", no_argument, 0, 'q'},
@@ -248,6 +262,23 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
                                    optarg);
             a->pc.pre.max_pixels = (uint64_t)v;
             break;
+        case 'L': {
+            static const char *names[] = {"auto", "packed", "vlen", "dense-nhwc", "dense-nchw"};
+            a->src.layout = -1;
+            for (int i = 0; i < 5; i++)
+                if (!strcmp(optarg, names[i])) a->src.layout = i;
+            if (a->src.layout < 0)
+                return usage_error(buf, cap,
+                                   "--layout '%s': expected auto, packed, vlen, "
+                                   "dense-nhwc or dense-nchw",
+                                   optarg);
+            break;
+        }
+        case 'D': a->src.data_dataset = optarg; break;
+        case 'I': a->src.ids_dataset = optarg; break;
+        case 'O': a->src.offsets_dataset = optarg; break;
+        case 'X': a->pc.pre.exact = true; break;
+        case 'Z': a->pc.pre.no_exif = true; break;
         case 'E': {
             char *end;
             errno = 0;
@@ -377,7 +408,7 @@ int si_cli_run(int argc, char **argv) {
 
     si_graph *g = NULL;
     si_engine *e = NULL;
-    si_imageset *set = NULL;
+    si_source *set = NULL;
     si_share_result mine = {0}, all = {0};
     si_share_result *ranks = m.rank == 0 ? si_xcalloc((size_t)m.size, sizeof *ranks) : NULL;
     int64_t classes = 0;
@@ -389,7 +420,7 @@ int si_cli_run(int argc, char **argv) {
     if (st == SI_OK) st = model_norm(g, &a);
     if (st == SI_OK) st = si_pipeline_check_model(g, &a.pc, &classes);
     if ((st = si_mpi_agree(&m, st)) != SI_OK) goto out;
-    if ((st = si_mpi_agree(&m, si_imageset_open(a.input, &set))) != SI_OK) goto out;
+    if ((st = si_mpi_agree(&m, si_source_open(a.input, &a.src, &set))) != SI_OK) goto out;
     st = SI_OK;
     if (m.rank == 0) {
         st = check_output(a.output, a.overwrite);
@@ -400,7 +431,7 @@ int si_cli_run(int argc, char **argv) {
     g = NULL; /* owned by the engine now, or freed */
     if ((st = si_mpi_agree(&m, st)) != SI_OK) goto out;
 
-    uint64_t n = si_imageset_count(set), first, count;
+    uint64_t n = si_source_count(set), first, count;
     si_mpi_share(n, m.size, m.rank, &first, &count);
     if (m.rank == 0)
         si_log_info("%llu images from %s on %d rank%s, batch %d, input %dx%d (resize %d), "
@@ -460,7 +491,7 @@ out:
     free(cmdline);
     si_engine_free(e);
     si_graph_free(g);
-    si_imageset_close(set);
+    si_source_close(set);
     si_mpi_finalize();
     return code;
 }

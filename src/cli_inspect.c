@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "engine.h"
+#include "io/source.h"
 #include "memplan.h"
 
 static void print_shape(const si_value *v, bool symbolic_batch) {
@@ -67,7 +68,9 @@ int si_cli_inspect(int argc, char **argv) {
     optind = 1;
     while ((c = getopt_long(argc, argv, ":b:h", opts, NULL)) != -1) {
         if (c == 'h') {
-            printf("usage: shardinfer inspect MODEL.onnx [--batch 1,8,32,256]\n");
+            printf("usage: shardinfer inspect MODEL.onnx [--batch 1,8,32,256]\n"
+                   "       shardinfer inspect SET   (an HDF5 image set, list file, glob or "
+                   "directory)\n");
             return SI_EXIT_OK;
         }
         if (c == 'b' && parse_batches(optarg, batches, &nb)) continue;
@@ -81,6 +84,16 @@ int si_cli_inspect(int argc, char **argv) {
         return SI_EXIT_USAGE;
     }
     const char *path = argv[optind];
+    size_t len = strlen(path);
+    if (len < 5 || strcmp(path + len - 5, ".onnx")) { /* an image set: describe it */
+        si_source *src;
+        if (si_source_open(path, NULL, &src) != SI_OK || si_source_describe(src, stdout) != SI_OK) {
+            si_log_error("%s", si_error_msg());
+            return SI_EXIT_FAIL;
+        }
+        si_source_close(src);
+        return SI_EXIT_OK;
+    }
     si_model_proto *m;
     si_graph *g = NULL;
     if (si_model_proto_load(path, &m) != SI_OK) {

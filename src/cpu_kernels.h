@@ -20,8 +20,8 @@ typedef enum {
 } si_act_kind;
 typedef struct {
     int kind;
-    float lo, hi;       /* SI_ACT_CLIP bounds */
-    float alpha, beta;  /* SI_ACT_HARDSIGMOID, SI_ACT_LEAKYRELU */
+    float lo, hi;      /* SI_ACT_CLIP bounds */
+    float alpha, beta; /* SI_ACT_HARDSIGMOID, SI_ACT_LEAKYRELU */
 } si_act;
 
 /* The activation of one value (the same formula every backend must implement). */
@@ -137,7 +137,7 @@ typedef enum {
 } si_nearest_mode;
 typedef struct {
     int mode, coord, nearest;
-    float cubic_a;     /* cubic_coeff_a, default -0.75 */
+    float cubic_a; /* cubic_coeff_a, default -0.75 */
     int exclude_outside;
 } si_resize_params;
 /* Resizes the last two dims of (nc, ih, iw) to (oh, ow) with the given scales (output/input,

@@ -62,18 +62,18 @@ void si_share_result_free(si_share_result *r) {
 
 /* Reads a batch; if the one large read fails, reads image by image so that one bad record
  * costs only itself. */
-static void read_batch(si_imageset *set, uint64_t b0, uint32_t n, si_bytes *buf, uint64_t *off,
+static void read_batch(si_source *set, uint64_t b0, uint32_t n, si_bytes *buf, uint64_t *off,
                        int32_t *status, si_bytes *one) {
-    if (si_imageset_read(set, b0, n, buf, off) == SI_OK) return;
+    if (si_source_read(set, b0, n, buf, off) == SI_OK) return;
     si_log_warn("%s: batch read of images %llu..%llu failed (%s); reading them one by one",
-                si_imageset_path(set), (unsigned long long)b0, (unsigned long long)(b0 + n - 1),
+                si_source_spec(set), (unsigned long long)b0, (unsigned long long)(b0 + n - 1),
                 si_error_msg());
     buf->len = 0;
     off[0] = 0;
     for (uint32_t j = 0; j < n; j++) {
         uint64_t o[2];
         off[j + 1] = off[j];
-        if (si_imageset_read(set, b0 + j, 1, one, o) != SI_OK ||
+        if (si_source_read(set, b0 + j, 1, one, o) != SI_OK ||
             si_bytes_reserve(buf, off[j] + (o[1] - o[0])) != SI_OK) {
             status[j] = SI_IMG_READ_ERROR;
             si_log_error("image %llu: read error: %s", (unsigned long long)(b0 + j),
@@ -103,7 +103,7 @@ typedef struct {
     slot slots[PREFETCH_SLOTS];
     int filled; /* slots read and not yet consumed */
     bool stop;  /* the consumer gave up: the reader leaves */
-    si_imageset *set;
+    si_source *set;
     uint64_t first, count;
     int batch;
     double read_seconds; /* the reader's busy time */
@@ -138,7 +138,7 @@ static void *reader_main(void *arg) {
     return NULL;
 }
 
-si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_imageset *set,
+si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source *set,
                           uint64_t first, uint64_t count, si_share_result *out) {
     memset(out, 0, sizeof *out);
     const int B = cfg->batch, K = cfg->topk;
@@ -163,6 +163,10 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_images
         for (int d = 1; d < os->ndim; d++) classes *= os->dims[d];
     }
     float *scratch = si_xmalloc(sizeof(float) * (size_t)classes * (size_t)nthreads);
+    int ph = 0, pw = 0, pch = 0;
+    bool pixels_in = si_source_pixel_shape(set, &ph, &pw, &pch);
+    uint8_t *gray_rgb = pixels_in && pch == 1 ? si_xmalloc((size_t)ph * pw * 3 * (size_t)nthreads)
+                                              : NULL; /* gray -> RGB per thread, reused */
     int32_t *pc = si_xmalloc(sizeof(int32_t) * (size_t)B * (size_t)K); /* packed-row top-K */
     float *pp = si_xmalloc(sizeof(float) * (size_t)B * (size_t)K);
     for (int t = 0; t < nthreads; t++)
@@ -198,14 +202,31 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_images
         memcpy(status, sl->status, sizeof(int32_t) * n);
 
         t = si_now();
+        if (pixels_in) { /* pre-decoded images: resize and crop only */
 #pragma omp parallel for schedule(dynamic, 1)
-        for (uint32_t j = 0; j < n; j++) {
-            if (status[j] != SI_IMG_OK) continue;
-            msgs[j][0] = 0;
-            status[j] = (int32_t)si_decode_crop(dec[omp_get_thread_num()], buf.data + off[j],
-                                                off[j + 1] - off[j], &cfg->pre,
-                                                pixels + plane * 3 * j, msgs[j], sizeof msgs[j]);
-        }
+            for (uint32_t j = 0; j < n; j++) {
+                if (status[j] != SI_IMG_OK) continue;
+                const uint8_t *px = buf.data + off[j];
+                uint8_t *rgb = (uint8_t *)(uintptr_t)px;
+                if (pch == 1) { /* gray: replicate into this thread's scratch */
+                    rgb = gray_rgb + (size_t)omp_get_thread_num() * (size_t)ph * pw * 3;
+                    for (size_t i = 0; i < (size_t)ph * pw; i++)
+                        rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = px[i];
+                }
+                if (si_resize_crop(rgb, pw, ph, &cfg->pre, pixels + plane * 3 * j) != SI_OK) {
+                    status[j] = SI_IMG_UNSUPPORTED;
+                    snprintf(msgs[j], sizeof msgs[j], "%s", si_error_msg());
+                }
+            }
+        } else
+#pragma omp parallel for schedule(dynamic, 1)
+            for (uint32_t j = 0; j < n; j++) {
+                if (status[j] != SI_IMG_OK) continue;
+                msgs[j][0] = 0;
+                status[j] = (int32_t)si_decode_crop(
+                    dec[omp_get_thread_num()], buf.data + off[j], off[j + 1] - off[j], &cfg->pre,
+                    pixels + plane * 3 * j, msgs[j], sizeof msgs[j]);
+            }
         /* pack the good images to the front of the model's batch */
         int rows = 0;
         for (uint32_t j = 0; j < n; j++) {
@@ -215,7 +236,7 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_images
             }
             if (status[j] == SI_IMG_READ_ERROR) continue; /* logged by read_batch */
             char *id = NULL;
-            if (si_imageset_read_ids(set, b0 + j, 1, &id) != SI_OK) id = NULL;
+            if (si_source_read_ids(set, b0 + j, 1, &id) != SI_OK) id = NULL;
             si_log_warn("image %llu '%s': %s: %s", (unsigned long long)(b0 + j), id ? id : "?",
                         si_image_status_name(status[j]), msgs[j][0] ? msgs[j] : "-");
             free(id);
@@ -277,6 +298,7 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_images
     for (int t = 0; t < nthreads; t++) si_decoder_destroy(dec[t]);
     free(dec);
     free(pixels);
+    free(gray_rgb);
     free(rowmap);
     free(msgs);
     free(scratch);

@@ -5,7 +5,7 @@
 #define SI_PIPELINE_H
 
 #include "engine.h"
-#include "io/imageset.h"
+#include "io/source.h"
 #include "io/jpeg.h"
 
 typedef struct {
@@ -37,7 +37,7 @@ si_status si_pipeline_check_model(si_graph *g, si_pipeline_config *cfg, int64_t 
  * in out->status and logged with index and id; they never stop the run. Returns an error only
  * for failures of the run itself. out's arrays are allocated here; free with
  * si_share_result_free. */
-si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_imageset *set,
+si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source *set,
                           uint64_t first, uint64_t count, si_share_result *out);
 void si_share_result_free(si_share_result *r);
 

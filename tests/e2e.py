@@ -11,6 +11,7 @@ Usage: e2e.py --shardinfer BIN --dir WORK SUBCOMMAND [...]
   compare --np N M ...    results of different rank counts are identical
   demo --model M.onnx --labels CLASSES.txt   the demo photos get the right classes
   bad-inputs              each bad input: one clear message, printed once, nonzero exit, no hang
+  hostile --io-dir DIR    every kind of hostile image in one set: right statuses, others scored
 """
 
 import argparse
@@ -195,6 +196,67 @@ def bad_inputs(a):
     print(f"bad-inputs: OK: {len(cases) + 5} cases")
 
 
+def hostile(a):
+    """Every kind of hostile image (tests/io_ref.py makes them) mixed with good photos in one set:
+    each gets its own status under mpirun, every good image its scores, nothing stops the run."""
+    io = a.io_dir
+    codes = {"ok": 0, "empty": 1, "not_jpeg": 2, "truncated": 3, "corrupt": 4, "too_large": 5}
+    entries = []
+    good = [l.split("\t")[0] for l in open(os.path.join(io, "jpeg_manifest.tsv")) if l.strip()]
+    bad = [l.rstrip("\n").split("\t") for l in open(os.path.join(io, "hostile_manifest.tsv"))
+           if l.strip()]
+    for i, (name, kind) in enumerate(bad):  # interleave so that every batch holds some of each
+        entries.append((name, codes[kind]))
+        if i < len(good):
+            entries.append((good[i], 0))
+    entries += [(g, 0) for g in good[len(bad):]]
+    d = os.path.join(a.dir, "hostile")
+    os.makedirs(d, exist_ok=True)
+    lst, exp = os.path.join(d, "list.txt"), os.path.join(d, "expected_status.txt")
+    with open(lst, "w") as f, open(exp, "w") as e:
+        for name, code in entries:
+            f.write(f"{os.path.join(os.path.abspath(io), name)}\t{name}\n")
+            e.write(f"{name}\t{code}\n")
+    sset, res = os.path.join(d, "set.h5"), os.path.join(d, "result.h5")
+    sh([a.shardinfer, "pack", lst, "--output", sset, "--overwrite"])
+    p = sh(["mpirun", "-np", "2", a.shardinfer, "run", "--model", os.path.join(a.dir, "tiny.onnx"),
+            "--input", sset, "--output", res, "--batch", "3", "--overwrite"])
+    # each failure logged once with its index and id
+    for name, code in entries:
+        if code == 0:
+            continue
+        lines = [l for l in p.stderr.splitlines() if f"'{name}'" in l]
+        if len(lines) != 1:
+            sys.exit(f"FAIL: {name} logged {len(lines)} times, expected once")
+    sh([PY, os.path.join(HERE, "check_results.py"), "verify", res, "--input", sset,
+        "--expect-status-file", exp])
+    print(f"hostile: OK: {len(bad)} hostile and {len(good)} good images, each with its status")
+
+
+def layouts(a):
+    """The same images in every layout (tests/source_ref.py makes them) give identical results:
+    packed, h5py vlen, vlen+gzip, a 3-file split by list, glob and directory; and among the
+    pre-decoded sets, dense NHWC, NCHW, NCHW+gzip and a 2-file split."""
+    src = a.source_dir
+    groups = {
+        "encoded": ["packed.h5", "vlen.h5", "vlen_gzip.h5", "vlen_split.txt",
+                    os.path.join("vlen_split", "part*.h*5"), "vlen_split"],
+        "dense": ["dense_nhwc.h5", "dense_nchw.h5", "dense_gzip.h5", "dense_split"],
+    }
+    for group, specs in groups.items():
+        results = []
+        for i, spec in enumerate(specs):
+            out = os.path.join(a.dir, f"layout_{group}_{i}.h5")
+            sh(["mpirun", "-np", "2", a.shardinfer, "run", "--model",
+                os.path.join(a.dir, "tiny.onnx"), "--input", os.path.join(src, spec), "--output",
+                out, "--batch", "3", "--overwrite", "--exact-preprocess", "-q"])
+            results.append(out)
+        for r in results[1:]:  # statuses and scores equal; ids differ only where a layout has none
+            sh([PY, os.path.join(HERE, "check_results.py"), "compare", results[0], r,
+                "--ignore-ids"])
+    print("layouts: OK: every encoded layout and every dense layout gives the same results")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shardinfer", required=True)
@@ -209,9 +271,13 @@ def main():
     d.add_argument("--model", required=True)
     d.add_argument("--labels", required=True)
     sub.add_parser("bad-inputs")
+    lay = sub.add_parser("layouts")
+    lay.add_argument("--source-dir", required=True, help="tests/source_ref.py's output directory")
+    h = sub.add_parser("hostile")
+    h.add_argument("--io-dir", required=True, help="tests/io_ref.py's output directory")
     a = ap.parse_args()
     {"prepare": prepare, "run": run, "compare": compare, "demo": demo,
-     "bad-inputs": bad_inputs}[a.cmd](a)
+     "bad-inputs": bad_inputs, "hostile": hostile, "layouts": layouts}[a.cmd](a)
 
 
 if __name__ == "__main__":

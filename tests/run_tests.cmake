@@ -16,6 +16,14 @@ set_tests_properties(e2e_same_results_across_ranks PROPERTIES
 add_test(NAME e2e_bad_inputs COMMAND ${SI_E2E_CMD} bad-inputs)
 set_tests_properties(e2e_bad_inputs PROPERTIES FIXTURES_REQUIRED e2e_set LABELS "mpi" TIMEOUT 900)
 
+add_test(NAME e2e_hostile_images COMMAND ${SI_E2E_CMD} hostile --io-dir ${SI_TEST_DATA}/io)
+set_tests_properties(e2e_hostile_images PROPERTIES FIXTURES_REQUIRED "e2e_set;io_ref_data"
+  LABELS "mpi" TIMEOUT 300)
+
+add_test(NAME e2e_every_layout COMMAND ${SI_E2E_CMD} layouts --source-dir ${SI_TEST_DATA}/source)
+set_tests_properties(e2e_every_layout PROPERTIES FIXTURES_REQUIRED "e2e_set;source_ref_data"
+  LABELS "mpi" TIMEOUT 600)
+
 add_test(NAME imagenet_classes
   COMMAND ${SI_PYTHON} ${PROJECT_SOURCE_DIR}/datasets/imagenet_classes.py --output ${SI_TEST_DATA}/imagenet_classes.txt)
 set_tests_properties(imagenet_classes PROPERTIES FIXTURES_SETUP classes LABELS "mpi")

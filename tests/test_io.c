@@ -4,6 +4,7 @@
 #include "io/imageset.h"
 #include "io/pack.h"
 #include "io/result.h"
+#include "io/source.h"
 #include "tests/test_util.h"
 
 #include <errno.h>
@@ -527,13 +528,13 @@ static void write_expected(const char *path, const si_result_meta *m, const si_r
 /* Result columns over the list set (33k images, so the ids cross 65536-blocks only with a
  * permutation; the identity is one block run per read). */
 static void test_result(void) {
-    si_imageset *in = NULL;
+    si_source *in = NULL; /* the result writer reads ids through the source layer */
     char *inpath = fmt("%s/list.h5", work);
-    CHECK_MSG(si_imageset_open(inpath, &in) == SI_OK, "%s", si_error_msg());
+    CHECK_MSG(si_source_open(inpath, NULL, &in) == SI_OK, "%s", si_error_msg());
     if (!in) return;
-    uint64_t count = si_imageset_count(in);
+    uint64_t count = si_source_count(in);
     char **all = malloc(count * sizeof *all);
-    CHECK(si_imageset_read_ids(in, 0, (uint32_t)count, all) == SI_OK);
+    CHECK(si_source_read_ids(in, 0, (uint32_t)count, all) == SI_OK);
 
     for (int variant = 0; variant < 3; variant++) {
         /* 0: every image in order; 1: a shuffled subset with runs; 2: no rows */
@@ -597,9 +598,9 @@ static void test_result(void) {
         free(prob);
         free(ids);
     }
-    si_imageset_free_ids(all, (uint32_t)count);
+    si_source_free_ids(all, (uint32_t)count);
     free(all);
-    si_imageset_close(in);
+    si_source_close(in);
 }
 
 int main(int argc, char **argv) {

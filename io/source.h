@@ -1,0 +1,81 @@
+/* Image sources: every HDF5 layout users store images in, seen as one index space.
+ *   packed      shardinfer's own (/images/data + /images/offsets + /images/ids), see imageset.h
+ *   vlen        a 1-D dataset of variable-length uint8 (h5py.vlen_dtype(np.uint8)): one
+ *               encoded file per element, as Python users usually store JPEGs
+ *   dense-nhwc  uint8 [N, H, W, C] (C = 1 or 3) pre-decoded pixels: no JPEG at all
+ *   dense-nchw  uint8 [N, C, H, W]
+ * Any of them chunked and/or gzip-compressed (HDF5 filters are transparent to reads). A set may
+ * span many files: a list file (one .h5 path per line), a glob pattern, or a directory (every
+ * *.h5 / *.hdf5 inside, sorted) is one source whose indices run through the files in order.
+ * Nothing here knows of ranks; each rank opens its own source (serial HDF5, read-only). */
+#ifndef SI_SOURCE_H
+#define SI_SOURCE_H
+
+#include <stdio.h>
+
+#include "../src/common.h"
+
+/* (named si_src_kind: a type called si_source_kind would collide with the function below) */
+typedef enum { SI_SRC_ENCODED = 0, SI_SRC_PIXELS } si_src_kind;
+
+typedef enum {
+    SI_LAYOUT_AUTO =
+        0, /* detect: /images/offsets -> packed; vlen uint8 -> vlen; 4-D uint8 -> dense */
+    SI_LAYOUT_PACKED,
+    SI_LAYOUT_VLEN,
+    SI_LAYOUT_DENSE_NHWC,
+    SI_LAYOUT_DENSE_NCHW
+} si_layout;
+
+typedef struct {
+    int layout;                  /* si_layout */
+    const char *data_dataset;    /* the images: default per layout (/images/data, or the only
+                                    vlen-uint8 / 4-D uint8 dataset found) */
+    const char *ids_dataset;     /* string ids: default /images/ids if present; else ids are
+                                    the global index in decimal */
+    const char *offsets_dataset; /* packed only: default /images/offsets */
+} si_source_opts;
+
+typedef struct si_source si_source;
+
+/* Opens `spec`: an HDF5 file, a list file of HDF5 paths, a glob pattern or a directory. Every
+ * file must have the same layout (and, for dense, the same H, W, C). opts may be NULL (all
+ * defaults). On failure *out is NULL and the message names the file and dataset. */
+si_status si_source_open(const char *spec, const si_source_opts *opts, si_source **out);
+void si_source_close(si_source *s); /* accepts NULL */
+
+uint64_t si_source_count(const si_source *s);
+int si_source_kind(const si_source *s);         /* si_src_kind */
+int si_source_layout(const si_source *s);       /* the detected si_layout */
+int si_source_files(const si_source *s);        /* number of files */
+const char *si_source_spec(const si_source *s); /* borrowed */
+/* Dense sources: pixel size; returns false for encoded sources. */
+bool si_source_pixel_shape(const si_source *s, int *h, int *w, int *c);
+
+/* Reads images [first, first+n) into buf (grown, never shrunk); off gets n+1 offsets relative to
+ * buf->data, image j being buf->data[off[j] .. off[j+1]). Encoded sources give the encoded bytes
+ * (one hyperslab read per file the range touches for packed sets); dense sources give uint8
+ * pixels in HWC order (NCHW is transposed here), H*W*C bytes each. A record that cannot be read
+ * makes the whole call fail with a message naming the file and index (the caller then retries
+ * image by image). Caller owns buf and off. */
+si_status si_source_read(si_source *s, uint64_t first, uint32_t n, si_bytes *buf, uint64_t *off);
+
+/* Reads ids [first, first+n); each string malloc'ed, caller frees with si_source_free_ids. */
+si_status si_source_read_ids(si_source *s, uint64_t first, uint32_t n, char **ids);
+void si_source_free_ids(char **ids, uint32_t n);
+
+/* Layout names as the command line spells them: auto, packed, vlen, dense-nhwc, dense-nchw.
+ * si_source_layout_name returns a static string ("unknown" for a bad value); parse returns
+ * SI_ERR_ARG (message set) for an unknown name. */
+const char *si_source_layout_name(int layout);
+si_status si_source_layout_parse(const char *name, int *layout);
+
+/* At most max_open files of s stay open (default 64; HDF5 holds a file descriptor per open
+ * file); the least recently used are closed and reopened when read again. */
+void si_source_set_max_open(si_source *s, int max_open);
+
+/* `shardinfer inspect SET.h5`: files, layout, datasets (type, shape, chunking, filters), count,
+ * ids, encoded-size statistics of a sample, pixel shape for dense sets. */
+si_status si_source_describe(si_source *s, FILE *out);
+
+#endif
