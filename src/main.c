@@ -31,10 +31,13 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "show")) return si_cli_show(argc - 1, argv + 1);
     if (!strcmp(argv[1], "exec")) return si_cli_exec(argc - 1, argv + 1);
     if (!strcmp(argv[1], "inspect")) return si_cli_inspect(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "bench") && argc > 2 && !strcmp(argv[2], "decode"))
+        return si_cli_bench_decode(argc - 2, argv + 2);
     if (!strcmp(argv[1], "bench")) return si_cli_bench(argc - 1, argv + 1);
-    fprintf(stderr,
-            "shardinfer: unknown command '%s' (commands: pack, run, show, inspect, exec, bench; see "
-            "shardinfer --help)\n",
-            argv[1]);
+    fprintf(
+        stderr,
+        "shardinfer: unknown command '%s' (commands: pack, run, show, inspect, exec, bench; see "
+        "shardinfer --help)\n",
+        argv[1]);
     return SI_EXIT_USAGE;
 }

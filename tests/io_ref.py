@@ -3,7 +3,10 @@
 
   io_ref.py gen OUTDIR             test JPEGs cut from real photos (skimage's data), Pillow's
                                    decode and resize+crop of each, random RGB images with Pillow's
-                                   resize of them, and hostile files; manifests *.tsv in OUTDIR.
+                                   resize of them, and hostile files; JPEGs with each EXIF
+                                   orientation and Pillow's exif_transpose of them; Pillow's
+                                   draft() (DCT-scaled) preprocessing of all of them; manifests
+                                   *.tsv in OUTDIR.
   io_ref.py check-pack H5 LISTING  reads a packed set with h5py and compares it with LISTING
                                    (lines: id TAB source-file [TAB label]).
   io_ref.py check-result H5 EXPECTED  reads a result file with h5py and compares it with the
@@ -13,7 +16,8 @@
 
 The reference preprocessing is torchvision's Resize(int) + CenterCrop on a PIL image, written
 out here (torchvision is not a dependency): Resize computes the long side with int(), then
-calls Image.resize(..., BILINEAR); CenterCrop rounds with Python's round().
+calls Image.resize(..., BILINEAR); CenterCrop rounds with Python's round(). The EXIF
+orientation is applied first with ImageOps.exif_transpose, as torchvision users are told to.
 """
 import ctypes
 import ctypes.util
@@ -23,7 +27,7 @@ import random
 import sys
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps
 
 SKIMAGE = "/usr/lib/python3/dist-packages/skimage/data"
 
@@ -42,6 +46,31 @@ def reference(im, resize, crop_h, crop_w):
     top = int(round((nh - crop_h) / 2.0))
     left = int(round((nw - crop_w) / 2.0))
     return im.crop((left, top, left + crop_w, top + crop_h)).tobytes()
+
+
+def scale_denom(w, h, resize, crop_h, crop_w):
+    """The DCT scale io/jpeg.c picks outside exact mode: the largest s of 8, 4, 2 whose
+    ceil-scaled shorter side is still >= resize and whose resized image still holds the crop."""
+    for s in (8, 4, 2):
+        sw, sh = -(-w // s), -(-h // s)
+        nw, nh = resized_size(sw, sh, resize)
+        if min(sw, sh) >= resize and crop_h <= nh and crop_w <= nw:
+            return s
+    return 1
+
+
+def drafted(data, resize, crop_h, crop_w):
+    """Pillow's own DCT-scaled path: draft() asks libjpeg for 1/s scaling, the same libjpeg
+    feature io/jpeg.c uses outside exact mode; then exif_transpose, resize and crop.
+    Returns (s, crop bytes)."""
+    im = Image.open(io.BytesIO(data))
+    w, h = im.size
+    swap = im.getexif().get(0x0112, 1) in (5, 6, 7, 8)
+    s = scale_denom(h if swap else w, w if swap else h, resize, crop_h, crop_w)
+    if s > 1:
+        im.draft("RGB", (w // s, h // s))
+        assert im.size == (-(-w // s), -(-h // s)), (im.size, w, h, s)
+    return s, reference(ImageOps.exif_transpose(im), resize, crop_h, crop_w)
 
 
 def pick_preproc(rng, w, h):
@@ -180,6 +209,100 @@ def gen(out):
                 f.write(reference(Image.fromarray(a), resize, ch, cw))
             man.write(f"{name}\t{w}\t{h}\t{resize}\t{ch}\t{cw}\n")
 
+    # EXIF orientation: every value on a non-square photo (both TIFF byte orders, the tag after
+    # others so its offset matters), then on the other kinds of JPEG; XMP-only orientation
+    def exif_bytes(orientation, endian, extra=True):
+        ex = Image.Exif()
+        ex.endian = endian
+        if extra:
+            ex[0x010F] = "shardinfer test camera"  # Make: a string stored out of line
+            ex[0x0110] = "io_ref"                  # Model
+        ex[0x0112] = orientation
+        return ex.tobytes()
+
+    xmp = lambda o: (b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF><rdf:Description '
+                     b'xmlns:tiff="http://ns.adobe.com/tiff/1.0/" tiff:Orientation="%d"/>'
+                     b'</rdf:RDF></x:xmpmeta>' % o)
+    orient = []  # (name, bytes)
+    base_im = cut(rgb("chelsea.png"), 331, 229)
+    for o in range(1, 9):
+        endian = "<" if o % 2 else ">"
+        orient.append((f"orient{o}_{'II' if o % 2 else 'MM'}.jpg",
+                       save(base_im, quality=90, exif=exif_bytes(o, endian, extra=o != 3))))
+    orient.append(("orient6_gray.jpg", save(cut(photo("camera.png"), 240, 301), quality=85,
+                                            exif=exif_bytes(6, "<"))))
+    orient.append(("orient8_cmyk.jpg", save(cut(rgb("coffee.png"), 280, 200).convert("CMYK"),
+                                            quality=85, exif=exif_bytes(8, ">"))))
+    orient.append(("orient5_progressive.jpg", save(cut(rgb("astronaut.png"), 260, 333),
+                                                   quality=85, progressive=True,
+                                                   exif=exif_bytes(5, "<"))))
+    orient.append(("orient7_restart.jpg", save(cut(rgb("retina.jpg"), 350, 280), quality=85,
+                                               restart_marker_blocks=3, exif=exif_bytes(7, ">"))))
+    orient.append(("orient6_xmp_only.jpg", save(base_im, quality=88, xmp=xmp(6))))
+    # an Exif orientation 1 wins over XMP, as in Pillow's getexif()
+    orient.append(("orient1_exif_over_xmp8.jpg", save(base_im, quality=88, xmp=xmp(8),
+                                                      exif=exif_bytes(1, "<"))))
+    orient.append(("orient9_invalid.jpg", save(base_im, quality=88, exif=exif_bytes(9, ">"))))
+    # big enough for 1/2 at resize 256, with a quarter turn: the scale must use the short side
+    orient.append(("orient6_scaled.jpg", save(cut(rgb("motorcycle_left.png"), 741, 540),
+                                              quality=90, exif=exif_bytes(6, "<"))))
+
+    with open(os.path.join(out, "orient_manifest.tsv"), "w") as man:
+        for name, data in orient:
+            with open(os.path.join(out, name), "wb") as f:
+                f.write(data)
+            im = Image.open(io.BytesIO(data))
+            im.load()
+            with open(os.path.join(out, name + ".plain.rgb"), "wb") as f:
+                f.write(im.convert("RGB").tobytes())  # what --no-exif must give
+            t = ImageOps.exif_transpose(im)
+            with open(os.path.join(out, name + ".dec.rgb"), "wb") as f:
+                f.write(t.convert("RGB").tobytes())
+            resize, ch, cw = pick_preproc(rng, t.width, t.height)
+            if name == "orient6_scaled.jpg":
+                resize, ch, cw = 256, 224, 224
+            with open(os.path.join(out, name + ".crop.rgb"), "wb") as f:
+                f.write(reference(t, resize, ch, cw))
+            man.write(f"{name}\t{t.width}\t{t.height}\t{im.width}\t{im.height}\t{resize}"
+                      f"\t{ch}\t{cw}\n")
+
+    # DCT-scaled decoding (not exact mode) against Pillow's draft(): sizes where 1/2, 1/4 and
+    # 1/8 apply at resize 256, and every file above with its own preprocessing (the small
+    # resizes of pick_preproc reach 1/8 on small images too)
+    big = []
+    big.append(("scale2_700x560.jpg", save(cut(rgb("motorcycle_right.png"), 700, 560),
+                                           quality=90)))
+    big.append(("scale4_1200x1100_444.jpg", save(cut(rgb("coffee.png"), 1200, 1100), quality=92,
+                                                 subsampling="4:4:4")))
+    big.append(("scale4_1024x1100_422.jpg", save(cut(rgb("astronaut.png"), 1024, 1100),
+                                                 quality=80, subsampling="4:2:2")))
+    big.append(("scale8_2400x2100.jpg", save(cut(rgb("hubble_deep_field.jpg"), 2400, 2100),
+                                             quality=85)))
+    big.append(("scale2_gray_progressive.jpg", save(cut(photo("camera.png"), 600, 520),
+                                                    quality=85, progressive=True)))
+    big.append(("scale2_cmyk.jpg", save(cut(rgb("coffee.png"), 640, 600).convert("CMYK"),
+                                        quality=85)))
+    big.append(("scale4_restart.jpg", save(cut(rgb("retina.jpg"), 1100, 1030), quality=85,
+                                           restart_marker_blocks=5)))
+    for name, data in big:
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(data)
+    man_rows = [(name, data, 256, 224, 224) for name, data in big]
+    for name, data in orient:
+        if name == "orient6_scaled.jpg":
+            man_rows.append((name, data, 256, 224, 224))
+    for mname, files in (("jpeg_manifest.tsv", dict(good)), ("orient_manifest.tsv",
+                                                             dict(orient))):
+        for line in open(os.path.join(out, mname)):
+            f = line.split("\t")
+            man_rows.append((f[0], files[f[0]], int(f[-3]), int(f[-2]), int(f[-1])))
+    with open(os.path.join(out, "scaled_manifest.tsv"), "w") as man:
+        for name, data, resize, ch, cw in man_rows:
+            s, crop = drafted(data, resize, ch, cw)
+            with open(os.path.join(out, name + f".r{resize}_{ch}x{cw}.draft.rgb"), "wb") as f:
+                f.write(crop)
+            man.write(f"{name}\t{resize}\t{ch}\t{cw}\t{s}\n")
+
     hostile = []
     base = dict(good)["chelsea_420.jpg"]
     prog = dict(good)["motorcycle_progressive.jpg"]
@@ -230,7 +353,7 @@ def gen(out):
                 f.write(data)
             man.write(f"{name}\t{status}\n")
     print(f"io_ref.py: {len(good)} JPEGs, {len(sizes)} noise images, {len(hostile)} hostile "
-          f"files in {out}")
+          f"files, {len(orient)} oriented and {len(big)} large JPEGs in {out}")
 
 
 def fail(msg):

@@ -1,11 +1,13 @@
-/* JPEG decode + resize + crop against Pillow (references made by io_ref.py gen DIR), hostile
- * files against their expected statuses, and the normalisation against its formula.
+/* JPEG decode + resize + crop against Pillow (references made by io_ref.py gen DIR), in exact
+ * mode, with each EXIF orientation (against ImageOps.exif_transpose), and DCT-scaled (against
+ * Pillow's Image.draft); hostile files against their expected statuses, and the normalisation
+ * against its formula.
  * Usage: test_jpeg DIR
  *
  * Bound: 0. TurboJPEG 2.1.5 (system) and the libjpeg-turbo 3.1.1 bundled with Pillow decode
- * every test file to identical pixels (default ISLOW IDCT and fancy upsampling in both), and the
- * resize replicates Pillow's fixed-point arithmetic, so any difference is a bug; the measured
- * maximum difference is printed for each file. */
+ * every test file to identical pixels, unscaled and at 1/2, 1/4, 1/8 (default ISLOW IDCT and
+ * fancy upsampling in both), and the resize replicates Pillow's fixed-point arithmetic, so any
+ * difference is a bug; the measured maximum difference is printed for each file. */
 #include "io/jpeg.h"
 #include "tests/test_util.h"
 
@@ -64,8 +66,11 @@ static void test_good(const char *dir, si_decoder *d) {
         CHECK(dlen == (size_t)w * h * 3 && clen == (size_t)ch * cw * 3);
         char msg[256];
 
-        si_preproc full = {
-            .resize = w < h ? w : h, .crop_h = h, .crop_w = w, .max_pixels = 100000000};
+        si_preproc full = {.resize = w < h ? w : h,
+                           .crop_h = h,
+                           .crop_w = w,
+                           .max_pixels = 100000000,
+                           .exact = true};
         uint8_t *out = malloc(dlen);
         memset(out, 0xA5, dlen); /* poison */
         int st = si_decode_crop(d, jpg, len, &full, out, msg, sizeof msg);
@@ -75,7 +80,8 @@ static void test_good(const char *dir, si_decoder *d) {
                   md, where);
         free(out);
 
-        si_preproc p = {.resize = resize, .crop_h = ch, .crop_w = cw, .max_pixels = 100000000};
+        si_preproc p = {
+            .resize = resize, .crop_h = ch, .crop_w = cw, .max_pixels = 100000000, .exact = true};
         out = malloc(clen);
         memset(out, 0xA5, clen);
         st = si_decode_crop(d, jpg, len, &p, out, msg, sizeof msg);
@@ -137,6 +143,112 @@ static void test_resize_noise(const char *dir) {
     uint8_t px[4 * 4 * 3] = {1, 2, 3}, out[8 * 8 * 3];
     si_preproc bad = {.resize = 4, .crop_h = 5, .crop_w = 4};
     CHECK(si_resize_crop(px, 4, 4, &bad, out) == SI_ERR_ARG);
+}
+
+/* Every EXIF orientation: the full decode and the crop (exact mode) against Pillow's
+ * exif_transpose, and with no_exif the plain decode. */
+static void test_orient(const char *dir, si_decoder *d) {
+    char mpath[4096], name[256];
+    snprintf(mpath, sizeof mpath, "%s/orient_manifest.tsv", dir);
+    FILE *m = fopen(mpath, "r");
+    CHECK_MSG(m != NULL, "%s", mpath);
+    if (!m) return;
+    int ow, oh, w, h, resize, ch, cw, n = 0, worst = 0;
+    while (fscanf(m, "%255s %d %d %d %d %d %d %d", name, &ow, &oh, &w, &h, &resize, &ch, &cw) ==
+           8) {
+        size_t len, dlen, plen, clen, where = 0;
+        uint8_t *jpg = slurp(dir, name, "", &len);
+        uint8_t *dec = slurp(dir, name, ".dec.rgb", &dlen);
+        uint8_t *plain = slurp(dir, name, ".plain.rgb", &plen);
+        uint8_t *crop = slurp(dir, name, ".crop.rgb", &clen);
+        CHECK(jpg && dec && plain && crop);
+        if (!jpg || !dec || !plain || !crop) break;
+        CHECK(dlen == (size_t)ow * oh * 3 && plen == dlen && clen == (size_t)ch * cw * 3);
+        char msg[256];
+        int md[3] = {255, 255, 255};
+        const char *what[3] = {"oriented decode", "--no-exif decode", "oriented crop"};
+        si_preproc ps[3] = {
+            {.resize = ow < oh ? ow : oh, .crop_h = oh, .crop_w = ow, .exact = true},
+            {.resize = w < h ? w : h, .crop_h = h, .crop_w = w, .exact = true, .no_exif = true},
+            {.resize = resize, .crop_h = ch, .crop_w = cw, .exact = true}};
+        const uint8_t *ref[3] = {dec, plain, crop};
+        for (int k = 0; k < 3; k++) {
+            size_t nb = (size_t)ps[k].crop_h * ps[k].crop_w * 3;
+            uint8_t *out = malloc(nb);
+            memset(out, 0xA5, nb);
+            int st = si_decode_crop(d, jpg, len, &ps[k], out, msg, sizeof msg);
+            CHECK_MSG(st == SI_IMG_OK, "%s: %s: %s", name, what[k], msg);
+            if (st == SI_IMG_OK) md[k] = max_abs_diff(out, ref[k], nb, &where);
+            CHECK_MSG(md[k] <= max_diff_allowed, "%s: %s differs from Pillow by %d at byte %zu",
+                      name, what[k], md[k], where);
+            if (md[k] > worst) worst = md[k];
+            free(out);
+        }
+        printf("%-30s %4dx%-4d -> %4dx%-4d crop %3dx%-3d  max|diff| decode %d, no-exif %d, "
+               "crop %d\n",
+               name, w, h, ow, oh, ch, cw, md[0], md[1], md[2]);
+        n++;
+        free(jpg);
+        free(dec);
+        free(plain);
+        free(crop);
+    }
+    fclose(m);
+    CHECK_MSG(n >= 16, "only %d JPEGs in the orientation manifest", n);
+    printf("oriented JPEGs: %d, max|diff| vs Pillow's exif_transpose: %d\n", n, worst);
+}
+
+/* Outside exact mode: against Pillow's draft() + exif_transpose + resize + crop, which asks the
+ * same libjpeg for the same DCT scaling (or for none: then it is the exact path). Also prints
+ * how far each scaled crop is from the exact one. */
+static void test_scaled(const char *dir, si_decoder *d) {
+    char mpath[4096], name[256], suffix[64];
+    snprintf(mpath, sizeof mpath, "%s/scaled_manifest.tsv", dir);
+    FILE *m = fopen(mpath, "r");
+    CHECK_MSG(m != NULL, "%s", mpath);
+    if (!m) return;
+    int resize, ch, cw, s, n = 0, nscaled = 0, worst = 0, worst_exact = 0;
+    while (fscanf(m, "%255s %d %d %d %d", name, &resize, &ch, &cw, &s) == 5) {
+        size_t len, rlen, where = 0;
+        snprintf(suffix, sizeof suffix, ".r%d_%dx%d.draft.rgb", resize, ch, cw);
+        uint8_t *jpg = slurp(dir, name, "", &len);
+        uint8_t *ref = slurp(dir, name, suffix, &rlen);
+        CHECK(jpg && ref && rlen == (size_t)ch * cw * 3);
+        if (!jpg || !ref) break;
+        char msg[256];
+        si_preproc p = {.resize = resize, .crop_h = ch, .crop_w = cw, .max_pixels = 100000000};
+        uint8_t *out = malloc(rlen), *ex = malloc(rlen);
+        memset(out, 0xA5, rlen);
+        int st = si_decode_crop(d, jpg, len, &p, out, msg, sizeof msg);
+        CHECK_MSG(st == SI_IMG_OK, "%s: %s", name, msg);
+        int md = st == SI_IMG_OK ? max_abs_diff(out, ref, rlen, &where) : 255;
+        CHECK_MSG(md <= max_diff_allowed,
+                  "%s: scaled 1/%d crop differs from Pillow's draft by %d "
+                  "at byte %zu",
+                  name, s, md, where);
+        p.exact = true;
+        st = si_decode_crop(d, jpg, len, &p, ex, msg, sizeof msg);
+        CHECK_MSG(st == SI_IMG_OK, "%s: %s", name, msg);
+        double sum = 0;
+        for (size_t i = 0; i < rlen; i++) sum += abs((int)out[i] - (int)ex[i]);
+        int me = max_abs_diff(out, ex, rlen, &where);
+        CHECK_MSG(s > 1 || me == 0, "%s: unscaled but differs from exact mode by %d", name, me);
+        printf("%-30s resize %3d crop %3dx%-3d scale 1/%d  max|diff| vs draft %d; vs exact: "
+               "mean %.3f max %d\n",
+               name, resize, ch, cw, s, md, sum / (double)rlen, me);
+        if (md > worst) worst = md;
+        if (me > worst_exact) worst_exact = me;
+        n++;
+        nscaled += s > 1;
+        free(out);
+        free(ex);
+        free(jpg);
+        free(ref);
+    }
+    fclose(m);
+    CHECK_MSG(nscaled >= 15, "only %d of %d files DCT-scaled", nscaled, n);
+    printf("scaled mode: %d files (%d DCT-scaled), max|diff| vs Pillow's draft %d, vs exact %d\n",
+           n, nscaled, worst, worst_exact);
 }
 
 static int status_of(const char *name) {
@@ -223,9 +335,12 @@ int main(int argc, char **argv) {
     if (!d) return test_finish();
     test_good(argv[1], d);
     test_resize_noise(argv[1]);
+    test_orient(argv[1], d);
+    test_scaled(argv[1], d);
     test_hostile(argv[1], d);
     /* the decoder's scratch must still be right after failures */
     test_good(argv[1], d);
+    test_scaled(argv[1], d);
     test_normalize();
     si_decoder_destroy(d);
     si_decoder_destroy(NULL);

@@ -1,0 +1,290 @@
+/* `shardinfer bench decode SET.h5`: the CPU preprocessing alone (JPEG decode, EXIF orientation,
+ * resize, center crop), timed over every record of a packed set held in memory, with an OpenMP
+ * loop over images for each thread count asked for. Prints one line per thread count:
+ *   bench-decode: threads=T images_per_s=X per_core=Y exact=0|1 ...
+ * The run also checks itself: every thread count must produce the same crops (a digest per
+ * image; the line's digest= lets a caller compare all crops with its own), and outside exact mode
+ * it reports how far the DCT-scaled crops are from the exact ones. */
+#include <getopt.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common.h"
+#include "io/imageset.h"
+#include "io/jpeg.h"
+
+#define MAX_THREAD_COUNTS 64
+
+/* "1,2,4" -> counts[]; false on anything else. */
+static bool parse_threads(const char *s, int *counts, int *n) {
+    *n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 4096 || *n == MAX_THREAD_COUNTS) return false;
+        counts[(*n)++] = (int)v;
+        if (*end == ',' && end[1])
+            s = end + 1;
+        else if (*end == 0)
+            s = end;
+        else
+            return false;
+    }
+    return *n > 0;
+}
+
+/* sum of crop[k] * (k + 1) mod 2^64: position-sensitive, and numpy computes the same in one
+ * line, so bench/decode_vs_pillow.py can check the crops against Pillow's */
+static uint64_t crop_digest(const uint8_t *p, size_t n) {
+    uint64_t h = 0;
+    for (size_t i = 0; i < n; i++) h += (uint64_t)p[i] * (uint64_t)(i + 1);
+    return h;
+}
+
+typedef struct {
+    const uint8_t *data; /* all records back to back; borrowed */
+    const uint64_t *off; /* n + 1 offsets */
+    uint32_t n;
+    si_preproc pp;
+    size_t crop_bytes;
+} bench_set;
+
+/* One untimed pass with `threads` threads that records each image's status and crop hash, then
+ * decodes images round-robin until `seconds` have passed. Returns images per second; *done_out
+ * gets the number of images decoded in the timed part. */
+static double run_threads(const bench_set *b, int threads, double seconds, int *status,
+                          uint64_t *hash, long *done_out) {
+    long next = 0, done = 0;
+    double t0 = 0, t_end = 0, last = 0;
+#pragma omp parallel num_threads(threads)
+    {
+        si_decoder *d = si_decoder_create();
+        uint8_t *dst = si_xmalloc(b->crop_bytes);
+        if (!d) si_fatal(__FILE__, __LINE__, "si_decoder_create", "%s", si_error_msg());
+        char msg[256];
+#pragma omp for schedule(dynamic, 1)
+        for (uint32_t i = 0; i < b->n; i++) {
+            status[i] = si_decode_crop(d, b->data + b->off[i], (size_t)(b->off[i + 1] - b->off[i]),
+                                       &b->pp, dst, msg, sizeof msg);
+            hash[i] = status[i] == SI_IMG_OK ? crop_digest(dst, b->crop_bytes) : 0;
+        }
+#pragma omp single
+        {
+            t0 = si_now();
+            t_end = t0 + seconds;
+        }
+        /* every thread takes the next image of an endless round over the set, so no thread
+         * waits at the end of a pass */
+        long mine = 0;
+        double now = t0;
+        while (now < t_end) {
+            long k;
+#pragma omp atomic capture
+            k = next++;
+            uint32_t i = (uint32_t)(k % b->n);
+            si_decode_crop(d, b->data + b->off[i], (size_t)(b->off[i + 1] - b->off[i]), &b->pp, dst,
+                           msg, sizeof msg);
+            mine++;
+            now = si_now();
+        }
+#pragma omp critical
+        {
+            done += mine;
+            if (now > last) last = now;
+        }
+        si_decoder_destroy(d);
+        free(dst);
+    }
+    *done_out = done;
+    return (double)done / (last - t0);
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: shardinfer bench decode SET.h5 [--threads 1,2,...] [--resize 256] "
+               "[--crop 224] [--exact] [--no-exif] [--seconds 3] [--max-pixels N]\n"
+               "  decodes, resizes and center-crops every image of the set (held in memory)\n"
+               "  over and over for --seconds, once per thread count; default threads: 1 and\n"
+               "  all cores. --exact: full-size decode, bit-exact with Pillow; otherwise the\n"
+               "  decode is scaled in the DCT domain and the difference to --exact is reported\n");
+}
+
+int si_cli_bench_decode(int argc, char **argv) {
+    static const struct option opts[] = {{"threads", required_argument, 0, 't'},
+                                         {"resize", required_argument, 0, 'r'},
+                                         {"crop", required_argument, 0, 'c'},
+                                         {"seconds", required_argument, 0, 's'},
+                                         {"max-pixels", required_argument, 0, 'm'},
+                                         {"exact", no_argument, 0, 'e'},
+                                         {"no-exif", no_argument, 0, 'x'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int counts[MAX_THREAD_COUNTS], ncounts = 0, c;
+    si_preproc pp = {.resize = 256, .crop_h = 224, .crop_w = 224, .max_pixels = 100000000};
+    double seconds = 3.0;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":t:r:c:s:m:exh", opts, NULL)) != -1) {
+        char *end = NULL;
+        long v = optarg ? strtol(optarg, &end, 10) : 0;
+        bool int_ok = optarg && end && !*end && v >= 1 && v <= 100000;
+        switch (c) {
+        case 't':
+            if (parse_threads(optarg, counts, &ncounts)) continue;
+            break;
+        case 'r':
+            if (int_ok) {
+                pp.resize = (int)v;
+                continue;
+            }
+            break;
+        case 'c':
+            if (int_ok) {
+                pp.crop_h = pp.crop_w = (int)v;
+                continue;
+            }
+            break;
+        case 's': {
+            double s = strtod(optarg, &end);
+            if (end != optarg && !*end && s > 0 && s <= 3600) {
+                seconds = s;
+                continue;
+            }
+            break;
+        }
+        case 'm': {
+            unsigned long long m = strtoull(optarg, &end, 10);
+            if (end != optarg && !*end && m >= 1) {
+                pp.max_pixels = m;
+                continue;
+            }
+            break;
+        }
+        case 'e': pp.exact = true; continue;
+        case 'x': pp.no_exif = true; continue;
+        case 'h': usage(stdout); return SI_EXIT_OK;
+        default: break;
+        }
+        fprintf(stderr, "shardinfer bench decode: bad option '%s'\n", argv[optind - 1]);
+        usage(stderr);
+        return SI_EXIT_USAGE;
+    }
+    if (optind + 1 != argc) {
+        usage(stderr);
+        return SI_EXIT_USAGE;
+    }
+    if (pp.crop_h > pp.resize) {
+        fprintf(stderr, "shardinfer bench decode: --crop %d is larger than --resize %d\n",
+                pp.crop_h, pp.resize);
+        return SI_EXIT_USAGE;
+    }
+    if (ncounts == 0) {
+        counts[ncounts++] = 1;
+        if (omp_get_num_procs() > 1) counts[ncounts++] = omp_get_num_procs();
+    }
+    const char *path = argv[optind];
+
+    si_imageset *set = NULL;
+    si_bytes buf = {0};
+    uint64_t *off = NULL;
+    si_status st = si_imageset_open(path, &set);
+    uint64_t n64 = st == SI_OK ? si_imageset_count(set) : 0;
+    if (st == SI_OK && (n64 == 0 || n64 > UINT32_MAX))
+        st = si_error(SI_ERR_FORMAT, "%s: %llu images; the benchmark needs 1 to 2^32-1", path,
+                      (unsigned long long)n64);
+    if (st == SI_OK) {
+        off = si_xmalloc(sizeof *off * (size_t)(n64 + 1));
+        st = si_imageset_read(set, 0, (uint32_t)n64, &buf, off);
+    }
+    si_imageset_close(set);
+    if (st != SI_OK) {
+        si_log_error("%s", si_error_msg());
+        free(off);
+        si_bytes_free(&buf);
+        return SI_EXIT_FAIL;
+    }
+    uint32_t n = (uint32_t)n64;
+    bench_set b = {.data = buf.data,
+                   .off = off,
+                   .n = n,
+                   .pp = pp,
+                   .crop_bytes = (size_t)pp.crop_h * pp.crop_w * 3};
+    printf("bench-decode: set=%s images=%u bytes=%zu mean_kib=%.1f resize=%d crop=%d exact=%d "
+           "exif=%d\n",
+           path, n, buf.len, (double)buf.len / n / 1024, pp.resize, pp.crop_h, pp.exact,
+           !pp.no_exif);
+    fflush(stdout);
+
+    int *status = si_xmalloc(sizeof *status * n);
+    uint64_t *hash = si_xmalloc(sizeof *hash * n), *hash0 = si_xmalloc(sizeof *hash0 * n);
+    int rc = SI_EXIT_OK;
+    for (int t = 0; t < ncounts; t++) {
+        long done = 0;
+        double ips = run_threads(&b, counts[t], seconds, status, hash, &done);
+        uint32_t bad = 0, mismatched = 0;
+        uint64_t digest = 0; /* sum over images of (index + 1) * crop_digest, mod 2^64 */
+        for (uint32_t i = 0; i < n; i++) {
+            bad += status[i] != SI_IMG_OK;
+            digest += (uint64_t)(i + 1) * hash[i];
+        }
+        if (t == 0)
+            memcpy(hash0, hash, sizeof *hash * n);
+        else
+            for (uint32_t i = 0; i < n; i++) mismatched += hash[i] != hash0[i];
+        printf("bench-decode: threads=%d images_per_s=%.1f per_core=%.1f exact=%d images=%ld "
+               "seconds=%.2f failed=%u digest=%016llx\n",
+               counts[t], ips, ips / counts[t], pp.exact, done, (double)done / ips, bad,
+               (unsigned long long)digest);
+        fflush(stdout);
+        if (mismatched) {
+            si_log_error("bench decode: %u crops differ between %d and %d threads", mismatched,
+                         counts[0], counts[t]);
+            rc = SI_EXIT_VERIFY;
+        }
+    }
+
+    if (!pp.exact) { /* how far the scaled decode is from the exact one, over the whole set */
+        si_preproc ex = pp;
+        ex.exact = true;
+        uint64_t sum = 0, npx = 0;
+        int worst = 0;
+        double worst_mean = 0;
+#pragma omp parallel
+        {
+            si_decoder *d = si_decoder_create();
+            if (!d) si_fatal(__FILE__, __LINE__, "si_decoder_create", "%s", si_error_msg());
+            uint8_t *a = si_xmalloc(b.crop_bytes), *e = si_xmalloc(b.crop_bytes);
+#pragma omp for schedule(dynamic, 1) reduction(+ : sum, npx) reduction(max : worst, worst_mean)
+            for (uint32_t i = 0; i < n; i++) {
+                size_t len = (size_t)(off[i + 1] - off[i]);
+                if (si_decode_crop(d, buf.data + off[i], len, &pp, a, NULL, 0) != SI_IMG_OK ||
+                    si_decode_crop(d, buf.data + off[i], len, &ex, e, NULL, 0) != SI_IMG_OK)
+                    continue;
+                uint64_t s = 0;
+                for (size_t k = 0; k < b.crop_bytes; k++) {
+                    int dd = abs((int)a[k] - (int)e[k]);
+                    s += (uint64_t)dd;
+                    if (dd > worst) worst = dd;
+                }
+                sum += s;
+                npx += b.crop_bytes;
+                double m = (double)s / (double)b.crop_bytes;
+                if (m > worst_mean) worst_mean = m;
+            }
+            si_decoder_destroy(d);
+            free(a);
+            free(e);
+        }
+        printf("bench-decode: scaled-vs-exact mean_abs=%.3f max_abs=%d worst_image_mean_abs=%.3f "
+               "values=%llu\n",
+               npx ? (double)sum / (double)npx : 0.0, worst, worst_mean, (unsigned long long)npx);
+    }
+    free(status);
+    free(hash);
+    free(hash0);
+    free(off);
+    si_bytes_free(&buf);
+    return rc;
+}
