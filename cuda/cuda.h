@@ -14,6 +14,12 @@ int si_cuda_device_count(void);
 /* A one-line description of device `dev` (name, memory, compute capability) into buf. */
 si_status si_cuda_device_info(int dev, char *buf, size_t cap);
 
+/* Page-locked host memory for the buffers the GPU path uploads from (decoded uint8 batches), so
+ * copies to the device run at full PCIe speed and asynchronously. NULL when there is no device
+ * or the allocation fails: callers fall back to malloc. Free with si_cuda_host_free. */
+void *si_cuda_host_alloc(size_t bytes);
+void si_cuda_host_free(void *p); /* accepts NULL */
+
 /* (N, H, W, 3) uint8 -> (N, 3, H, W) float: (x/255 - mean[c]) / std[c], on the device. The
  * GPU twin of si_normalize_chw (io/jpeg.h). Host pointers; copies in and out (for tests). */
 si_status si_cuda_normalize(const uint8_t *src, int n, int h, int w, const float mean[3],

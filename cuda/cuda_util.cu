@@ -21,3 +21,17 @@ extern "C" si_status si_cuda_device_info(int dev, char *buf, size_t cap) {
              p.multiProcessorCount);
     return SI_OK;
 }
+
+extern "C" void *si_cuda_host_alloc(size_t bytes) {
+    if (si_cuda_device_count() == 0) return nullptr;
+    void *p = nullptr;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError(); /* a failed pinning is not sticky: fall back to pageable memory */
+        return nullptr;
+    }
+    return p;
+}
+
+extern "C" void si_cuda_host_free(void *p) {
+    if (p) cudaFreeHost(p);
+}

@@ -435,6 +435,13 @@ si_status si_resize_crop(const uint8_t *src, int w, int h, const si_preproc *p, 
     return st;
 }
 
+/* The same with the decoder's scratch, which grows to the largest image and is reused: the
+ * per-batch path of pre-decoded (dense) sets allocates nothing in the steady state. */
+si_status si_decoder_resize_crop(si_decoder *d, const uint8_t *src, int w, int h,
+                                 const si_preproc *p, uint8_t *dst) {
+    return resize_crop(src, w, h, p, dst, &d->rs);
+}
+
 /* Borrows src, writes 3*h*w floats to dst. A table per channel, built with the formula itself,
  * gives the same floats as computing it per pixel at a fraction of the cost. */
 void si_normalize_chw(const uint8_t *src, int h, int w, const float mean[3], const float std[3],
@@ -643,11 +650,12 @@ static bool crop_fits(int w, int h, const si_preproc *p) {
  * >= resize (and whose resized size still holds the crop: the long side is truncated from the
  * scaled aspect ratio, so it can come out a pixel shorter); 1/1 if none, and in exact mode.
  * Only those three of TurboJPEG's sixteen factors: libjpeg-turbo has SIMD IDCTs for 1/2 and 1/4
- * (and 1/8 is one coefficient per block), while 3/8, 5/8, 3/4 and 7/8 use plain C IDCTs that made
- * the whole decode 35-70% slower than an unscaled one on 500x375 photos (1.86 ms at 1/1, 2.67 ms
- * at 3/4, 3.16 ms at 7/8; libjpeg-turbo 2.1.5, x86-64), and their sharper DCT-domain low-pass
- * takes the crops further from the exact ones (mean |diff| 4.4 at 3/4 against 0.6 at 1/2 on clean
- * photos). These three are also the only ones Pillow's Image.draft() uses. */
+ * (and 1/8 is one coefficient per block), while 3/8, 5/8, 3/4 and 7/8 use plain C IDCTs that make
+ * the whole decode slower than an unscaled one: on 500x375 photos 1.17 ms at 1/1, 1.5-1.7 ms at
+ * 3/4, 2.0 ms at 7/8 (libjpeg-turbo 2.1.5, x86-64; 1/2 takes 1.02 ms, Huffman decoding being
+ * the bulk). Their sharper DCT-domain low-pass also takes the crops further from the exact ones
+ * (mean |diff| 4.4 at 3/4 against 0.6 at 1/2 on clean photos). These three are also the only
+ * ones Pillow's Image.draft() uses. */
 static tjscalingfactor pick_scale(int w, int h, bool swap, const si_preproc *p) {
     tjscalingfactor best = {1, 1};
     if (p->exact) return best;

@@ -21,8 +21,10 @@ si_decoder *si_decoder_create(void);
 void si_decoder_destroy(si_decoder *d); /* accepts NULL */
 
 /* Decodes len bytes and writes the crop as uint8 RGB, HWC, crop_h*crop_w*3 bytes, into dst.
- * Unless p->exact, the JPEG is decoded at the smallest libjpeg scale M/8 whose shorter side is
- * still >= p->resize (DCT-domain scaling: fewer pixels to decode and to resize). Unless
+ * Unless p->exact, the JPEG is decoded at the smallest of the scales 1/2, 1/4, 1/8 whose shorter
+ * side is still >= p->resize (DCT-domain scaling: fewer pixels to decode and to resize; the
+ * other M/8 scales have no SIMD IDCT in libjpeg-turbo and are slower than a full decode, see
+ * pick_scale in jpeg.c). Images under twice the resize target are decoded at full size. Unless
  * p->no_exif, the EXIF orientation is applied before resizing.
  * Returns SI_IMG_OK or the image's failure status; on failure msg (cap bytes) says why and dst
  * is left untouched. Never aborts on bad input. */
@@ -33,6 +35,10 @@ si_image_status si_decode_crop(si_decoder *d, const uint8_t *data, size_t len, c
  * HWC uint8 image into dst (crop_h*crop_w*3); computes only the rows and columns the crop keeps.
  * Allocates its own scratch (the decoder path reuses the decoder's); exposed for tests. */
 si_status si_resize_crop(const uint8_t *src, int w, int h, const si_preproc *p, uint8_t *dst);
+
+/* si_resize_crop with the decoder's reusable scratch (no allocation once warm). */
+si_status si_decoder_resize_crop(si_decoder *d, const uint8_t *src, int w, int h,
+                                 const si_preproc *p, uint8_t *dst);
 
 /* (H, W, 3) uint8 -> (3, H, W) float: (x/255 - mean[c]) / std[c]. */
 void si_normalize_chw(const uint8_t *src, int h, int w, const float mean[3], const float std[3],

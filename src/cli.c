@@ -441,6 +441,8 @@ int si_cli_run(int argc, char **argv) {
                     a.pc.mean[2], a.pc.std[0], a.pc.std[1], a.pc.std[2], threads,
                     threads > 1 ? "s" : "");
     st = si_pipeline_run(&a.pc, e, set, first, count, &mine);
+    if (st == SI_OK)
+        si_log_debug("decode buffer: %s", mine.pinned ? "pinned (CUDA host memory)" : "pageable");
     if ((st = si_mpi_agree(&m, st)) != SI_OK) goto out;
 
     st = si_mpi_gather(&m, n, a.pc.topk, &mine, &all, ranks);

@@ -9,6 +9,9 @@
 #include <string.h>
 
 #include "postprocess.h"
+#ifdef SI_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 si_status si_pipeline_check_model(si_graph *g, si_pipeline_config *cfg, int64_t *classes) {
     const si_value *in = &g->values[g->inputs[0]];
@@ -152,7 +155,18 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
 
     const size_t plane = (size_t)cfg->pre.crop_h * cfg->pre.crop_w;
     const int nthreads = omp_get_max_threads();
-    uint8_t *pixels = si_xmalloc(plane * 3 * (size_t)B); /* (B, H, W, 3) uint8 crops */
+    /* (B, H, W, 3) uint8 crops: the staging buffer the GPU path uploads as it is, pinned when a
+     * CUDA device is there */
+    size_t pixels_bytes = plane * 3 * (size_t)B;
+    uint8_t *pixels = NULL;
+#ifdef SI_HAVE_CUDA
+    pixels = si_cuda_host_alloc(pixels_bytes);
+    bool pinned = pixels != NULL;
+#else
+    bool pinned = false;
+#endif
+    if (!pixels) pixels = si_xmalloc(pixels_bytes);
+    out->pinned = pinned;
     int32_t *rowmap = si_xmalloc(sizeof(int32_t) * (size_t)B);
     char(*msgs)[256] = si_xmalloc(sizeof(*msgs) * (size_t)B);
     si_decoder **dec = si_xcalloc((size_t)nthreads, sizeof *dec);
@@ -213,7 +227,8 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
                     for (size_t i = 0; i < (size_t)ph * pw; i++)
                         rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = px[i];
                 }
-                if (si_resize_crop(rgb, pw, ph, &cfg->pre, pixels + plane * 3 * j) != SI_OK) {
+                if (si_decoder_resize_crop(dec[omp_get_thread_num()], rgb, pw, ph, &cfg->pre,
+                                           pixels + plane * 3 * j) != SI_OK) {
                     status[j] = SI_IMG_UNSUPPORTED;
                     snprintf(msgs[j], sizeof msgs[j], "%s", si_error_msg());
                 }
@@ -297,7 +312,12 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
     out->t_total = si_now() - t0;
     for (int t = 0; t < nthreads; t++) si_decoder_destroy(dec[t]);
     free(dec);
-    free(pixels);
+#ifdef SI_HAVE_CUDA
+    if (pinned)
+        si_cuda_host_free(pixels);
+    else
+#endif
+        free(pixels);
     free(gray_rgb);
     free(rowmap);
     free(msgs);

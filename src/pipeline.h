@@ -26,6 +26,7 @@ typedef struct {
     double t_read, t_decode, t_infer, t_post, t_first, t_total;
     double t_wait; /* decoders waiting for the reader: > 0 means reading is the bottleneck */
     uint64_t bytes_read;
+    bool pinned; /* the decode buffer is page-locked (a CUDA device is present) */
 } si_share_result;
 
 /* Checks that the graph is an image classifier the pipeline can feed: first input
