@@ -4,5 +4,6 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dir=${SI_BUILD_DIR:-$root/build}
-cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+# SI_CUDA=AUTO each time: a cache configured with OFF would otherwise drop the CUDA backend
+cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DSI_CUDA=AUTO "$@" >/dev/null
 cmake --build "$dir" -j"$(nproc)"
