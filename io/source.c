@@ -1232,11 +1232,7 @@ si_status si_source_read_ids(si_source *s, uint64_t first, uint32_t n, char **id
 
 /* Frees ids[0..n) and sets them to NULL; accepts NULL and NULL entries. */
 void si_source_free_ids(char **ids, uint32_t n) {
-    if (!ids) return;
-    for (uint32_t j = 0; j < n; j++) {
-        free(ids[j]);
-        ids[j] = NULL;
-    }
+    si_imageset_free_ids(ids, n); /* the same strings, however they were read */
 }
 
 /* --- describe --------------------------------------------------------------------------------- */
