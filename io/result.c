@@ -108,6 +108,20 @@ static si_status write_all(hid_t file, hid_t strtype, const char *tmp, const si_
         if (d[i] >= 0) H5Dclose(d[i]);
     if (st != SI_OK) return st;
 
+    /* the failures' messages, sparse: the file stays small when few images fail */
+    hid_t grp = H5Gcreate2(file, "errors", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t ei = grp >= 0 ? write_col(grp, "index", H5T_STD_U64LE, H5T_NATIVE_UINT64, c->n_errors, -1,
+                                    c->err_index)
+                        : H5I_INVALID_HID;
+    hid_t em = grp >= 0 ? write_col(grp, "message", strtype, strtype, c->n_errors, -1,
+                                    c->n_errors ? (const void *)c->err_msg : NULL)
+                        : H5I_INVALID_HID;
+    if (ei < 0 || em < 0) st = si_error(SI_ERR_IO, "%s: cannot write /errors (disk full?)", tmp);
+    if (ei >= 0) H5Dclose(ei);
+    if (em >= 0) H5Dclose(em);
+    if (grp >= 0) H5Gclose(grp);
+    if (st != SI_OK) return st;
+
     uint64_t failed = 0;
     for (uint64_t i = 0; i < n; i++) failed += c->status[i] != SI_IMG_OK;
     int version = FORMAT_VERSION;

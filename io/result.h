@@ -4,6 +4,8 @@
  *   /status      int32 [N]                         si_image_status
  *   /topk_class  int32 [N, K]                      -1 where status != 0
  *   /topk_prob   float32 [N, K]                    0 where status != 0
+ *   /errors/index    uint64 [F]   the input index of each failed image (F failures)
+ *   /errors/message  string [F]   why it failed (the decoder's or reader's message)
  * Root attributes: format_version, shardinfer_version, model, model_sha256, input, ranks,
  * batch_size, elapsed_seconds, images, failed, command_line, preprocess.
  * The file is written to PATH.tmp and renamed to PATH only when complete. */
@@ -30,6 +32,9 @@ typedef struct {
     const int32_t *status;     /* [n] */
     const int32_t *topk_class; /* [n*k] */
     const float *topk_prob;    /* [n*k] */
+    uint64_t n_errors;         /* failed images' messages, sorted by index (may be 0) */
+    const uint64_t *err_index; /* [n_errors] */
+    char *const *err_msg;      /* [n_errors] */
 } si_result_cols;
 
 /* Writes the result. ids are copied from `input` in blocks (bounded memory). Borrows all args. */

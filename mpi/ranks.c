@@ -72,7 +72,77 @@ si_status si_mpi_agree(const si_mpi *m, si_status st) {
 /* Chunks keep every MPI count far below INT_MAX whatever the share. */
 #define GATHER_CHUNK (1u << 20)
 
-enum { TAG_INDEX = 11, TAG_STATUS, TAG_CLASS, TAG_PROB };
+enum { TAG_INDEX = 11, TAG_STATUS, TAG_CLASS, TAG_PROB, TAG_ERR_BYTES, TAG_ERR_DATA };
+
+#define ERR_CHUNK (64u << 20) /* bytes per message: MPI counts stay far below INT_MAX */
+
+/* Failed images' messages as one packed stream: (uint64 index, uint16 length, bytes) each. */
+static void send_errors(const si_mpi *m, const si_share_result *mine) {
+    uint64_t bytes = 0;
+    for (uint64_t i = 0; i < mine->n_errors; i++) {
+        size_t l = strlen(mine->err_msg[i]);
+        bytes += 10 + (l > 65535 ? 65535 : l);
+    }
+    uint8_t *buf = si_xmalloc(bytes ? bytes : 1), *p = buf;
+    for (uint64_t i = 0; i < mine->n_errors; i++) {
+        size_t l = strlen(mine->err_msg[i]);
+        uint16_t l16 = (uint16_t)(l > 65535 ? 65535 : l);
+        memcpy(p, &mine->err_index[i], 8);
+        memcpy(p + 8, &l16, 2);
+        memcpy(p + 10, mine->err_msg[i], l16);
+        p += 10 + l16;
+    }
+    mpiCheck(MPI_Send(&bytes, 1, MPI_UINT64_T, 0, TAG_ERR_BYTES, m->comm));
+    for (uint64_t o = 0; o < bytes; o += ERR_CHUNK) {
+        int c = (int)(bytes - o < ERR_CHUNK ? bytes - o : ERR_CHUNK);
+        mpiCheck(MPI_Send(buf + o, c, MPI_BYTE, 0, TAG_ERR_DATA, m->comm));
+    }
+    free(buf);
+}
+
+static void recv_errors(const si_mpi *m, int r, si_share_result *all) {
+    uint64_t bytes = 0;
+    mpiCheck(MPI_Recv(&bytes, 1, MPI_UINT64_T, r, TAG_ERR_BYTES, m->comm, MPI_STATUS_IGNORE));
+    uint8_t *buf = si_xmalloc(bytes ? bytes : 1);
+    for (uint64_t o = 0; o < bytes; o += ERR_CHUNK) {
+        int c = (int)(bytes - o < ERR_CHUNK ? bytes - o : ERR_CHUNK);
+        mpiCheck(MPI_Recv(buf + o, c, MPI_BYTE, r, TAG_ERR_DATA, m->comm, MPI_STATUS_IGNORE));
+    }
+    char msg[65536];
+    for (uint64_t o = 0; o + 10 <= bytes;) {
+        uint64_t idx;
+        uint16_t l;
+        memcpy(&idx, buf + o, 8);
+        memcpy(&l, buf + o + 8, 2);
+        SI_ASSERT(o + 10 + l <= bytes);
+        memcpy(msg, buf + o + 10, l);
+        msg[l] = 0;
+        si_share_result_add_error(all, idx, msg);
+        o += 10 + (uint64_t)l;
+    }
+    free(buf);
+}
+
+static int cmp_err(const void *a, const void *b) {
+    const uint64_t *x = a, *y = b;
+    return *x < *y ? -1 : *x > *y;
+}
+
+/* Sorts the messages by input index (ranks' shares need not arrive in order). */
+static void sort_errors(si_share_result *all) {
+    uint64_t n = all->n_errors;
+    uint64_t *pairs = si_xmalloc(sizeof(uint64_t) * 2 * (n ? n : 1));
+    for (uint64_t i = 0; i < n; i++) pairs[2 * i] = all->err_index[i], pairs[2 * i + 1] = i;
+    qsort(pairs, (size_t)n, 2 * sizeof(uint64_t), cmp_err);
+    char **msgs = si_xmalloc(sizeof(char *) * (n ? n : 1));
+    for (uint64_t i = 0; i < n; i++) {
+        msgs[i] = all->err_msg[pairs[2 * i + 1]];
+        all->err_index[i] = pairs[2 * i];
+    }
+    if (n) memcpy(all->err_msg, msgs, sizeof(char *) * n);
+    free(msgs);
+    free(pairs);
+}
 
 si_status si_mpi_gather(const si_mpi *m, uint64_t n, int k, const si_share_result *mine,
                         si_share_result *all, si_share_result *stats_all) {
@@ -98,6 +168,7 @@ si_status si_mpi_gather(const si_mpi *m, uint64_t n, int k, const si_share_resul
             mpiCheck(MPI_Send(mine->topk_prob + s * (uint64_t)k, c * k, MPI_FLOAT, 0, TAG_PROB,
                               m->comm));
         }
+        send_errors(m, mine);
         return SI_OK;
     }
 
@@ -148,6 +219,10 @@ si_status si_mpi_gather(const si_mpi *m, uint64_t n, int k, const si_share_resul
             }
         }
     }
+    for (uint64_t i = 0; i < mine->n_errors; i++)
+        si_share_result_add_error(all, mine->err_index[i], mine->err_msg[i]);
+    for (int r = 1; r < m->size; r++) recv_errors(m, r, all);
+    sort_errors(all);
     uint64_t missing = 0, dup = 0;
     for (uint64_t i = 0; i < n; i++) {
         if (seen[i] == 0 && missing++ == 0) bad_index = i;

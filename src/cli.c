@@ -466,7 +466,10 @@ int si_cli_run(int argc, char **argv) {
                                .index = all.index,
                                .status = all.status,
                                .topk_class = all.topk_class,
-                               .topk_prob = all.topk_prob};
+                               .topk_prob = all.topk_prob,
+                               .n_errors = all.n_errors,
+                               .err_index = all.err_index,
+                               .err_msg = all.err_msg};
         st = si_result_write(a.output, a.overwrite, &meta, &cols, set);
     }
     if ((st = si_mpi_agree(&m, st)) != SI_OK) goto out;

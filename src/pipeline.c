@@ -54,8 +54,21 @@ si_status si_pipeline_check_model(si_graph *g, si_pipeline_config *cfg, int64_t 
     return SI_OK;
 }
 
+void si_share_result_add_error(si_share_result *r, uint64_t index, const char *msg) {
+    if (r->n_errors == r->err_cap) {
+        r->err_cap = r->err_cap ? 2 * r->err_cap : 64;
+        r->err_index = si_xrealloc(r->err_index, sizeof *r->err_index * r->err_cap);
+        r->err_msg = si_xrealloc(r->err_msg, sizeof *r->err_msg * r->err_cap);
+    }
+    r->err_index[r->n_errors] = index;
+    r->err_msg[r->n_errors++] = si_xstrdup(msg && msg[0] ? msg : "-");
+}
+
 void si_share_result_free(si_share_result *r) {
     if (!r) return;
+    for (uint64_t i = 0; i < r->n_errors; i++) free(r->err_msg[i]);
+    free(r->err_index);
+    free(r->err_msg);
     free(r->index);
     free(r->status);
     free(r->topk_class);
@@ -66,7 +79,7 @@ void si_share_result_free(si_share_result *r) {
 /* Reads a batch; if the one large read fails, reads image by image so that one bad record
  * costs only itself. */
 static void read_batch(si_source *set, uint64_t b0, uint32_t n, si_bytes *buf, uint64_t *off,
-                       int32_t *status, si_bytes *one) {
+                       int32_t *status, char (*msg)[256], si_bytes *one) {
     if (si_source_read(set, b0, n, buf, off) == SI_OK) return;
     si_log_warn("%s: batch read of images %llu..%llu failed (%s); reading them one by one",
                 si_source_spec(set), (unsigned long long)b0, (unsigned long long)(b0 + n - 1),
@@ -79,8 +92,8 @@ static void read_batch(si_source *set, uint64_t b0, uint32_t n, si_bytes *buf, u
         if (si_source_read(set, b0 + j, 1, one, o) != SI_OK ||
             si_bytes_reserve(buf, off[j] + (o[1] - o[0])) != SI_OK) {
             status[j] = SI_IMG_READ_ERROR;
-            si_log_error("image %llu: read error: %s", (unsigned long long)(b0 + j),
-                         si_error_msg());
+            snprintf(msg[j], sizeof msg[j], "read error: %s", si_error_msg());
+            si_log_error("image %llu: %s", (unsigned long long)(b0 + j), msg[j]);
             continue;
         }
         memcpy(buf->data + off[j], one->data + o[0], o[1] - o[0]);
@@ -94,8 +107,9 @@ static void read_batch(si_source *set, uint64_t b0, uint32_t n, si_bytes *buf, u
 
 typedef struct {
     si_bytes buf;
-    uint64_t *off;   /* [B+1] */
-    int32_t *status; /* [B]: SI_IMG_READ_ERROR for records that could not be read */
+    uint64_t *off;    /* [B+1] */
+    int32_t *status;  /* [B]: SI_IMG_READ_ERROR for records that could not be read */
+    char (*msg)[256]; /* [B]: why, for those */
     uint64_t first;
     uint32_t n;
 } slot;
@@ -129,7 +143,7 @@ static void *reader_main(void *arg) {
         sl->first = pf->first + done;
         for (uint32_t j = 0; j < sl->n; j++) sl->status[j] = SI_IMG_OK;
         double t = si_now();
-        read_batch(pf->set, sl->first, sl->n, &sl->buf, sl->off, sl->status, &one);
+        read_batch(pf->set, sl->first, sl->n, &sl->buf, sl->off, sl->status, sl->msg, &one);
         pthread_mutex_lock(&pf->mu);
         pf->read_seconds += si_now() - t;
         pf->bytes += sl->off[sl->n] - sl->off[0];
@@ -193,6 +207,7 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
     for (int k = 0; k < PREFETCH_SLOTS; k++) {
         pf.slots[k].off = si_xmalloc(sizeof(uint64_t) * (size_t)(B + 1));
         pf.slots[k].status = si_xmalloc(sizeof(int32_t) * (size_t)B);
+        pf.slots[k].msg = si_xmalloc(sizeof(*pf.slots[k].msg) * (size_t)B);
     }
     pthread_t reader;
     bool reader_up = count > 0 && pthread_create(&reader, NULL, reader_main, &pf) == 0;
@@ -249,7 +264,11 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
                 rowmap[rows++] = (int32_t)j;
                 continue;
             }
-            if (status[j] == SI_IMG_READ_ERROR) continue; /* logged by read_batch */
+            if (status[j] == SI_IMG_READ_ERROR) { /* logged by read_batch */
+                si_share_result_add_error(out, b0 + j, sl->msg[j]);
+                continue;
+            }
+            si_share_result_add_error(out, b0 + j, msgs[j]);
             char *id = NULL;
             if (si_source_read_ids(set, b0 + j, 1, &id) != SI_OK) id = NULL;
             si_log_warn("image %llu '%s': %s: %s", (unsigned long long)(b0 + j), id ? id : "?",
@@ -306,6 +325,7 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
         si_bytes_free(&pf.slots[s2].buf);
         free(pf.slots[s2].off);
         free(pf.slots[s2].status);
+        free(pf.slots[s2].msg);
     }
     pthread_cond_destroy(&pf.cv);
     pthread_mutex_destroy(&pf.mu);

@@ -27,6 +27,11 @@ typedef struct {
     double t_wait; /* decoders waiting for the reader: > 0 means reading is the bottleneck */
     uint64_t bytes_read;
     bool pinned; /* the decode buffer is page-locked (a CUDA device is present) */
+    /* failed images' messages, sparse: err_index[i] is the input index of err_msg[i] (owned).
+     * Memory grows with the failures, not with the images. */
+    uint64_t n_errors, err_cap;
+    uint64_t *err_index;
+    char **err_msg;
 } si_share_result;
 
 /* Checks that the graph is an image classifier the pipeline can feed: first input
@@ -41,5 +46,7 @@ si_status si_pipeline_check_model(si_graph *g, si_pipeline_config *cfg, int64_t 
 si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source *set,
                           uint64_t first, uint64_t count, si_share_result *out);
 void si_share_result_free(si_share_result *r);
+/* Appends a failed image's message (copied). */
+void si_share_result_add_error(si_share_result *r, uint64_t index, const char *msg);
 
 #endif

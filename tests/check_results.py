@@ -50,6 +50,8 @@ def read_result(path):
             "status": f["status"][()],
             "topk_class": f["topk_class"][()],
             "topk_prob": f["topk_prob"][()],
+            "err_index": f["errors/index"][()] if "errors/index" in f else None,
+            "err_msg": read_strings(f["errors/message"]) if "errors/message" in f else None,
         }
         expect_types = {"index": np.uint64, "status": np.int32, "topk_class": np.int32,
                         "topk_prob": np.float32}
@@ -139,6 +141,15 @@ def parse_expectations(pairs, status_file, input_ids):
 
 def verify(r_path, s_path, pairs, status_file):
     r = read_result(r_path)
+    # /errors lists exactly the failed images, in index order, each with a message
+    if r["err_index"] is None or r["err_msg"] is None:
+        raise Failure("%s: missing /errors/index or /errors/message" % r_path)
+    failed = np.nonzero(r["status"] != 0)[0]
+    if list(r["err_index"]) != list(failed):
+        raise Failure("%s: /errors/index %s does not list the failed images %s"
+                      % (r_path, list(r["err_index"])[:10], list(failed)[:10]))
+    if any(not m for m in r["err_msg"]):
+        raise Failure("%s: an entry of /errors/message is empty" % r_path)
     try:
         with h5py.File(s_path, "r") as f:
             input_ids = read_strings(f["images/ids"])
