@@ -11,4 +11,8 @@ herr_t si_h5_attr(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const v
 /* Writes a variable-length string attribute (NULL writes ""); strtype from si_h5_utf8_type. */
 herr_t si_h5_attr_str(hid_t obj, const char *name, hid_t strtype, const char *s);
 
+/* Makes variable-length reads through the transfer list `dxpl` allocate with malloc, so the
+ * strings and buffers HDF5 hands back are plain malloc'ed memory the caller can free(). */
+herr_t si_h5_malloc_vlen(hid_t dxpl);
+
 #endif

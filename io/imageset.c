@@ -5,6 +5,8 @@
  * becomes one message naming the file and the dataset. */
 #include "imageset.h"
 
+#include "h5util.h"
+
 #include <errno.h>
 #include <hdf5.h>
 #include <stdlib.h>
@@ -23,14 +25,6 @@ static const char *hint = "not a shardinfer image set (make one with `shardinfer
 
 /* Free functions as HDF5 wants them for variable-length data, so that the id strings it
  * allocates are plain malloc'ed strings the caller can free() whatever HDF5's own allocator. */
-static void *vlen_alloc(size_t n, void *info) {
-    (void)info;
-    return malloc(n);
-}
-static void vlen_free(void *p, void *info) {
-    (void)info;
-    free(p);
-}
 
 /* Opens `name` as a dataset of rank 1 and returns its length in *len; checks its type class (and
  * size, when size > 0). Returns the dataset or H5I_INVALID_HID with the message set. */
@@ -189,7 +183,7 @@ si_status si_imageset_open(const char *path, si_imageset **out) {
     }
     if ((st = check_extras(s)) != SI_OK) goto fail;
     s->dxpl = H5Pcreate(H5P_DATASET_XFER);
-    if (s->dxpl < 0 || H5Pset_vlen_mem_manager(s->dxpl, vlen_alloc, NULL, vlen_free, NULL) < 0) {
+    if (s->dxpl < 0 || si_h5_malloc_vlen(s->dxpl) < 0) {
         st = si_error(SI_ERR_INTERNAL, "%s: cannot set up HDF5 transfer properties", path);
         goto fail;
     }

@@ -6,6 +6,7 @@
  * A source belongs to one thread: its scratch buffers and open-file cache are not locked. */
 #include "source.h"
 
+#include "h5util.h"
 #include "imageset.h"
 
 #include <dirent.h>
@@ -73,15 +74,6 @@ struct si_source {
     size_t vl_cap;
     si_bytes scratch; /* NCHW transposes, packed appends, fixed-length ids */
 };
-
-static void *vlen_alloc(size_t n, void *info) {
-    (void)info;
-    return malloc(n);
-}
-static void vlen_free(void *p, void *info) {
-    (void)info;
-    free(p);
-}
 
 /* --- names ------------------------------------------------------------------------------------ */
 
@@ -818,8 +810,7 @@ si_status si_source_open(const char *spec, const si_source_opts *opts, si_source
     s->files = si_xcalloc((size_t)l.n, sizeof *s->files);
     s->vlen_u8 = H5Tvlen_create(H5T_NATIVE_UINT8);
     s->ids_dxpl = H5Pcreate(H5P_DATASET_XFER);
-    if (s->vlen_u8 < 0 || s->ids_dxpl < 0 ||
-        H5Pset_vlen_mem_manager(s->ids_dxpl, vlen_alloc, NULL, vlen_free, NULL) < 0) {
+    if (s->vlen_u8 < 0 || s->ids_dxpl < 0 || si_h5_malloc_vlen(s->ids_dxpl) < 0) {
         st = si_error(SI_ERR_INTERNAL, "%s: cannot set up HDF5 types", spec);
         goto fail;
     }

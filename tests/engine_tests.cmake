@@ -44,7 +44,6 @@ set_tests_properties(external_data PROPERTIES FIXTURES_REQUIRED ref_cases LABELS
 # squeezenet, densenet121, regnet_y_400mf and ultralytics' YOLOv8n; random weights with realistic
 # BatchNorm statistics; opset 17, legacy exporter, dynamic batch) made at test time by
 # .venv-torch (scripts/setup_torch.sh): CPU outputs vs onnxruntime, max|diff|/max|ref| <= 1e-4.
-find_program(SI_TORCH_PYTHON python3 PATHS ${PROJECT_SOURCE_DIR}/.venv-torch/bin NO_DEFAULT_PATH)
 if(SI_TORCH_PYTHON)
   add_test(NAME export_torch_models
     COMMAND ${SI_TORCH_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/export_models.py

@@ -2,15 +2,9 @@
 # port of the C sampling and k-means, and OpenCV's Canny and GaussianBlur of the same label maps
 # once, as a fixture; the C test compares. OpenCV (opencv-python-headless) comes with .venv-torch
 # (scripts/setup_torch.sh installs it for ultralytics), so CI compares against it.
-find_program(SI_TORCH_PYTHON python3 PATHS ${PROJECT_SOURCE_DIR}/.venv-torch/bin NO_DEFAULT_PATH)
-if(SI_TORCH_PYTHON)
-  set(SI_CONGESTION_PYTHON ${SI_TORCH_PYTHON})
-else()
-  set(SI_CONGESTION_PYTHON ${SI_PYTHON})
-endif()
 set(SI_CONGESTION_DATA ${SI_TEST_DATA}/congestion)
 add_test(NAME post_congestion_ref_data
-  COMMAND ${SI_CONGESTION_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/post_congestion_ref.py gen
+  COMMAND ${SI_REF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/post_congestion_ref.py gen
           ${SI_CONGESTION_DATA})
 set_tests_properties(post_congestion_ref_data PROPERTIES FIXTURES_SETUP post_congestion_ref_data
   LABELS unit)
