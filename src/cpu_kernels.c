@@ -162,6 +162,10 @@ void si_cpu_conv2d(const si_conv_shape *s, const float *x, const float *w, const
         }
         return;
     }
+    /* y(ni, gi) = w(gi) * col: (M/g, kdim) x (kdim, oh*ow) */
+#define GROUP_GEMM(gi, col, yg)                                                                    \
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mg, (int)ohw, kdim, 1.f,                \
+                w + (size_t)(gi)*mg * kdim, kdim, (col), (int)ohw, 0.f, (yg), (int)ohw)
     int64_t tasks = (int64_t)s->n * g;
     if (tasks >= omp_get_max_threads()) {
         /* enough independent (image, group) tasks: one per thread, single-threaded BLAS inside */
@@ -176,8 +180,7 @@ void si_cpu_conv2d(const si_conv_shape *s, const float *x, const float *w, const
                 im2col(s, xg, mine);
                 col = mine;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mg, (int)ohw, kdim, 1.f,
-                        w + (size_t)gi * mg * kdim, kdim, col, (int)ohw, 0.f, yg, (int)ohw);
+            GROUP_GEMM(gi, col, yg);
             for (int mi = 0; mi < mg; mi++)
                 bias_act(yg + mi * ohw, ohw, bias ? bias[gi * mg + mi] : 0.f, act);
         }
@@ -203,12 +206,12 @@ void si_cpu_conv2d(const si_conv_shape *s, const float *x, const float *w, const
             }
             col = scratch;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mg, (int)ohw, kdim, 1.f,
-                    w + (size_t)gi * mg * kdim, kdim, col, (int)ohw, 0.f, yg, (int)ohw);
+        GROUP_GEMM(gi, col, yg);
 #pragma omp parallel for schedule(static)
         for (int mi = 0; mi < mg; mi++)
             bias_act(yg + mi * ohw, ohw, bias ? bias[gi * mg + mi] : 0.f, act);
     }
+#undef GROUP_GEMM
 }
 
 void si_cpu_maxpool2d(const si_pool_shape *s, const float *x, float *y) {

@@ -21,18 +21,7 @@ static const int max_diff_allowed = 0;
 static uint8_t *slurp(const char *dir, const char *name, const char *suffix, size_t *len) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s%s", dir, name, suffix);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "cannot open %s (run io_ref.py gen first)\n", path);
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(n > 0 ? (size_t)n : 1);
-    *len = fread(b, 1, (size_t)n, f);
-    fclose(f);
-    return b;
+    return test_slurp(path, len, "run io_ref.py gen first");
 }
 
 static int max_abs_diff(const uint8_t *a, const uint8_t *b, size_t n, size_t *where) {

@@ -35,19 +35,7 @@ static const char *P(const char *name) {
 }
 
 static uint8_t *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "cannot open %s (run source_ref.py gen first)\n", path);
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(n > 0 ? (size_t)n + 1 : 1);
-    *len = fread(b, 1, (size_t)n, f);
-    b[*len] = 0;
-    fclose(f);
-    return b;
+    return test_slurp(path, len, "run source_ref.py gen first");
 }
 
 static si_source *open_ok(const char *spec, const si_source_opts *o) {

@@ -42,4 +42,22 @@ static inline unsigned test_rand(unsigned *s) {
 static inline float test_randf(unsigned *s) { /* uniform in [-1, 1) */
     return (float)(test_rand(s) >> 8) / (float)(1u << 23) - 1.0f;
 }
+/* Reads a whole file (test data made by a reference script); NUL-terminated for text. NULL, with
+ * a line naming the file and `hint`, when it cannot be opened. Caller frees. */
+static inline unsigned char *test_slurp(const char *path, size_t *len, const char *hint) {
+    FILE *f = fopen(path, "rb");
+    *len = 0;
+    if (!f) {
+        fprintf(stderr, "cannot open %s (%s)\n", path, hint);
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(n > 0 ? (size_t)n + 1 : 1);
+    *len = fread(b, 1, n > 0 ? (size_t)n : 0, f);
+    b[*len] = 0;
+    fclose(f);
+    return b;
+}
 #endif
