@@ -5,7 +5,7 @@
 
 #include "cpu_kernels.h"
 
-static void topk_row(const float *p, int64_t cols, int k, int32_t *cls, float *prob) {
+void si_post_topk_row(const float *p, int64_t cols, int k, int32_t *cls, float *prob) {
     int n = 0;
     for (int64_t j = 0; j < cols; j++) {
         float v = p[j];
@@ -27,6 +27,6 @@ void si_post_topk(const float *logits, int64_t rows, int64_t cols, int k, float 
     for (int64_t r = 0; r < rows; r++) {
         float *p = scratch + (int64_t)omp_get_thread_num() * cols;
         si_cpu_softmax(logits + r * cols, 1, cols, p);
-        topk_row(p, cols, k, cls + r * k, prob + r * k);
+        si_post_topk_row(p, cols, k, cls + r * k, prob + r * k);
     }
 }

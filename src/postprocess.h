@@ -10,4 +10,9 @@
 void si_post_topk(const float *logits, int64_t rows, int64_t cols, int k, float *scratch,
                   int32_t *cls, float *prob);
 
+/* One row of si_post_topk without the softmax: the k largest of probs[0 .. cols) in descending
+ * order, strict > so the lower index wins ties. k <= cols. Borrows probs; writes cls and prob
+ * (k each). Allocates nothing. */
+void si_post_topk_row(const float *probs, int64_t cols, int k, int32_t *cls, float *prob);
+
 #endif
