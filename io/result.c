@@ -1,36 +1,504 @@
-/* Writing the result file (layout in result.h). The numeric columns are already in memory and go
- * out in one write each; the ids are copied from the input set in blocks so that memory stays
- * bounded. Written as PATH.tmp and renamed, so a reader never sees a half-written result. */
+/* The result writer and journal (see result.h for the design and why it survives a kill). */
 #include "result.h"
 
 #include "h5util.h"
+#include "src/chunk.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
-/* ids per read from the input and per write; also the chunk length of the columns */
-#define ID_BLOCK       65536
-#define FORMAT_VERSION 1
+#define FORMAT_VERSION 2
+#define ID_BLOCK       65536 /* ids, index and messages per write; the chunk of those datasets */
+#define JOURNAL_MAGIC  "SIJRNL02"
+#define RECORD_MAGIC   0x4b4e4843u /* "CHNK" */
+#define PENDING_MAX    (16u << 20) /* flush early when this many record bytes wait */
+#define RECORD_MAX     (1ull << 31)
 
-/* Creates dataset `name` of rank 1 (k < 0) or 2 ([n, k]) and writes buf (memory type mt) into
- * it, unless buf is NULL (the ids, written later in blocks). Chunked, and compressed where the
- * filters exist (status and classes compress well); empty datasets are left contiguous since a
- * chunk cannot have a zero dimension. */
-static hid_t write_col(hid_t file, const char *name, hid_t ftype, hid_t mt, uint64_t n, int k,
-                       const void *buf) {
-    int rank = k < 0 ? 1 : 2;
-    hsize_t dims[2] = {n, k < 0 ? 1 : (hsize_t)k}, chunk[2];
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    if (n > 0 && dims[1] > 0) {
-        uint64_t rows = ID_BLOCK / dims[1];
-        if (rows == 0) rows = 1;
-        chunk[0] = n < rows ? n : rows;
-        chunk[1] = dims[1];
+typedef struct {
+    char magic[8];
+    uint64_t n_images;
+    uint32_t chunk, row_bytes;
+    uint32_t detect, reserved;
+    uint64_t key_hash; /* crc32 of the resume key, a quick check; the key itself is in the file */
+} journal_header;
+
+struct si_result {
+    char *path, *partial, *journal;
+    hid_t file, status_ds, col_ds[SI_POST_MAX_COLS];
+    si_post_plan plan;
+    uint64_t n, n_chunks, images_done, chunks_done;
+    uint32_t chunk;
+    uint8_t *done; /* bitmap */
+    int jfd;
+    si_bytes pending; /* journal records not yet appended (the partial file flushes first) */
+    si_bytes colbuf;  /* one column of one chunk, contiguous */
+    double last_flush, interval;
+};
+
+static char *suffixed(const char *path, const char *suffix) {
+    char *s = NULL;
+    if (asprintf(&s, "%s%s", path, suffix) < 0)
+        si_fatal(__FILE__, __LINE__, "asprintf", "no memory");
+    return s;
+}
+char *si_result_partial_path(const char *path) {
+    return suffixed(path, ".partial");
+}
+char *si_result_journal_path(const char *path) {
+    return suffixed(path, ".journal");
+}
+
+static hid_t col_mem_type(si_col_type t) {
+    return t == SI_COL_I32   ? H5T_NATIVE_INT32
+           : t == SI_COL_F32 ? H5T_NATIVE_FLOAT
+                             : H5T_NATIVE_DOUBLE;
+}
+static hid_t col_file_type(si_col_type t) {
+    return t == SI_COL_I32 ? H5T_STD_I32LE : t == SI_COL_F32 ? H5T_IEEE_F32LE : H5T_IEEE_F64LE;
+}
+
+static bool bit(const uint8_t *b, uint64_t i) {
+    return b[i / 8] >> (i % 8) & 1;
+}
+
+static void result_free(si_result *r) {
+    if (!r) return;
+    for (int c = 0; c < r->plan.n_cols; c++)
+        if (r->col_ds[c] >= 0) H5Dclose(r->col_ds[c]);
+    if (r->status_ds >= 0) H5Dclose(r->status_ds);
+    if (r->file >= 0) H5Fclose(r->file);
+    if (r->jfd >= 0) close(r->jfd);
+    si_bytes_free(&r->pending);
+    si_bytes_free(&r->colbuf);
+    free(r->done);
+    free(r->path);
+    free(r->partial);
+    free(r->journal);
+    free(r);
+}
+
+static si_result *result_new(const char *path, const si_post_plan *plan, uint64_t n, uint32_t chunk,
+                             const si_result_meta *meta) {
+    si_result *r = si_xcalloc(1, sizeof *r);
+    r->path = si_xstrdup(path);
+    r->partial = si_result_partial_path(path);
+    r->journal = si_result_journal_path(path);
+    r->file = r->status_ds = H5I_INVALID_HID;
+    for (int c = 0; c < SI_POST_MAX_COLS; c++) r->col_ds[c] = H5I_INVALID_HID;
+    r->jfd = -1;
+    r->plan = *plan;
+    r->n = n;
+    r->chunk = chunk;
+    r->n_chunks = chunk ? (n + chunk - 1) / chunk : 0;
+    r->done = si_xcalloc(r->n_chunks / 8 + 1, 1);
+    r->interval = meta->flush_interval > 0 ? meta->flush_interval : 10.0;
+    r->last_flush = si_now();
+    return r;
+}
+
+/* A contiguous dataset of [n, per-image dims], its space allocated now, never filled: writing
+ * rows into it later changes no metadata. */
+static hid_t make_fixed(hid_t file, const char *name, hid_t ftype, uint64_t n, int ndim,
+                        const int64_t *dims) {
+    hsize_t d[SI_MAX_DIMS + 1] = {n};
+    for (int i = 0; i < ndim; i++) d[i + 1] = (hsize_t)dims[i];
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_layout(dcpl, H5D_CONTIGUOUS);
+    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+    H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hid_t sp = H5Screate_simple(ndim + 1, d, NULL);
+    hid_t ds = H5Dcreate2(file, name, ftype, sp, lcpl, dcpl, H5P_DEFAULT);
+    H5Sclose(sp);
+    H5Pclose(dcpl);
+    H5Pclose(lcpl);
+    return ds;
+}
+
+static hid_t file_access(void) {
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    /* no sieve buffer: a row write goes to the file at once, before its journal record */
+    H5Pset_sieve_buf_size(fapl, 0);
+    return fapl;
+}
+
+static si_status write_header(si_result *r, const si_result_meta *meta) {
+    journal_header h = {
+        .n_images = r->n,
+        .chunk = r->chunk,
+        .row_bytes = (uint32_t)r->plan.row_bytes,
+        .detect = r->plan.kind == SI_POST_DETECT,
+        .key_hash = crc32(0, (const Bytef *)meta->resume_key, (uInt)strlen(meta->resume_key))};
+    memcpy(h.magic, JOURNAL_MAGIC, 8);
+    if (write(r->jfd, &h, sizeof h) != (ssize_t)sizeof h || fsync(r->jfd) != 0)
+        return si_error(SI_ERR_IO, "%s: cannot write: %s", r->journal, strerror(errno));
+    return SI_OK;
+}
+
+si_status si_result_create(const char *path, const si_post_plan *plan, uint64_t n, uint32_t chunk,
+                           const si_result_meta *meta, si_result **out) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    SI_ASSERT(chunk > 0 && meta->resume_key);
+    si_result *r = result_new(path, plan, n, chunk, meta);
+    unlink(r->journal); /* a journal without its partial file is meaningless */
+    hid_t fapl = file_access();
+    r->file = H5Fcreate(r->partial, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    H5Pclose(fapl);
+    si_status st = SI_OK;
+    if (r->file < 0) {
+        st = si_error(SI_ERR_IO, "%s: cannot create", r->partial);
+        goto fail;
+    }
+    hid_t strtype = si_h5_utf8_type();
+    int runs = 1;
+    herr_t e = si_h5_attr_str(r->file, "resume_key", strtype, meta->resume_key);
+    if (e >= 0) e = si_h5_attr(r->file, "images", H5T_STD_U64LE, H5T_NATIVE_UINT64, &n);
+    if (e >= 0) e = si_h5_attr(r->file, "chunk_size", H5T_STD_U32LE, H5T_NATIVE_UINT32, &chunk);
+    if (e >= 0) e = si_h5_attr(r->file, "runs", H5T_STD_I32LE, H5T_NATIVE_INT, &runs);
+    H5Tclose(strtype);
+    r->status_ds = make_fixed(r->file, "status", H5T_STD_I32LE, n, 0, NULL);
+    for (int c = 0; c < plan->n_cols && e >= 0; c++) {
+        const si_post_col *col = &plan->cols[c];
+        r->col_ds[c] =
+            make_fixed(r->file, col->name, col_file_type(col->type), n, col->ndim, col->dims);
+        if (r->col_ds[c] < 0) e = -1;
+    }
+    if (e < 0 || r->status_ds < 0 || H5Fflush(r->file, H5F_SCOPE_GLOBAL) < 0) {
+        st =
+            si_error(SI_ERR_IO, "%s: cannot create the result's datasets (disk full?)", r->partial);
+        goto fail;
+    }
+    r->jfd = open(r->journal, O_RDWR | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (r->jfd < 0) {
+        st = si_error(SI_ERR_IO, "%s: cannot create: %s", r->journal, strerror(errno));
+        goto fail;
+    }
+    if ((st = write_header(r, meta)) != SI_OK) goto fail;
+    *out = r;
+    return SI_OK;
+fail:
+    result_free(r);
+    char *p = si_result_partial_path(path), *j = si_result_journal_path(path);
+    unlink(p);
+    unlink(j);
+    free(p);
+    free(j);
+    return st;
+}
+
+/* Reads attribute `name` as a string (caller frees), or NULL. */
+static char *read_attr_str(hid_t obj, const char *name) {
+    if (H5Aexists(obj, name) <= 0) return NULL;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    hid_t t = si_h5_utf8_type();
+    char *v = NULL, *copy = NULL;
+    if (a >= 0 && H5Aread(a, t, &v) >= 0 && v) {
+        copy = si_xstrdup(v);
+        H5free_memory(v);
+    }
+    H5Tclose(t);
+    if (a >= 0) H5Aclose(a);
+    return copy;
+}
+
+static herr_t read_attr(hid_t obj, const char *name, hid_t mt, void *v) {
+    if (H5Aexists(obj, name) <= 0) return -1;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    herr_t e = a >= 0 ? H5Aread(a, mt, v) : -1;
+    if (a >= 0) H5Aclose(a);
+    return e;
+}
+
+/* The first differing "k=v" item of two resume keys, for the message. */
+static void key_difference(const char *a, const char *b, char *out, size_t cap) {
+    const char *pa = a, *pb = b;
+    while (*pa && *pb) {
+        size_t la = strcspn(pa, ";"), lb = strcspn(pb, ";");
+        if (la != lb || memcmp(pa, pb, la)) {
+            snprintf(out, cap, "'%.*s' then, '%.*s' now", (int)la, pa, (int)lb, pb);
+            return;
+        }
+        pa += la + (pa[la] == ';');
+        pb += lb + (pb[lb] == ';');
+    }
+    snprintf(out, cap, "'%s' then, '%s' now", a, b);
+}
+
+/* Reads the journal's records into r->done, truncating a torn tail. */
+static si_status read_journal(si_result *r, const si_result_meta *meta) {
+    journal_header h;
+    if (read(r->jfd, &h, sizeof h) != (ssize_t)sizeof h || memcmp(h.magic, JOURNAL_MAGIC, 8))
+        return si_error(SI_ERR_FORMAT, "%s: not a shardinfer journal; start again without --resume",
+                        r->journal);
+    if (h.n_images != r->n || h.chunk != r->chunk || h.row_bytes != r->plan.row_bytes ||
+        h.detect != (r->plan.kind == SI_POST_DETECT) ||
+        h.key_hash != crc32(0, (const Bytef *)meta->resume_key, (uInt)strlen(meta->resume_key)))
+        return si_error(SI_ERR_FORMAT, "%s: does not belong to %s", r->journal, r->partial);
+    off_t pos = (off_t)sizeof h;
+    si_bytes b = {0};
+    si_status st = SI_OK;
+    for (;;) {
+        uint32_t rh[2];
+        uint64_t len;
+        if (pread(r->jfd, rh, 8, pos) != 8 || pread(r->jfd, &len, 8, pos + 8) != 8) break;
+        if (rh[0] != RECORD_MAGIC || len > RECORD_MAX) break;
+        if ((st = si_bytes_reserve(&b, len + 1)) != SI_OK) break;
+        if (pread(r->jfd, b.data, len, pos + 16) != (ssize_t)len) break;
+        if (crc32(0, b.data, (uInt)len) != rh[1]) break;
+        si_chunk_tail t;
+        if (si_chunk_tail_parse(b.data, len, h.detect, r->n, r->chunk, &t) != SI_OK) break;
+        if (!bit(r->done, t.id)) {
+            r->done[t.id / 8] |= (uint8_t)(1u << (t.id % 8));
+            r->chunks_done++;
+            r->images_done += t.n;
+        }
+        pos += 16 + (off_t)len;
+    }
+    si_bytes_free(&b);
+    if (st != SI_OK) return st;
+    struct stat sb;
+    if (fstat(r->jfd, &sb) == 0 && sb.st_size > pos) {
+        si_log_warn("%s: dropping %lld bytes of an incomplete last record (the run was killed "
+                    "while writing it); its chunk is computed again",
+                    r->journal, (long long)(sb.st_size - pos));
+        if (ftruncate(r->jfd, pos) != 0)
+            return si_error(SI_ERR_IO, "%s: cannot truncate: %s", r->journal, strerror(errno));
+    }
+    return SI_OK;
+}
+
+si_status si_result_resume(const char *path, const si_post_plan *plan, uint64_t n,
+                           const si_result_meta *meta, uint32_t *chunk, uint8_t **done,
+                           si_result **out) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    char *partial = si_result_partial_path(path);
+    struct stat sb;
+    if (stat(partial, &sb) != 0) {
+        si_status st =
+            si_error(SI_ERR_ARG, "--resume: %s: no interrupted run to resume (%s does not exist)",
+                     path, partial);
+        free(partial);
+        return st;
+    }
+    hid_t fapl = file_access();
+    hid_t file = H5Fopen(partial, H5F_ACC_RDWR, fapl);
+    H5Pclose(fapl);
+    free(partial);
+    uint64_t n_file = 0;
+    uint32_t chunk_file = 0;
+    char *key = file >= 0 ? read_attr_str(file, "resume_key") : NULL;
+    if (file < 0 || !key || read_attr(file, "images", H5T_NATIVE_UINT64, &n_file) < 0 ||
+        read_attr(file, "chunk_size", H5T_NATIVE_UINT32, &chunk_file) < 0 || chunk_file == 0) {
+        if (file >= 0) H5Fclose(file);
+        free(key);
+        return si_error(SI_ERR_FORMAT,
+                        "--resume: %s.partial is not a readable partial result (damaged?); run "
+                        "again without --resume",
+                        path);
+    }
+    if (strcmp(key, meta->resume_key) || n_file != n) {
+        char diff[600];
+        key_difference(key, meta->resume_key, diff, sizeof diff);
+        H5Fclose(file);
+        free(key);
+        return si_error(SI_ERR_ARG,
+                        "--resume: %s was started with different settings (%s); resume with the "
+                        "same ones, or pass --overwrite instead of --resume to start again",
+                        path, diff);
+    }
+    free(key);
+    si_result *r = result_new(path, plan, n, chunk_file, meta);
+    r->file = file;
+    si_status st = SI_OK;
+    r->status_ds = H5Dopen2(file, "status", H5P_DEFAULT);
+    for (int c = 0; c < plan->n_cols; c++) {
+        r->col_ds[c] = H5Dopen2(file, plan->cols[c].name, H5P_DEFAULT);
+        if (r->col_ds[c] < 0)
+            st = si_error(SI_ERR_FORMAT, "--resume: %s has no dataset %s", r->partial,
+                          plan->cols[c].name);
+    }
+    if (r->status_ds < 0 && st == SI_OK)
+        st = si_error(SI_ERR_FORMAT, "--resume: %s has no dataset status", r->partial);
+    if (st == SI_OK) {
+        int runs = 0;
+        read_attr(file, "runs", H5T_NATIVE_INT, &runs);
+        runs++;
+        hid_t a = H5Aopen(file, "runs", H5P_DEFAULT);
+        if (a < 0 || H5Awrite(a, H5T_NATIVE_INT, &runs) < 0 || H5Fflush(file, H5F_SCOPE_GLOBAL) < 0)
+            st = si_error(SI_ERR_IO, "%s: cannot update it", r->partial);
+        if (a >= 0) H5Aclose(a);
+    }
+    if (st == SI_OK) {
+        r->jfd = open(r->journal, O_RDWR | O_APPEND | O_CLOEXEC);
+        if (r->jfd < 0)
+            st = si_error(SI_ERR_IO, "--resume: %s: cannot open: %s", r->journal, strerror(errno));
+    }
+    if (st == SI_OK) st = read_journal(r, meta);
+    if (st != SI_OK) {
+        result_free(r);
+        return st;
+    }
+    *chunk = r->chunk;
+    *done = si_xmalloc(r->n_chunks / 8 + 1);
+    memcpy(*done, r->done, r->n_chunks / 8 + 1);
+    *out = r;
+    return SI_OK;
+}
+
+static herr_t write_rows(hid_t ds, hid_t mt, int ndim_extra, uint64_t first, uint32_t n,
+                         const void *buf) {
+    hid_t fs = H5Dget_space(ds);
+    hsize_t dims[SI_MAX_DIMS + 1], start[SI_MAX_DIMS + 1] = {first}, count[SI_MAX_DIMS + 1];
+    int nd = H5Sget_simple_extent_dims(fs, dims, NULL);
+    SI_ASSERT(nd == ndim_extra + 1);
+    count[0] = n;
+    for (int i = 1; i < nd; i++) start[i] = 0, count[i] = dims[i];
+    herr_t e = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+    hid_t ms = H5Screate_simple(nd, count, NULL);
+    if (e >= 0) e = H5Dwrite(ds, mt, ms, fs, H5P_DEFAULT, buf);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    return e;
+}
+
+si_status si_result_put(si_result *r, const uint8_t *rows, const uint8_t *tail, size_t tail_len) {
+    si_chunk_tail t;
+    si_status st =
+        si_chunk_tail_parse(tail, tail_len, r->plan.kind == SI_POST_DETECT, r->n, r->chunk, &t);
+    if (st != SI_OK) return st;
+    if (bit(r->done, t.id))
+        return si_error(SI_ERR_VERIFY,
+                        "chunk %llu (images %llu..%llu) arrived twice: its images would be "
+                        "counted twice",
+                        (unsigned long long)t.id, (unsigned long long)t.first,
+                        (unsigned long long)(t.first + t.n - 1));
+    if (t.n > 0 && write_rows(r->status_ds, H5T_NATIVE_INT32, 0, t.first, t.n, t.status) < 0)
+        return si_error(SI_ERR_IO, "%s: cannot write status (disk full?)", r->partial);
+    for (int c = 0; c < r->plan.n_cols && t.n > 0; c++) {
+        const si_post_col *col = &r->plan.cols[c];
+        if ((st = si_bytes_reserve(&r->colbuf, col->bytes * t.n)) != SI_OK) return st;
+        for (uint32_t j = 0; j < t.n; j++) /* this column of each row, back to back */
+            memcpy(r->colbuf.data + col->bytes * j, rows + r->plan.row_bytes * j + col->offset,
+                   col->bytes);
+        if (write_rows(r->col_ds[c], col_mem_type(col->type), col->ndim, t.first, t.n,
+                       r->colbuf.data) < 0)
+            return si_error(SI_ERR_IO, "%s: cannot write %s (disk full?)", r->partial, col->name);
+    }
+    /* the record goes to the journal only at the next flush, after the rows are on disk */
+    size_t at = r->pending.len;
+    if ((st = si_bytes_reserve(&r->pending, at + 16 + tail_len)) != SI_OK) return st;
+    uint32_t rh[2] = {RECORD_MAGIC, (uint32_t)crc32(0, tail, (uInt)tail_len)};
+    uint64_t len = tail_len;
+    memcpy(r->pending.data + at, rh, 8);
+    memcpy(r->pending.data + at + 8, &len, 8);
+    memcpy(r->pending.data + at + 16, tail, tail_len);
+    r->pending.len = at + 16 + tail_len;
+    r->done[t.id / 8] |= (uint8_t)(1u << (t.id % 8));
+    r->chunks_done++;
+    r->images_done += t.n;
+    if (r->pending.len > PENDING_MAX) return si_result_flush(r, true);
+    return SI_OK;
+}
+
+si_status si_result_flush(si_result *r, bool force) {
+    double now = si_now();
+    if (!force && now - r->last_flush < r->interval) return SI_OK;
+    r->last_flush = now;
+    if (r->pending.len == 0) return SI_OK;
+    void *h = NULL;
+    if (H5Fflush(r->file, H5F_SCOPE_GLOBAL) < 0)
+        return si_error(SI_ERR_IO, "%s: cannot flush (disk full?)", r->partial);
+    if (H5Fget_vfd_handle(r->file, H5P_DEFAULT, &h) >= 0 && h) fsync(*(int *)h);
+    for (size_t o = 0; o < r->pending.len;) {
+        ssize_t w = write(r->jfd, r->pending.data + o, r->pending.len - o);
+        if (w <= 0)
+            return si_error(SI_ERR_IO, "%s: cannot append: %s", r->journal, strerror(errno));
+        o += (size_t)w;
+    }
+    if (fsync(r->jfd) != 0)
+        return si_error(SI_ERR_IO, "%s: cannot sync: %s", r->journal, strerror(errno));
+    r->pending.len = 0;
+    return SI_OK;
+}
+
+uint64_t si_result_images_done(const si_result *r) {
+    return r->images_done;
+}
+uint64_t si_result_chunks_done(const si_result *r) {
+    return r->chunks_done;
+}
+uint64_t si_result_chunks(const si_result *r) {
+    return r->n_chunks;
+}
+
+si_status si_result_close(si_result *r) {
+    if (!r) return SI_OK;
+    si_status st = si_result_flush(r, true);
+    result_free(r);
+    return st;
+}
+
+/* --- finish ----------------------------------------------------------------------------------- */
+
+/* Calls fn for each journal record in file order (each chunk once: the journal was verified and
+ * every chunk is done). */
+typedef si_status (*record_fn)(si_result *r, const si_chunk_tail *t, void *ctx);
+static si_status each_record(si_result *r, record_fn fn, void *ctx) {
+    off_t pos = (off_t)sizeof(journal_header);
+    si_bytes b = {0};
+    si_status st = SI_OK;
+    for (uint64_t k = 0; k < r->n_chunks && st == SI_OK; k++) {
+        uint32_t rh[2];
+        uint64_t len;
+        if (pread(r->jfd, rh, 8, pos) != 8 || pread(r->jfd, &len, 8, pos + 8) != 8 ||
+            rh[0] != RECORD_MAGIC || len > RECORD_MAX) {
+            st = si_error(SI_ERR_IO, "%s: cannot read record %llu", r->journal,
+                          (unsigned long long)k);
+            break;
+        }
+        if ((st = si_bytes_reserve(&b, len + 1)) != SI_OK) break;
+        if (pread(r->jfd, b.data, len, pos + 16) != (ssize_t)len ||
+            crc32(0, b.data, (uInt)len) != rh[1]) {
+            st = si_error(SI_ERR_IO, "%s: record %llu does not read back", r->journal,
+                          (unsigned long long)k);
+            break;
+        }
+        si_chunk_tail t;
+        st = si_chunk_tail_parse(b.data, len, r->plan.kind == SI_POST_DETECT, r->n, r->chunk, &t);
+        if (st == SI_OK) st = fn(r, &t, ctx);
+        pos += 16 + (off_t)len;
+    }
+    si_bytes_free(&b);
+    return st;
+}
+
+typedef struct {
+    uint64_t *err_base, *det_base; /* per chunk: the first row of its errors / detections */
+    uint64_t n_err, n_det;
+    hid_t ei, em, boxes, scores, classes, offsets, strtype;
+} finish_ctx;
+
+static si_status count_record(si_result *r, const si_chunk_tail *t, void *ctx) {
+    finish_ctx *f = ctx;
+    f->err_base[t->id] = t->n_errors;
+    f->det_base[t->id] = t->n_dets;
+    return SI_OK;
+}
+
+/* A chunked (compressible) 1-D or 2-D dataset of n rows, created now. */
+static hid_t make_col(hid_t file, const char *name, hid_t ftype, uint64_t n, hsize_t width) {
+    hsize_t dims[2] = {n, width}, chunk[2] = {n < ID_BLOCK ? n : ID_BLOCK, width};
+    int rank = width ? 2 : 1;
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    if (n > 0) {
         H5Pset_chunk(dcpl, rank, chunk);
         if (H5Tget_class(ftype) != H5T_STRING && H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) {
             H5Pset_shuffle(dcpl);
@@ -38,140 +506,170 @@ static hid_t write_col(hid_t file, const char *name, hid_t ftype, hid_t mt, uint
         }
     }
     hid_t sp = H5Screate_simple(rank, dims, NULL);
-    hid_t d = H5Dcreate2(file, name, ftype, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    hid_t d = H5Dcreate2(file, name, ftype, sp, lcpl, dcpl, H5P_DEFAULT);
     H5Sclose(sp);
     H5Pclose(dcpl);
-    if (d >= 0 && buf && n > 0 && dims[1] > 0 &&
-        H5Dwrite(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
-        H5Dclose(d);
-        return H5I_INVALID_HID;
-    }
+    H5Pclose(lcpl);
     return d;
 }
 
-/* Fills ids[0..m) with the input ids of rows [r0, r0+m): runs of consecutive indices are read
- * with one call each (a whole block in the usual case, where index is 0..N-1 in order). */
-static si_status gather_ids(si_source *in, const uint64_t *index, uint64_t r0, uint32_t m,
-                            char **ids) {
-    uint64_t count = si_source_count(in);
-    for (uint32_t j = 0; j < m;) {
-        uint64_t first = index[r0 + j];
-        if (first >= count) {
-            si_source_free_ids(ids, j);
-            return si_error(SI_ERR_ARG, "result row %llu: index %llu is past the %llu images of %s",
-                            (unsigned long long)(r0 + j), (unsigned long long)first,
-                            (unsigned long long)count, si_source_spec(in));
+static si_status place_record(si_result *r, const si_chunk_tail *t, void *ctx) {
+    finish_ctx *f = ctx;
+    if (t->n_errors) {
+        uint64_t *idx = si_xmalloc(sizeof *idx * t->n_errors);
+        char **msg = si_xcalloc(t->n_errors, sizeof *msg);
+        size_t pos = 0;
+        const char *m;
+        uint16_t l;
+        for (uint32_t k = 0; si_chunk_tail_error(t, &pos, &idx[k], &m, &l); k++) {
+            msg[k] = si_xmalloc((size_t)l + 1);
+            memcpy(msg[k], m, l);
+            msg[k][l] = 0;
         }
-        uint32_t run = 1;
-        while (j + run < m && index[r0 + j + run] == first + run && first + run < count) run++;
-        si_status st = si_source_read_ids(in, first, run, ids + j);
-        if (st != SI_OK) {
-            si_source_free_ids(ids, j);
-            return st;
-        }
-        j += run;
+        herr_t e = write_rows(f->ei, H5T_NATIVE_UINT64, 0, f->err_base[t->id], t->n_errors, idx);
+        if (e >= 0) e = write_rows(f->em, f->strtype, 0, f->err_base[t->id], t->n_errors, msg);
+        for (uint32_t k = 0; k < t->n_errors; k++) free(msg[k]);
+        free(msg);
+        free(idx);
+        if (e < 0) return si_error(SI_ERR_IO, "%s: cannot write /errors (disk full?)", r->partial);
     }
+    if (r->plan.kind != SI_POST_DETECT) return SI_OK;
+    uint64_t base = f->det_base[t->id], m = t->n_dets;
+    uint64_t *off = si_xmalloc(sizeof *off * (t->n + 1));
+    off[0] = base;
+    for (uint32_t j = 0; j < t->n; j++) off[j + 1] = off[j] + t->dets_per_image[j];
+    float *boxes = si_xmalloc(sizeof(float) * 4 * (m + 1)),
+          *scores = si_xmalloc(sizeof(float) * (m + 1));
+    int32_t *cls = si_xmalloc(sizeof(int32_t) * (m + 1));
+    for (uint64_t k = 0; k < m; k++) {
+        const si_detection *d = &t->dets[k];
+        boxes[4 * k] = d->x1, boxes[4 * k + 1] = d->y1, boxes[4 * k + 2] = d->x2,
+                  boxes[4 * k + 3] = d->y2;
+        scores[k] = d->score;
+        cls[k] = d->cls;
+    }
+    /* offsets[first + j] for the chunk's images; offsets[N] is written by the caller */
+    herr_t e = write_rows(f->offsets, H5T_NATIVE_UINT64, 0, t->first, t->n, off);
+    if (e >= 0 && m) e = write_rows(f->boxes, H5T_NATIVE_FLOAT, 1, base, (uint32_t)m, boxes);
+    if (e >= 0 && m) e = write_rows(f->scores, H5T_NATIVE_FLOAT, 0, base, (uint32_t)m, scores);
+    if (e >= 0 && m) e = write_rows(f->classes, H5T_NATIVE_INT32, 0, base, (uint32_t)m, cls);
+    free(off);
+    free(boxes);
+    free(scores);
+    free(cls);
+    if (e < 0) return si_error(SI_ERR_IO, "%s: cannot write /detections (disk full?)", r->partial);
     return SI_OK;
 }
 
-static si_status write_all(hid_t file, hid_t strtype, const char *tmp, const si_result_meta *meta,
-                           const si_result_cols *c, si_source *input) {
-    uint64_t n = c->n;
-    hid_t d[5] = {
-        write_col(file, "ids", strtype, strtype, n, -1, NULL),
-        write_col(file, "index", H5T_STD_U64LE, H5T_NATIVE_UINT64, n, -1, c->index),
-        write_col(file, "status", H5T_STD_I32LE, H5T_NATIVE_INT32, n, -1, c->status),
-        write_col(file, "topk_class", H5T_STD_I32LE, H5T_NATIVE_INT32, n, c->k, c->topk_class),
-        write_col(file, "topk_prob", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, n, c->k, c->topk_prob),
-    };
-    static const char *names[5] = {"/ids", "/index", "/status", "/topk_class", "/topk_prob"};
-    si_status st = SI_OK;
-    for (int i = 0; i < 5 && st == SI_OK; i++)
-        if (d[i] < 0) st = si_error(SI_ERR_IO, "%s: cannot write %s (disk full?)", tmp, names[i]);
-
-    char **ids = si_xcalloc(ID_BLOCK, sizeof *ids);
-    for (uint64_t r0 = 0; st == SI_OK && r0 < n; r0 += ID_BLOCK) {
-        uint32_t m = (uint32_t)(n - r0 < ID_BLOCK ? n - r0 : ID_BLOCK);
-        st = gather_ids(input, c->index, r0, m, ids);
-        if (st != SI_OK) break;
-        hsize_t start = r0, count = m;
-        hid_t fs = H5Dget_space(d[0]), ms = H5Screate_simple(1, &count, NULL);
-        herr_t e = H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL);
-        if (e >= 0) e = H5Dwrite(d[0], strtype, ms, fs, H5P_DEFAULT, ids);
-        H5Sclose(ms);
-        H5Sclose(fs);
-        si_source_free_ids(ids, m);
-        if (e < 0) st = si_error(SI_ERR_IO, "%s: cannot write /ids (disk full?)", tmp);
+/* /ids copied from the input, and /index = 0..N-1, in blocks. */
+static si_status write_ids(si_result *r, si_source *input, hid_t strtype) {
+    hid_t ids = make_col(r->file, "ids", strtype, r->n, 0);
+    hid_t index = make_col(r->file, "index", H5T_STD_U64LE, r->n, 0);
+    si_status st =
+        ids < 0 || index < 0 ? si_error(SI_ERR_IO, "%s: cannot create /ids", r->partial) : SI_OK;
+    char **block = si_xcalloc(ID_BLOCK, sizeof *block);
+    uint64_t *ix = si_xmalloc(sizeof *ix * ID_BLOCK);
+    for (uint64_t r0 = 0; st == SI_OK && r0 < r->n; r0 += ID_BLOCK) {
+        uint32_t m = (uint32_t)(r->n - r0 < ID_BLOCK ? r->n - r0 : ID_BLOCK);
+        if ((st = si_source_read_ids(input, r0, m, block)) != SI_OK) break;
+        for (uint32_t j = 0; j < m; j++) ix[j] = r0 + j;
+        herr_t e = write_rows(ids, strtype, 0, r0, m, block);
+        if (e >= 0) e = write_rows(index, H5T_NATIVE_UINT64, 0, r0, m, ix);
+        si_source_free_ids(block, m);
+        if (e < 0) st = si_error(SI_ERR_IO, "%s: cannot write /ids (disk full?)", r->partial);
     }
-    free(ids);
-    for (int i = 0; i < 5; i++)
-        if (d[i] >= 0) H5Dclose(d[i]);
-    if (st != SI_OK) return st;
-
-    /* the failures' messages, sparse: the file stays small when few images fail */
-    hid_t grp = H5Gcreate2(file, "errors", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    hid_t ei = grp >= 0 ? write_col(grp, "index", H5T_STD_U64LE, H5T_NATIVE_UINT64, c->n_errors, -1,
-                                    c->err_index)
-                        : H5I_INVALID_HID;
-    hid_t em = grp >= 0 ? write_col(grp, "message", strtype, strtype, c->n_errors, -1,
-                                    c->n_errors ? (const void *)c->err_msg : NULL)
-                        : H5I_INVALID_HID;
-    if (ei < 0 || em < 0) st = si_error(SI_ERR_IO, "%s: cannot write /errors (disk full?)", tmp);
-    if (ei >= 0) H5Dclose(ei);
-    if (em >= 0) H5Dclose(em);
-    if (grp >= 0) H5Gclose(grp);
-    if (st != SI_OK) return st;
-
-    uint64_t failed = 0;
-    for (uint64_t i = 0; i < n; i++) failed += c->status[i] != SI_IMG_OK;
-    int version = FORMAT_VERSION;
-    herr_t e = si_h5_attr(file, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT, &version);
-    if (e >= 0) e = si_h5_attr_str(file, "shardinfer_version", strtype, SI_VERSION);
-    if (e >= 0) e = si_h5_attr_str(file, "model", strtype, meta->model_path);
-    if (e >= 0) e = si_h5_attr_str(file, "model_sha256", strtype, meta->model_sha256);
-    if (e >= 0) e = si_h5_attr_str(file, "input", strtype, meta->input_path);
-    if (e >= 0) e = si_h5_attr(file, "ranks", H5T_STD_I32LE, H5T_NATIVE_INT, &meta->ranks);
-    if (e >= 0)
-        e = si_h5_attr(file, "batch_size", H5T_STD_I32LE, H5T_NATIVE_INT, &meta->batch_size);
-    if (e >= 0)
-        e = si_h5_attr(file, "elapsed_seconds", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
-                       &meta->elapsed_seconds);
-    if (e >= 0) e = si_h5_attr(file, "images", H5T_STD_U64LE, H5T_NATIVE_UINT64, &n);
-    if (e >= 0) e = si_h5_attr(file, "failed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &failed);
-    if (e >= 0) e = si_h5_attr_str(file, "command_line", strtype, meta->command_line);
-    if (e >= 0 && meta->preprocess)
-        e = si_h5_attr_str(file, "preprocess", strtype, meta->preprocess);
-    if (e < 0) return si_error(SI_ERR_IO, "%s: cannot write the root attributes", tmp);
-    return SI_OK;
+    free(block);
+    free(ix);
+    if (ids >= 0) H5Dclose(ids);
+    if (index >= 0) H5Dclose(index);
+    return st;
 }
 
-/* Borrows every argument; on failure neither PATH nor PATH.tmp is left behind. */
-si_status si_result_write(const char *path, bool overwrite, const si_result_meta *meta,
-                          const si_result_cols *cols, si_source *input) {
-    SI_ASSERT(path && meta && cols && input && cols->k >= 0);
-    SI_ASSERT(cols->n == 0 || (cols->index && cols->status));
-    SI_ASSERT(cols->n == 0 || cols->k == 0 || (cols->topk_class && cols->topk_prob));
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    struct stat sb;
-    if (!overwrite && stat(path, &sb) == 0)
-        return si_error(SI_ERR_IO, "%s: already exists; not overwriting it", path);
-    char *tmp = NULL;
-    if (asprintf(&tmp, "%s.tmp", path) < 0)
-        si_fatal(__FILE__, __LINE__, "asprintf", "out of memory");
-    si_status st;
-    hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (file < 0) {
-        st = si_error(SI_ERR_IO, "%s: cannot create", tmp);
-    } else {
-        hid_t strtype = si_h5_utf8_type();
-        st = write_all(file, strtype, tmp, meta, cols, input);
-        H5Tclose(strtype);
-        if (H5Fclose(file) < 0 && st == SI_OK)
-            st = si_error(SI_ERR_IO, "%s: cannot close (disk full?)", tmp);
-        if (st == SI_OK && rename(tmp, path) != 0)
-            st = si_error(SI_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
-        if (st != SI_OK) unlink(tmp);
+si_status si_result_finish(si_result *r, si_source *input, const si_result_meta *meta,
+                           uint64_t *failed) {
+    si_status st = si_result_flush(r, true);
+    if (st == SI_OK && r->chunks_done != r->n_chunks)
+        st = si_error(SI_ERR_VERIFY, "%s: %llu of %llu chunks are missing", r->partial,
+                      (unsigned long long)(r->n_chunks - r->chunks_done),
+                      (unsigned long long)r->n_chunks);
+    if (st != SI_OK) {
+        result_free(r);
+        return st;
     }
-    free(tmp);
+    finish_ctx f = {.err_base = si_xcalloc(r->n_chunks + 1, sizeof(uint64_t)),
+                    .det_base = si_xcalloc(r->n_chunks + 1, sizeof(uint64_t)),
+                    .strtype = si_h5_utf8_type()};
+    f.ei = f.em = f.boxes = f.scores = f.classes = f.offsets = H5I_INVALID_HID;
+    st = each_record(r, count_record, &f);
+    for (uint64_t c = 0; c < r->n_chunks; c++) { /* counts -> first rows */
+        uint64_t e = f.err_base[c], d = f.det_base[c];
+        f.err_base[c] = f.n_err;
+        f.det_base[c] = f.n_det;
+        f.n_err += e;
+        f.n_det += d;
+    }
+    if (st == SI_OK) {
+        f.ei = make_col(r->file, "errors/index", H5T_STD_U64LE, f.n_err, 0);
+        f.em = make_col(r->file, "errors/message", f.strtype, f.n_err, 0);
+        if (r->plan.kind == SI_POST_DETECT) {
+            f.boxes = make_col(r->file, "detections/boxes", H5T_IEEE_F32LE, f.n_det, 4);
+            f.scores = make_col(r->file, "detections/scores", H5T_IEEE_F32LE, f.n_det, 0);
+            f.classes = make_col(r->file, "detections/classes", H5T_STD_I32LE, f.n_det, 0);
+            f.offsets = make_col(r->file, "detections/offsets", H5T_STD_U64LE, r->n + 1, 0);
+        }
+        if (f.ei < 0 || f.em < 0 ||
+            (r->plan.kind == SI_POST_DETECT &&
+             (f.boxes < 0 || f.scores < 0 || f.classes < 0 || f.offsets < 0)))
+            st = si_error(SI_ERR_IO, "%s: cannot create /errors or /detections", r->partial);
+    }
+    if (st == SI_OK) st = each_record(r, place_record, &f);
+    if (st == SI_OK && f.offsets >= 0 &&
+        write_rows(f.offsets, H5T_NATIVE_UINT64, 0, r->n, 1, &f.n_det) < 0)
+        st = si_error(SI_ERR_IO, "%s: cannot write /detections/offsets", r->partial);
+    if (st == SI_OK) st = write_ids(r, input, f.strtype);
+    if (st == SI_OK) {
+        int version = FORMAT_VERSION;
+        const char *post = si_post_kind_name(r->plan.kind);
+        hid_t file = r->file, t = f.strtype;
+        herr_t e = si_h5_attr(file, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT, &version);
+        if (e >= 0) e = si_h5_attr_str(file, "shardinfer_version", t, SI_VERSION);
+        if (e >= 0) e = si_h5_attr_str(file, "model", t, meta->model_path);
+        if (e >= 0) e = si_h5_attr_str(file, "model_sha256", t, meta->model_sha256);
+        if (e >= 0) e = si_h5_attr_str(file, "input", t, meta->input_path);
+        if (e >= 0) e = si_h5_attr(file, "ranks", H5T_STD_I32LE, H5T_NATIVE_INT, &meta->ranks);
+        if (e >= 0)
+            e = si_h5_attr(file, "batch_size", H5T_STD_I32LE, H5T_NATIVE_INT, &meta->batch_size);
+        if (e >= 0)
+            e = si_h5_attr(file, "elapsed_seconds", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+                           &meta->elapsed_seconds);
+        if (e >= 0) e = si_h5_attr(file, "failed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &f.n_err);
+        if (e >= 0) e = si_h5_attr_str(file, "command_line", t, meta->command_line);
+        if (e >= 0) e = si_h5_attr_str(file, "preprocess", t, meta->preprocess);
+        if (e >= 0) e = si_h5_attr_str(file, "post", t, post);
+        if (e >= 0) e = si_h5_attr_str(file, "post_params", t, meta->post_params);
+        if (e < 0) st = si_error(SI_ERR_IO, "%s: cannot write the root attributes", r->partial);
+    }
+    hid_t hs[6] = {f.ei, f.em, f.boxes, f.scores, f.classes, f.offsets};
+    for (int i = 0; i < 6; i++)
+        if (hs[i] >= 0) H5Dclose(hs[i]);
+    H5Tclose(f.strtype);
+    free(f.err_base);
+    free(f.det_base);
+    *failed = f.n_err;
+    if (st == SI_OK) {
+        for (int c = 0; c < r->plan.n_cols; c++) H5Dclose(r->col_ds[c]), r->col_ds[c] = -1;
+        H5Dclose(r->status_ds);
+        r->status_ds = -1;
+        herr_t e = H5Fclose(r->file);
+        r->file = -1;
+        if (e < 0)
+            st = si_error(SI_ERR_IO, "%s: cannot close (disk full?)", r->partial);
+        else if (rename(r->partial, r->path) != 0)
+            st = si_error(SI_ERR_IO, "%s: cannot rename %s to it: %s", r->path, r->partial,
+                          strerror(errno));
+        else
+            unlink(r->journal);
+    }
+    result_free(r);
     return st;
 }

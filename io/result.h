@@ -1,44 +1,77 @@
-/* Writing the consolidated result file (rank 0 only). Layout (docs/output-format.md):
- *   /ids         variable-length UTF-8 string [N]  copied from the input set
- *   /index       uint64 [N]                        position in the input
- *   /status      int32 [N]                         si_image_status
- *   /topk_class  int32 [N, K]                      -1 where status != 0
- *   /topk_prob   float32 [N, K]                    0 where status != 0
- *   /errors/index    uint64 [F]   the input index of each failed image (F failures)
- *   /errors/message  string [F]   why it failed (the decoder's or reader's message)
- * Root attributes: format_version, shardinfer_version, model, model_sha256, input, ranks,
- * batch_size, elapsed_seconds, images, failed, command_line, preprocess.
- * The file is written to PATH.tmp and renamed to PATH only when complete. */
+/* The result file, written by rank 0 while the run goes on, and the record that lets an
+ * interrupted run resume. During a run two files exist beside PATH:
+ *   PATH.partial  HDF5 with every fixed-size column (/status and the postprocessor's) allocated
+ *                 at creation as contiguous datasets; a finished chunk's rows are written in
+ *                 place. After creation no HDF5 metadata changes, so a process killed at any
+ *                 moment leaves a file HDF5 can open.
+ *   PATH.journal  append-only: a header, then one CRC-checked record per finished chunk (its
+ *                 statuses, failure messages and detections: the chunk's tail, src/chunk.h).
+ *                 A chunk is complete exactly when its record is in the journal. Records are
+ *                 appended only after the partial file has been flushed, so the journal never
+ *                 names rows that are not on disk; a torn last record is dropped on resume.
+ * Flushing (HDF5 flush + fsync, then the pending records + fsync) happens every
+ * flush_interval seconds and at the end. When every chunk is there, finish adds /ids, /index,
+ * /errors and /detections and the attributes, and renames PATH.partial to PATH. Final layout:
+ * docs/output-format.md. */
 #ifndef SI_RESULT_H
 #define SI_RESULT_H
 
 #include "source.h"
+#include "src/post.h"
 
 typedef struct {
     const char *model_path;
     const char *model_sha256;
     const char *input_path;
     const char *command_line;
-    const char *preprocess; /* e.g. "resize=256 crop=224x224 mean=... std=... topk=5" */
+    const char *preprocess;  /* "resize=256 crop=224x224 mean=... std=..." */
+    const char *post_params; /* "classify topk=5" */
+    /* everything a resumed run must share with the interrupted one (model hash, input, image
+     * count, preprocessing, postprocessor, batch size): compared as a string on --resume */
+    const char *resume_key;
     int ranks;
     int batch_size;
     double elapsed_seconds;
+    double flush_interval; /* seconds between flushes */
 } si_result_meta;
 
-typedef struct {
-    uint64_t n;
-    int k;
-    const uint64_t *index;     /* [n] */
-    const int32_t *status;     /* [n] */
-    const int32_t *topk_class; /* [n*k] */
-    const float *topk_prob;    /* [n*k] */
-    uint64_t n_errors;         /* failed images' messages, sorted by index (may be 0) */
-    const uint64_t *err_index; /* [n_errors] */
-    char *const *err_msg;      /* [n_errors] */
-} si_result_cols;
+typedef struct si_result si_result;
 
-/* Writes the result. ids are copied from `input` in blocks (bounded memory). Borrows all args. */
-si_status si_result_write(const char *path, bool overwrite, const si_result_meta *meta,
-                          const si_result_cols *cols, si_source *input);
+/* Creates PATH.partial and PATH.journal for n images in chunks of `chunk` images; an existing
+ * partial run at PATH is replaced. Borrows everything. */
+si_status si_result_create(const char *path, const si_post_plan *plan, uint64_t n, uint32_t chunk,
+                           const si_result_meta *meta, si_result **out);
+
+/* Opens the partial run at PATH to continue it: the resume key, image count and column layout
+ * must match (SI_ERR_ARG naming what differs otherwise). *chunk gets the run's chunk size and
+ * *done (allocated here, caller frees) a bitmap of the chunks complete (bit c of byte c/8).
+ * Truncates a torn last journal record. */
+si_status si_result_resume(const char *path, const si_post_plan *plan, uint64_t n,
+                           const si_result_meta *meta, uint32_t *chunk, uint8_t **done,
+                           si_result **out);
+
+/* Writes one chunk: rows (its n * row_bytes bytes) and tail (src/chunk.h), both borrowed. The
+ * tail is checked; a chunk written before is SI_ERR_VERIFY (it would be counted twice). */
+si_status si_result_put(si_result *r, const uint8_t *rows, const uint8_t *tail, size_t tail_len);
+
+/* Flushes when flush_interval has passed since the last flush, or always when force. */
+si_status si_result_flush(si_result *r, bool force);
+
+uint64_t si_result_images_done(const si_result *r);
+uint64_t si_result_chunks_done(const si_result *r);
+uint64_t si_result_chunks(const si_result *r);
+
+/* Every chunk is in: writes ids (copied from input in blocks), index, errors, detections and the
+ * root attributes, renames PATH.partial to PATH and removes the journal. *failed gets the number
+ * of failed images. Frees r whatever happens. */
+si_status si_result_finish(si_result *r, si_source *input, const si_result_meta *meta,
+                           uint64_t *failed);
+
+/* Flushes and closes, leaving PATH.partial and PATH.journal for --resume. Frees r. */
+si_status si_result_close(si_result *r);
+
+/* "PATH.partial" / "PATH.journal" (caller frees). */
+char *si_result_partial_path(const char *path);
+char *si_result_journal_path(const char *path);
 
 #endif

@@ -1,12 +1,24 @@
-/* Ranks: start-up, node-local rank, contiguous shares, agreement on errors, and gathering each
- * rank's results to rank 0 with a check that every input index arrives exactly once.
- * Everything MPI lives here; the engine, io and pipeline never see a communicator. */
+/* Ranks: start-up, node-local rank, contiguous shares, agreement on errors. Everything MPI lives
+ * in mpi/ (ranks, sched: who computes what, gather: results to rank 0); the engine, io and
+ * pipeline never see a communicator. */
 #ifndef SI_RANKS_H
 #define SI_RANKS_H
 
 #include <mpi.h>
 
-#include "src/pipeline.h"
+#include "src/common.h"
+
+/* one checking macro for MPI calls: a failure here is a broken invariant of the job */
+#define mpiCheck(call)                                                                             \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ != MPI_SUCCESS) {                                                                  \
+            char s_[MPI_MAX_ERROR_STRING];                                                         \
+            int l_ = 0;                                                                            \
+            MPI_Error_string(rc_, s_, &l_);                                                        \
+            si_fatal(__FILE__, __LINE__, #call, "%s", s_);                                         \
+        }                                                                                          \
+    } while (0)
 
 typedef struct {
     int rank, size;
@@ -27,13 +39,6 @@ void si_mpi_share(uint64_t n, int size, int rank, uint64_t *first, uint64_t *cou
  * fine, else the status of the lowest failing rank, whose message that rank alone prints (so a
  * bad file named on every rank is reported once). */
 si_status si_mpi_agree(const si_mpi *m, si_status st);
-
-/* Collective. Sends each rank's share to rank 0, which places rows by their index into the
- * arrays of `all` (n rows, allocated here on rank 0) and verifies that every index in [0, n)
- * arrived exactly once (SI_ERR_VERIFY with the first missing or duplicated index otherwise).
- * Statistics of every rank are gathered to stats_all (size entries, rank 0 only). */
-si_status si_mpi_gather(const si_mpi *m, uint64_t n, int k, const si_share_result *mine,
-                        si_share_result *all, si_share_result *stats_all);
 
 /* Threads this rank should use: OMP_NUM_THREADS if set, else the CPUs it is bound to, shared
  * with the node's other ranks when they are not bound apart. */

@@ -26,6 +26,7 @@ const char *si_status_name(si_status s) {
     case SI_ERR_NOMEM: return "out of memory";
     case SI_ERR_VERIFY: return "verification failed";
     case SI_ERR_LIMIT: return "too many failed images";
+    case SI_ERR_INTERRUPTED: return "interrupted";
     case SI_ERR_INTERNAL: return "internal error";
     }
     return "unknown";
@@ -41,6 +42,7 @@ const char *si_image_status_name(int status) {
     case SI_IMG_TOO_LARGE: return "too_large";
     case SI_IMG_UNSUPPORTED: return "unsupported";
     case SI_IMG_READ_ERROR: return "read_error";
+    case SI_IMG_POST_ERROR: return "post_error";
     case SI_IMG_NOT_PROCESSED: return "not_processed";
     }
     return "unknown";

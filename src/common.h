@@ -24,6 +24,7 @@ typedef enum {
     SI_ERR_NOMEM,       /* allocation failed or a declared size is beyond a cap */
     SI_ERR_VERIFY,      /* a consistency check of results failed */
     SI_ERR_LIMIT,       /* more images failed than --max-errors allows */
+    SI_ERR_INTERRUPTED, /* a signal stopped the run before every image was done */
     SI_ERR_INTERNAL     /* library call failed unexpectedly */
 } si_status;
 
@@ -37,6 +38,7 @@ typedef enum {
     SI_IMG_TOO_LARGE = 5,      /* declared pixel count over the cap */
     SI_IMG_UNSUPPORTED = 6,    /* valid JPEG in a form not handled (e.g. unknown colorspace) */
     SI_IMG_READ_ERROR = 7,     /* bytes could not be read from the input file */
+    SI_IMG_POST_ERROR = 8,     /* the postprocessor could not use the model's output (e.g. NaN) */
     SI_IMG_NOT_PROCESSED = 255 /* never reached a rank: only seen if a run is broken */
 } si_image_status;
 

@@ -1,34 +1,44 @@
-/* The per-rank batch loop. Buffers are sized once for the batch; decode scratch grows to the
- * largest image and stays. Failed images are left out of the model's batch (the good ones are
- * packed to the front), so a corrupt file costs nothing but its own row. */
+/* The per-rank batch loop (stages and queues in pipeline.h). Every buffer is sized at start for
+ * the batch and the chunk; decode scratch grows to the largest image and stays. One mutex and
+ * one condition variable guard all the queues: they change once per batch, so contention is
+ * nil and the waits are easy to reason about. Failed images are left out of the model's batch
+ * (the good ones are packed to the front), so a corrupt file costs nothing but its own row. */
 #include "pipeline.h"
 
 #include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "postprocess.h"
 #ifdef SI_HAVE_CUDA
 #include "cuda/cuda.h"
 #endif
 
-si_status si_pipeline_check_model(si_graph *g, si_pipeline_config *cfg, int64_t *classes) {
+const char *const si_stage_names[SI_STAGES] = {"read", "decode", "compute",
+                                               "post", "write",  "starved"};
+
+#define READ_SLOTS  3 /* the batch being decoded + up to two read ahead */
+#define POST_SLOTS  2 /* batches waiting for or in the postprocessor */
+#define CHUNK_SLOTS 4 /* being filled, in post, finished and not yet handed over */
+#define CLAIM_AHEAD 2 /* chunks claimed beyond the one being read */
+
+si_status si_pipeline_check_model(si_graph *g, si_pipeline_config *cfg) {
     const si_value *in = &g->values[g->inputs[0]];
     if (g->n_inputs != 1)
         return si_error(SI_ERR_UNSUPPORTED,
-                        "%s: the model has %d inputs; an image classifier "
-                        "takes one (N, 3, H, W) tensor",
+                        "%s: the model has %d inputs; shardinfer feeds one (N, 3, H, W) tensor",
                         g->path, g->n_inputs);
     if (in->shape.ndim != 4 || in->shape.dims[1] != 3)
         return si_error(SI_ERR_UNSUPPORTED, "%s: input '%s' is not (N, 3, H, W)", g->path,
                         in->name);
     if (!in->batch_dim && in->shape.dims[0] != cfg->batch)
         return si_error(SI_ERR_ARG,
-                        "%s: the model's batch dimension is fixed at %lld; run it "
-                        "with --batch %lld",
+                        "%s: the model's batch dimension is fixed at %lld; run it with --batch "
+                        "%lld",
                         g->path, (long long)in->shape.dims[0], (long long)in->shape.dims[0]);
-    si_status st = si_graph_infer(g, in->batch_dim ? 1 : (int)in->shape.dims[0]);
+    int b = in->batch_dim ? 1 : (int)in->shape.dims[0];
+    si_status st = si_graph_infer(g, b);
     if (st != SI_OK) return st;
     int h = (int)in->shape.dims[2], w = (int)in->shape.dims[3];
     if (cfg->pre.crop_h == 0) {
@@ -43,43 +53,30 @@ si_status si_pipeline_check_model(si_graph *g, si_pipeline_config *cfg, int64_t 
     if (cfg->pre.resize < (h > w ? h : w))
         return si_error(SI_ERR_ARG, "--resize %d is smaller than the crop %dx%d", cfg->pre.resize,
                         h, w);
-    const si_value *out = &g->values[g->outputs[0]];
-    int64_t per = 1;
-    for (int d = 1; d < out->shape.ndim; d++) per *= out->shape.dims[d];
-    if (out->shape.ndim < 2 || per < 1)
-        return si_error(SI_ERR_UNSUPPORTED, "%s: output '%s' is not (N, classes)", g->path,
-                        out->name);
-    if (cfg->topk > per) cfg->topk = (int)per;
-    *classes = per;
-    return SI_OK;
-}
-
-void si_share_result_add_error(si_share_result *r, uint64_t index, const char *msg) {
-    if (r->n_errors == r->err_cap) {
-        r->err_cap = r->err_cap ? 2 * r->err_cap : 64;
-        r->err_index = si_xrealloc(r->err_index, sizeof *r->err_index * r->err_cap);
-        r->err_msg = si_xrealloc(r->err_msg, sizeof *r->err_msg * r->err_cap);
+    si_shape per[SI_MAX_OUTPUTS];
+    const char *names[SI_MAX_OUTPUTS];
+    if (g->n_outputs > SI_MAX_OUTPUTS)
+        return si_error(SI_ERR_UNSUPPORTED, "%s: %d outputs (at most %d)", g->path, g->n_outputs,
+                        SI_MAX_OUTPUTS);
+    for (int o = 0; o < g->n_outputs; o++) {
+        const si_value *v = &g->values[g->outputs[o]];
+        if (v->shape.ndim < 1 || v->shape.dims[0] != b)
+            return si_error(SI_ERR_UNSUPPORTED,
+                            "%s: output '%s' does not have the batch as its first dimension",
+                            g->path, v->name);
+        per[o].ndim = v->shape.ndim - 1;
+        for (int d = 1; d < v->shape.ndim; d++) per[o].dims[d - 1] = v->shape.dims[d];
+        names[o] = v->name;
     }
-    r->err_index[r->n_errors] = index;
-    r->err_msg[r->n_errors++] = si_xstrdup(msg && msg[0] ? msg : "-");
-}
-
-void si_share_result_free(si_share_result *r) {
-    if (!r) return;
-    for (uint64_t i = 0; i < r->n_errors; i++) free(r->err_msg[i]);
-    free(r->err_index);
-    free(r->err_msg);
-    free(r->index);
-    free(r->status);
-    free(r->topk_class);
-    free(r->topk_prob);
-    memset(r, 0, sizeof *r);
+    st = si_post_plan_make(&cfg->post, g->n_outputs, names, per, &cfg->plan);
+    if (st != SI_OK) return si_error_prefix(st, "%s: ", g->path);
+    return SI_OK;
 }
 
 /* Reads a batch; if the one large read fails, reads image by image so that one bad record
  * costs only itself. */
 static void read_batch(si_source *set, uint64_t b0, uint32_t n, si_bytes *buf, uint64_t *off,
-                       int32_t *status, char (*msg)[256], si_bytes *one) {
+                       int32_t *status, char (*msg)[SI_MSG_LEN], si_bytes *one) {
     if (si_source_read(set, b0, n, buf, off) == SI_OK) return;
     si_log_warn("%s: batch read of images %llu..%llu failed (%s); reading them one by one",
                 si_source_spec(set), (unsigned long long)b0, (unsigned long long)(b0 + n - 1),
@@ -92,7 +89,7 @@ static void read_batch(si_source *set, uint64_t b0, uint32_t n, si_bytes *buf, u
         if (si_source_read(set, b0 + j, 1, one, o) != SI_OK ||
             si_bytes_reserve(buf, off[j] + (o[1] - o[0])) != SI_OK) {
             status[j] = SI_IMG_READ_ERROR;
-            snprintf(msg[j], sizeof msg[j], "read error: %s", si_error_msg());
+            snprintf(msg[j], SI_MSG_LEN, "read error: %s", si_error_msg());
             si_log_error("image %llu: %s", (unsigned long long)(b0 + j), msg[j]);
             continue;
         }
@@ -101,71 +98,318 @@ static void read_batch(si_source *set, uint64_t b0, uint32_t n, si_bytes *buf, u
     }
 }
 
-/* --- prefetch: a reader thread fills a ring of batch slots while the caller decodes ------------
- */
-#define PREFETCH_SLOTS 3 /* the batch being decoded + up to two read ahead: bounded memory */
-
 typedef struct {
     si_bytes buf;
-    uint64_t *off;    /* [B+1] */
-    int32_t *status;  /* [B]: SI_IMG_READ_ERROR for records that could not be read */
-    char (*msg)[256]; /* [B]: why, for those */
-    uint64_t first;
+    uint64_t *off;           /* [B+1] */
+    int32_t *status;         /* [B]: SI_IMG_READ_ERROR for records that could not be read */
+    char (*msg)[SI_MSG_LEN]; /* [B]: why, for those */
+    uint64_t chunk, first;   /* the batch's chunk and first image */
     uint32_t n;
-} slot;
+    bool chunk_start, chunk_end;
+} rslot;
 
 typedef struct {
+    float *out[SI_MAX_OUTPUTS]; /* [B * out_numel[o]]: the packed rows' outputs */
+    int32_t *rowmap;            /* [B]: row -> position in the batch */
+    int rows;
+    uint64_t b0;
+    si_chunk *c;
+    bool last; /* the chunk's last batch */
+} pslot;
+
+typedef struct {
+    const si_pipeline_config *cfg;
+    const si_pipeline_hooks *h;
+    si_source *set;
+    uint64_t n_images;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    slot slots[PREFETCH_SLOTS];
-    int filled; /* slots read and not yet consumed */
-    bool stop;  /* the consumer gave up: the reader leaves */
-    si_source *set;
-    uint64_t first, count;
-    int batch;
-    double read_seconds; /* the reader's busy time */
-    uint64_t bytes;
-} prefetcher;
+    /* claimed chunks, main -> reader */
+    uint64_t claims[CLAIM_AHEAD + 1];
+    int c_head, c_count;
+    bool claims_closed;
+    /* read batches, reader -> main */
+    rslot rs[READ_SLOTS];
+    int r_filled;
+    bool reader_done;
+    /* batches to postprocess, main -> post */
+    pslot ps[POST_SLOTS];
+    int p_head, p_count;
+    bool post_closed, post_exited;
+    /* chunks: free ones, and finished ones, post -> main */
+    si_chunk chunks[CHUNK_SLOTS];
+    si_chunk *free_c[CHUNK_SLOTS], *done_c[CHUNK_SLOTS];
+    int n_free, d_head, d_count;
+    bool abort; /* the main thread gave up: the threads leave */
+    /* the post pool's buffers */
+    uint8_t *scratch;   /* [post_threads * scratch_bytes] */
+    si_detection *dets; /* [B * max_dets] */
+    int *n_dets;        /* [B] */
+    si_rank_stats st;   /* read and post times under mu, the rest main-thread only */
+    double t0;
+} run;
+
+static void lock(run *R) {
+    pthread_mutex_lock(&R->mu);
+}
+static void unlock(run *R) {
+    pthread_mutex_unlock(&R->mu);
+}
+static void signal_all(run *R) {
+    pthread_cond_broadcast(&R->cv);
+}
 
 static void *reader_main(void *arg) {
-    prefetcher *pf = arg;
+    run *R = arg;
+    const int B = R->cfg->batch;
+    const uint32_t C = R->cfg->chunk;
     si_bytes one = {0};
     uint64_t k = 0;
-    for (uint64_t done = 0; done < pf->count; done += pf->slots[k++ % PREFETCH_SLOTS].n) {
-        pthread_mutex_lock(&pf->mu);
-        while (pf->filled == PREFETCH_SLOTS && !pf->stop) pthread_cond_wait(&pf->cv, &pf->mu);
-        bool stop = pf->stop;
-        pthread_mutex_unlock(&pf->mu);
+    for (;;) {
+        lock(R);
+        while (R->c_count == 0 && !R->claims_closed && !R->abort) pthread_cond_wait(&R->cv, &R->mu);
+        if (R->abort || R->c_count == 0) {
+            unlock(R);
+            break;
+        }
+        uint64_t chunk = R->claims[R->c_head];
+        R->c_head = (R->c_head + 1) % (CLAIM_AHEAD + 1);
+        R->c_count--;
+        signal_all(R);
+        unlock(R);
+        uint64_t first = chunk * C;
+        uint32_t len = si_chunk_len(chunk, R->n_images, C);
+        bool stop = false;
+        for (uint32_t done = 0; done < len && !stop; k++) {
+            lock(R);
+            while (R->r_filled == READ_SLOTS && !R->abort) pthread_cond_wait(&R->cv, &R->mu);
+            stop = R->abort;
+            unlock(R);
+            if (stop) break;
+            rslot *sl = &R->rs[k % READ_SLOTS];
+            sl->chunk = chunk;
+            sl->first = first + done;
+            sl->n = len - done < (uint32_t)B ? len - done : (uint32_t)B;
+            sl->chunk_start = done == 0;
+            sl->chunk_end = done + sl->n == len;
+            for (uint32_t j = 0; j < sl->n; j++) sl->status[j] = SI_IMG_OK;
+            double t = si_now();
+            read_batch(R->set, sl->first, sl->n, &sl->buf, sl->off, sl->status, sl->msg, &one);
+            done += sl->n;
+            lock(R);
+            R->st.busy[SI_STAGE_READ] += si_now() - t;
+            R->st.bytes_read += sl->off[sl->n] - sl->off[0];
+            R->r_filled++;
+            signal_all(R);
+            unlock(R);
+        }
         if (stop) break;
-        slot *sl = &pf->slots[k % PREFETCH_SLOTS];
-        uint64_t left = pf->count - done;
-        sl->n = (uint32_t)(left < (uint64_t)pf->batch ? left : (uint64_t)pf->batch);
-        sl->first = pf->first + done;
-        for (uint32_t j = 0; j < sl->n; j++) sl->status[j] = SI_IMG_OK;
-        double t = si_now();
-        read_batch(pf->set, sl->first, sl->n, &sl->buf, sl->off, sl->status, sl->msg, &one);
-        pthread_mutex_lock(&pf->mu);
-        pf->read_seconds += si_now() - t;
-        pf->bytes += sl->off[sl->n] - sl->off[0];
-        pf->filled++;
-        pthread_cond_broadcast(&pf->cv);
-        pthread_mutex_unlock(&pf->mu);
     }
+    lock(R);
+    R->reader_done = true;
+    signal_all(R);
+    unlock(R);
     si_bytes_free(&one);
     return NULL;
 }
 
+static void *post_main(void *arg) {
+    run *R = arg;
+    const si_pipeline_config *cfg = R->cfg;
+    const si_post_plan *p = &cfg->plan;
+    for (;;) {
+        lock(R);
+        while (R->p_count == 0 && !R->post_closed && !R->abort) pthread_cond_wait(&R->cv, &R->mu);
+        if (R->abort || R->p_count == 0) {
+            unlock(R);
+            break;
+        }
+        pslot *sl = &R->ps[R->p_head];
+        unlock(R);
+        double t = si_now();
+        si_chunk *c = sl->c;
+        const int rows = sl->rows;
+#pragma omp parallel for num_threads(cfg->post_threads) schedule(dynamic, 1)
+        for (int r = 0; r < rows; r++) {
+            uint32_t j = (uint32_t)(sl->b0 - c->first) + (uint32_t)sl->rowmap[r];
+            const float *outs[SI_MAX_OUTPUTS];
+            for (int o = 0; o < p->n_outputs; o++)
+                outs[o] = sl->out[o] + (size_t)r * p->out_numel[o];
+            int nd = 0;
+            si_detection *d = R->dets ? R->dets + (size_t)r * p->max_dets : NULL;
+            void *scr = R->scratch + (size_t)omp_get_thread_num() * p->scratch_bytes;
+            if (si_post_image(&cfg->post, p, outs, scr, c->rows + (size_t)j * p->row_bytes, d,
+                              &nd) != SI_OK) {
+                c->status[j] = SI_IMG_POST_ERROR;
+                snprintf(c->msg[j], SI_MSG_LEN, "postprocess: %s", si_error_msg());
+                si_post_fill_empty(p, c->rows + (size_t)j * p->row_bytes);
+                nd = 0;
+            }
+            R->n_dets[r] = nd;
+        }
+        for (int r = 0; r < rows; r++) {
+            uint32_t j = (uint32_t)(sl->b0 - c->first) + (uint32_t)sl->rowmap[r];
+            if (c->status[j] == SI_IMG_POST_ERROR)
+                si_log_warn("image %llu: %s", (unsigned long long)(c->first + j), c->msg[j]);
+            else if (c->detect && R->n_dets[r] > 0)
+                si_chunk_add_dets(c, j, R->dets + (size_t)r * p->max_dets, R->n_dets[r]);
+        }
+        lock(R);
+        R->st.busy[SI_STAGE_POST] += si_now() - t;
+        if (sl->last) {
+            R->done_c[(R->d_head + R->d_count) % CHUNK_SLOTS] = c;
+            R->d_count++;
+        }
+        R->p_head = (R->p_head + 1) % POST_SLOTS;
+        R->p_count--;
+        signal_all(R);
+        unlock(R);
+    }
+    lock(R);
+    R->post_exited = true;
+    signal_all(R);
+    unlock(R);
+    return NULL;
+}
+
+static void snapshot(run *R, si_rank_stats *s) {
+    lock(R);
+    *s = R->st;
+    unlock(R);
+    s->t_total = si_now() - R->t0;
+}
+
+/* Main thread: hands finished chunks to the caller and returns them to the free list. */
+static si_status drain(run *R) {
+    for (;;) {
+        lock(R);
+        si_chunk *c = R->d_count ? R->done_c[R->d_head] : NULL;
+        unlock(R);
+        if (!c) return SI_OK;
+        for (uint32_t j = 0; j < c->n; j++)
+            c->status[j] == SI_IMG_OK ? R->st.images++ : R->st.failed++;
+        lock(R);
+        R->st.chunks++;
+        if (R->st.chunks == 1) R->st.t_first = si_now() - R->t0;
+        unlock(R);
+        si_rank_stats s;
+        snapshot(R, &s);
+        double t = si_now();
+        si_status st = R->h->chunk_done(R->h->ctx, c, &s);
+        lock(R);
+        R->st.busy[SI_STAGE_WRITE] += si_now() - t;
+        R->d_head = (R->d_head + 1) % CHUNK_SLOTS;
+        R->d_count--;
+        R->free_c[R->n_free++] = c;
+        signal_all(R);
+        unlock(R);
+        if (st != SI_OK) return st;
+    }
+}
+
+/* Main thread: tops up the reader's claims. */
+static void refill(run *R) {
+    for (;;) {
+        lock(R);
+        bool want = !R->claims_closed && R->c_count < CLAIM_AHEAD;
+        unlock(R);
+        if (!want) return;
+        uint64_t id;
+        bool got = R->h->next_chunk(R->h->ctx, &id);
+        lock(R);
+        if (got) {
+            R->claims[(R->c_head + R->c_count) % (CLAIM_AHEAD + 1)] = id;
+            R->c_count++;
+        } else {
+            R->claims_closed = true;
+        }
+        signal_all(R);
+        unlock(R);
+    }
+}
+
+/* Main thread: the hooks' share of a pause. */
+static si_status service(run *R) {
+    si_status st = drain(R);
+    if (st != SI_OK) return st;
+    si_rank_stats s;
+    snapshot(R, &s);
+    double t = si_now();
+    st = R->h->pump(R->h->ctx, &s);
+    lock(R);
+    R->st.busy[SI_STAGE_WRITE] += si_now() - t;
+    unlock(R);
+    refill(R);
+    return st;
+}
+
+typedef bool (*ready_fn)(const run *R);
+static bool have_read(const run *R) {
+    return R->r_filled > 0 || R->reader_done;
+}
+static bool have_chunk(const run *R) {
+    return R->n_free > 0;
+}
+static bool have_post(const run *R) {
+    return R->p_count < POST_SLOTS;
+}
+static bool all_posted(const run *R) {
+    return R->post_exited && R->d_count == 0;
+}
+
+/* Main thread: waits until ready(R), servicing the hooks every 2 ms meanwhile. */
+static si_status wait_for(run *R, ready_fn ready, int stage) {
+    double t = si_now();
+    si_status st = SI_OK;
+    lock(R);
+    while (!ready(R) && st == SI_OK) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 2000000;
+        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&R->cv, &R->mu, &ts);
+        if (ready(R)) break;
+        unlock(R);
+        st = service(R);
+        lock(R);
+    }
+    if (stage >= 0) R->st.busy[stage] += si_now() - t;
+    unlock(R);
+    return st;
+}
+
 si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source *set,
-                          uint64_t first, uint64_t count, si_share_result *out) {
-    memset(out, 0, sizeof *out);
-    const int B = cfg->batch, K = cfg->topk;
-    out->first = first;
-    out->count = count;
-    out->index = si_xmalloc(sizeof(uint64_t) * (count ? count : 1));
-    out->status = si_xmalloc(sizeof(int32_t) * (count ? count : 1));
-    out->topk_class = si_xmalloc(sizeof(int32_t) * (count ? count : 1) * (size_t)K);
-    out->topk_prob = si_xmalloc(sizeof(float) * (count ? count : 1) * (size_t)K);
-    for (uint64_t i = 0; i < count; i++) out->status[i] = SI_IMG_NOT_PROCESSED;
+                          const si_pipeline_hooks *h, si_rank_stats *stats) {
+    const int B = cfg->batch;
+    const si_post_plan *p = &cfg->plan;
+    SI_ASSERT(cfg->chunk > 0 && cfg->chunk % (uint32_t)B == 0 && cfg->post_threads > 0);
+    run *R = si_xcalloc(1, sizeof *R);
+    R->cfg = cfg;
+    R->h = h;
+    R->set = set;
+    R->n_images = si_source_count(set);
+    pthread_mutex_init(&R->mu, NULL);
+    pthread_cond_init(&R->cv, NULL);
+    for (int k = 0; k < READ_SLOTS; k++) {
+        R->rs[k].off = si_xmalloc(sizeof(uint64_t) * (size_t)(B + 1));
+        R->rs[k].status = si_xmalloc(sizeof(int32_t) * (size_t)B);
+        R->rs[k].msg = si_xmalloc(sizeof(*R->rs[k].msg) * (size_t)B);
+    }
+    for (int k = 0; k < POST_SLOTS; k++) {
+        for (int o = 0; o < p->n_outputs; o++)
+            R->ps[k].out[o] = si_xmalloc(sizeof(float) * (size_t)B * (size_t)p->out_numel[o] + 1);
+        R->ps[k].rowmap = si_xmalloc(sizeof(int32_t) * (size_t)B);
+    }
+    for (int k = 0; k < CHUNK_SLOTS; k++) {
+        si_chunk_init(&R->chunks[k], cfg->chunk, p);
+        R->free_c[R->n_free++] = &R->chunks[k];
+    }
+    R->scratch = si_xmalloc(p->scratch_bytes * (size_t)cfg->post_threads + 1);
+    R->dets =
+        p->max_dets ? si_xmalloc(sizeof(si_detection) * (size_t)B * (size_t)p->max_dets) : NULL;
+    R->n_dets = si_xmalloc(sizeof(int) * (size_t)B);
+    uint8_t *empty = si_xmalloc(p->row_bytes + 1);
+    si_post_fill_empty(p, empty);
 
     const size_t plane = (size_t)cfg->pre.crop_h * cfg->pre.crop_w;
     const int nthreads = omp_get_max_threads();
@@ -175,62 +419,57 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
     uint8_t *pixels = NULL;
 #ifdef SI_HAVE_CUDA
     pixels = si_cuda_host_alloc(pixels_bytes);
-    bool pinned = pixels != NULL;
-#else
-    bool pinned = false;
+    R->st.pinned = pixels != NULL;
 #endif
     if (!pixels) pixels = si_xmalloc(pixels_bytes);
-    out->pinned = pinned;
     int32_t *rowmap = si_xmalloc(sizeof(int32_t) * (size_t)B);
-    char(*msgs)[256] = si_xmalloc(sizeof(*msgs) * (size_t)B);
     si_decoder **dec = si_xcalloc((size_t)nthreads, sizeof *dec);
-    const si_graph *g = e->g;
-    int64_t classes = 1;
-    {
-        const si_shape *os = &g->values[g->outputs[0]].shape;
-        for (int d = 1; d < os->ndim; d++) classes *= os->dims[d];
-    }
-    float *scratch = si_xmalloc(sizeof(float) * (size_t)classes * (size_t)nthreads);
+    for (int t = 0; t < nthreads; t++)
+        if (!(dec[t] = si_decoder_create()))
+            si_fatal(__FILE__, __LINE__, "si_decoder_create", NULL);
     int ph = 0, pw = 0, pch = 0;
     bool pixels_in = si_source_pixel_shape(set, &ph, &pw, &pch);
     uint8_t *gray_rgb = pixels_in && pch == 1 ? si_xmalloc((size_t)ph * pw * 3 * (size_t)nthreads)
                                               : NULL; /* gray -> RGB per thread, reused */
-    int32_t *pc = si_xmalloc(sizeof(int32_t) * (size_t)B * (size_t)K); /* packed-row top-K */
-    float *pp = si_xmalloc(sizeof(float) * (size_t)B * (size_t)K);
-    for (int t = 0; t < nthreads; t++)
-        if (!(dec[t] = si_decoder_create()))
-            si_fatal(__FILE__, __LINE__, "si_decoder_create", NULL);
 
-    prefetcher pf = {.set = set, .first = first, .count = count, .batch = B};
-    pthread_mutex_init(&pf.mu, NULL);
-    pthread_cond_init(&pf.cv, NULL);
-    for (int k = 0; k < PREFETCH_SLOTS; k++) {
-        pf.slots[k].off = si_xmalloc(sizeof(uint64_t) * (size_t)(B + 1));
-        pf.slots[k].status = si_xmalloc(sizeof(int32_t) * (size_t)B);
-        pf.slots[k].msg = si_xmalloc(sizeof(*pf.slots[k].msg) * (size_t)B);
-    }
-    pthread_t reader;
-    bool reader_up = count > 0 && pthread_create(&reader, NULL, reader_main, &pf) == 0;
-    if (count > 0 && !reader_up) si_fatal(__FILE__, __LINE__, "pthread_create", "reader thread");
+    R->t0 = si_now();
+    refill(R);
+    pthread_t reader, post;
+    if (pthread_create(&reader, NULL, reader_main, R) != 0 ||
+        pthread_create(&post, NULL, post_main, R) != 0)
+        si_fatal(__FILE__, __LINE__, "pthread_create", "pipeline threads");
 
     si_status st = SI_OK;
-    double t0 = si_now();
-    uint64_t kb = 0; /* batch number: its slot is kb % PREFETCH_SLOTS */
-    for (uint64_t done = 0; done < count; kb++) {
-        double t = si_now();
-        pthread_mutex_lock(&pf.mu);
-        while (pf.filled == 0) pthread_cond_wait(&pf.cv, &pf.mu);
-        pthread_mutex_unlock(&pf.mu);
-        out->t_wait += si_now() - t; /* time the decoders starved: reading is the bottleneck */
-        slot *sl = &pf.slots[kb % PREFETCH_SLOTS];
-        uint32_t n = sl->n;
-        uint64_t b0 = sl->first;
+    si_chunk *cur = NULL;
+    for (uint64_t k = 0;; k++) {
+        if ((st = wait_for(R, have_read, SI_STAGE_STARVED)) != SI_OK) break;
+        lock(R);
+        bool end = R->r_filled == 0;
+        unlock(R);
+        if (end) break;
+        rslot *sl = &R->rs[k % READ_SLOTS];
+        if (sl->chunk_start) {
+            if ((st = wait_for(R, have_chunk, -1)) != SI_OK) break;
+            lock(R);
+            cur = R->free_c[--R->n_free];
+            unlock(R);
+            si_chunk_reset(cur, sl->chunk, sl->chunk * cfg->chunk,
+                           si_chunk_len(sl->chunk, R->n_images, cfg->chunk), empty);
+        }
+        SI_ASSERT(cur && cur->id == sl->chunk);
+        const uint32_t n = sl->n;
+        const uint64_t b0 = sl->first;
         const uint64_t *off = sl->off;
         const si_bytes buf = sl->buf;
-        int32_t *status = out->status + done;
-        memcpy(status, sl->status, sizeof(int32_t) * n);
+        const bool chunk_end = sl->chunk_end; /* the slot is the reader's again after decoding */
+        int32_t *status = cur->status + (b0 - cur->first);
+        char(*msgs)[SI_MSG_LEN] = cur->msg + (b0 - cur->first);
+        for (uint32_t j = 0; j < n; j++) {
+            status[j] = sl->status[j];
+            if (status[j] != SI_IMG_OK) memcpy(msgs[j], sl->msg[j], SI_MSG_LEN);
+        }
 
-        t = si_now();
+        double t = si_now();
         if (pixels_in) { /* pre-decoded images: resize and crop only */
 #pragma omp parallel for schedule(dynamic, 1)
             for (uint32_t j = 0; j < n; j++) {
@@ -245,7 +484,7 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
                 if (si_decoder_resize_crop(dec[omp_get_thread_num()], rgb, pw, ph, &cfg->pre,
                                            pixels + plane * 3 * j) != SI_OK) {
                     status[j] = SI_IMG_UNSUPPORTED;
-                    snprintf(msgs[j], sizeof msgs[j], "%s", si_error_msg());
+                    snprintf(msgs[j], SI_MSG_LEN, "%s", si_error_msg());
                 }
             }
         } else
@@ -253,96 +492,102 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
             for (uint32_t j = 0; j < n; j++) {
                 if (status[j] != SI_IMG_OK) continue;
                 msgs[j][0] = 0;
-                status[j] = (int32_t)si_decode_crop(
-                    dec[omp_get_thread_num()], buf.data + off[j], off[j + 1] - off[j], &cfg->pre,
-                    pixels + plane * 3 * j, msgs[j], sizeof msgs[j]);
+                status[j] = (int32_t)si_decode_crop(dec[omp_get_thread_num()], buf.data + off[j],
+                                                    off[j + 1] - off[j], &cfg->pre,
+                                                    pixels + plane * 3 * j, msgs[j], SI_MSG_LEN);
             }
-        /* pack the good images to the front of the model's batch */
         int rows = 0;
         for (uint32_t j = 0; j < n; j++) {
             if (status[j] == SI_IMG_OK) {
                 rowmap[rows++] = (int32_t)j;
-                continue;
+            } else if (status[j] != SI_IMG_READ_ERROR) { /* read errors: logged by read_batch */
+                char *id = NULL;
+                if (si_source_read_ids(set, b0 + j, 1, &id) != SI_OK) id = NULL;
+                si_log_warn("image %llu '%s': %s: %s", (unsigned long long)(b0 + j), id ? id : "?",
+                            si_image_status_name(status[j]), msgs[j][0] ? msgs[j] : "-");
+                free(id);
             }
-            if (status[j] == SI_IMG_READ_ERROR) { /* logged by read_batch */
-                si_share_result_add_error(out, b0 + j, sl->msg[j]);
-                continue;
-            }
-            si_share_result_add_error(out, b0 + j, msgs[j]);
-            char *id = NULL;
-            if (si_source_read_ids(set, b0 + j, 1, &id) != SI_OK) id = NULL;
-            si_log_warn("image %llu '%s': %s: %s", (unsigned long long)(b0 + j), id ? id : "?",
-                        si_image_status_name(status[j]), msgs[j][0] ? msgs[j] : "-");
-            free(id);
         }
         float *x = si_engine_input(e, 0);
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < rows; r++)
             si_normalize_chw(pixels + plane * 3 * (size_t)rowmap[r], cfg->pre.crop_h,
                              cfg->pre.crop_w, cfg->mean, cfg->std, x + plane * 3 * (size_t)r);
-        out->t_decode += si_now() - t;
+        R->st.busy[SI_STAGE_DECODE] += si_now() - t;
+        lock(R); /* the read slot goes back to the reader */
+        R->r_filled--;
+        signal_all(R);
+        unlock(R);
 
-        int32_t *cls = out->topk_class + done * (uint64_t)K;
-        float *prob = out->topk_prob + done * (uint64_t)K;
-        for (uint32_t j = 0; j < n; j++) {
-            out->index[done + j] = b0 + j;
-            for (int k = 0; k < K; k++) {
-                cls[j * K + k] = -1;
-                prob[j * K + k] = 0.f;
-            }
-        }
         if (rows > 0) {
             t = si_now();
             if ((st = si_engine_run(e, rows)) != SI_OK) break;
-            out->t_infer += si_now() - t;
-            t = si_now();
-            const float *logits = si_engine_output(e, 0, NULL);
-            /* topk of the packed rows, then scattered back to the images' places */
-            si_post_topk(logits, rows, classes, K, scratch, pc, pp);
-            for (int r = 0; r < rows; r++) {
-                memcpy(cls + (size_t)rowmap[r] * K, pc + (size_t)r * K,
-                       sizeof(int32_t) * (size_t)K);
-                memcpy(prob + (size_t)rowmap[r] * K, pp + (size_t)r * K, sizeof(float) * (size_t)K);
-            }
-            out->t_post += si_now() - t;
+            R->st.busy[SI_STAGE_COMPUTE] += si_now() - t;
         }
-        for (uint32_t j = 0; j < n; j++) status[j] == SI_IMG_OK ? out->ok++ : out->failed++;
-        if (done == 0) out->t_first = si_now() - t0;
-        done += n;
-        pthread_mutex_lock(&pf.mu); /* the slot goes back to the reader */
-        pf.filled--;
-        pthread_cond_broadcast(&pf.cv);
-        pthread_mutex_unlock(&pf.mu);
+        if (cfg->slow_ms > 0) {
+            struct timespec ts = {cfg->slow_ms / 1000, (long)(cfg->slow_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        if ((st = wait_for(R, have_post, -1)) != SI_OK) break;
+        pslot *ps = &R->ps[(R->p_head + R->p_count) % POST_SLOTS]; /* free: only main adds */
+        for (int o = 0; o < p->n_outputs && rows > 0; o++) {
+            si_shape sh;
+            const float *y = si_engine_output(e, o, &sh);
+            SI_ASSERT(sh.ndim >= 1 && sh.dims[0] == rows);
+            memcpy(ps->out[o], y, sizeof(float) * (size_t)rows * (size_t)p->out_numel[o]);
+        }
+        memcpy(ps->rowmap, rowmap, sizeof(int32_t) * (size_t)rows);
+        ps->rows = rows;
+        ps->b0 = b0;
+        ps->c = cur;
+        ps->last = chunk_end;
+        lock(R);
+        R->p_count++;
+        signal_all(R);
+        unlock(R);
+        if ((st = service(R)) != SI_OK) break;
     }
-    pthread_mutex_lock(&pf.mu);
-    pf.stop = true;
-    pthread_cond_broadcast(&pf.cv);
-    pthread_mutex_unlock(&pf.mu);
-    if (reader_up) pthread_join(reader, NULL);
-    out->t_read = pf.read_seconds;
-    out->bytes_read = pf.bytes;
-    for (int s2 = 0; s2 < PREFETCH_SLOTS; s2++) {
-        si_bytes_free(&pf.slots[s2].buf);
-        free(pf.slots[s2].off);
-        free(pf.slots[s2].status);
-        free(pf.slots[s2].msg);
+    lock(R);
+    R->post_closed = true;
+    if (st != SI_OK) R->abort = true;
+    signal_all(R);
+    unlock(R);
+    if (st == SI_OK) st = wait_for(R, all_posted, -1);
+    lock(R);
+    R->abort = true; /* the reader may still wait for claims */
+    signal_all(R);
+    unlock(R);
+    pthread_join(reader, NULL);
+    pthread_join(post, NULL);
+    snapshot(R, stats);
+
+    for (int k = 0; k < READ_SLOTS; k++) {
+        si_bytes_free(&R->rs[k].buf);
+        free(R->rs[k].off);
+        free(R->rs[k].status);
+        free(R->rs[k].msg);
     }
-    pthread_cond_destroy(&pf.cv);
-    pthread_mutex_destroy(&pf.mu);
-    out->t_total = si_now() - t0;
+    for (int k = 0; k < POST_SLOTS; k++) {
+        for (int o = 0; o < p->n_outputs; o++) free(R->ps[k].out[o]);
+        free(R->ps[k].rowmap);
+    }
+    for (int k = 0; k < CHUNK_SLOTS; k++) si_chunk_free(&R->chunks[k]);
+    pthread_cond_destroy(&R->cv);
+    pthread_mutex_destroy(&R->mu);
     for (int t = 0; t < nthreads; t++) si_decoder_destroy(dec[t]);
     free(dec);
 #ifdef SI_HAVE_CUDA
-    if (pinned)
+    if (R->st.pinned)
         si_cuda_host_free(pixels);
     else
 #endif
         free(pixels);
     free(gray_rgb);
     free(rowmap);
-    free(msgs);
-    free(scratch);
-    free(pc);
-    free(pp);
+    free(empty);
+    free(R->scratch);
+    free(R->dets);
+    free(R->n_dets);
+    free(R);
     return st;
 }

@@ -1,52 +1,70 @@
-/* One rank's share of a run: read each batch's encoded bytes with one hyperslab read, decode and
- * resize in an OpenMP-parallel step, normalise, run the model, softmax and top-K. It knows
- * nothing of ranks: mpi/ hands it a range [first, first+count) and gathers what it returns. */
+/* One rank's batch loop. Four stages run at once, joined by bounded queues:
+ *   reader thread   reads a batch's encoded bytes (one hyperslab read) into a ring of 3 slots
+ *   main thread     decodes and resizes (OpenMP), normalizes, runs the model
+ *   post thread     an OpenMP pool of post_threads running the postprocessor over the batch
+ *   main thread     hands each finished chunk to the caller (rank 0 writes it, others send it)
+ * Work arrives as chunks (src/chunk.h) from the caller's next_chunk, claimed a little ahead of
+ * the reader. The pipeline knows nothing of ranks: the hooks are where MPI happens, always on
+ * the main thread, and `pump` is called whenever the main thread would otherwise wait, so that
+ * rank 0 keeps receiving and writing while it computes its own share. */
 #ifndef SI_PIPELINE_H
 #define SI_PIPELINE_H
 
+#include "chunk.h"
 #include "engine.h"
-#include "io/source.h"
 #include "io/jpeg.h"
+#include "io/source.h"
 
 typedef struct {
-    int batch; /* images per batch (engine planned for it) */
-    int topk;
+    int batch;      /* images per batch (engine planned for it) */
     si_preproc pre; /* resize, crop (= model input size), pixel cap */
     float mean[3], std[3];
+    si_post_config post;
+    si_post_plan plan; /* filled by si_pipeline_check_model */
+    uint32_t chunk;    /* images per chunk: a multiple of batch */
+    int post_threads;
+    int slow_ms; /* test only: sleep this long after each batch */
 } si_pipeline_config;
 
+enum {
+    SI_STAGE_READ,
+    SI_STAGE_DECODE,
+    SI_STAGE_COMPUTE,
+    SI_STAGE_POST,
+    SI_STAGE_WRITE,   /* in the hooks: sending (ranks) or writing (rank 0) results */
+    SI_STAGE_STARVED, /* the main thread waiting for the reader: the input is the bottleneck */
+    SI_STAGES
+};
+extern const char *const si_stage_names[SI_STAGES];
+
 typedef struct {
-    uint64_t first, count; /* the share */
-    uint64_t *index;       /* [count] input positions */
-    int32_t *status;       /* [count] si_image_status */
-    int32_t *topk_class;   /* [count * topk] */
-    float *topk_prob;      /* [count * topk] */
-    uint64_t ok, failed;
-    /* seconds spent in each stage, and from start to the first batch's scores */
-    double t_read, t_decode, t_infer, t_post, t_first, t_total;
-    double t_wait; /* decoders waiting for the reader: > 0 means reading is the bottleneck */
-    uint64_t bytes_read;
-    bool pinned; /* the decode buffer is page-locked (a CUDA device is present) */
-    /* failed images' messages, sparse: err_index[i] is the input index of err_msg[i] (owned).
-     * Memory grows with the failures, not with the images. */
-    uint64_t n_errors, err_cap;
-    uint64_t *err_index;
-    char **err_msg;
-} si_share_result;
+    double busy[SI_STAGES]; /* seconds; read and post run in their own threads */
+    double t_first;         /* start to the first chunk's results */
+    double t_total;
+    uint64_t images, failed, chunks, bytes_read;
+    uint64_t peak_rss_kb; /* filled by the caller */
+    bool pinned;          /* the decode buffer is page-locked (a CUDA device is present) */
+} si_rank_stats;
 
-/* Checks that the graph is an image classifier the pipeline can feed: first input
- * (N, 3, H, W) float, first output (N, classes) or (N, classes, 1, 1). Fills crop size from it
- * when cfg->pre.crop_h is 0, and *classes. Infers shapes for batch 1 to do so. */
-si_status si_pipeline_check_model(si_graph *g, si_pipeline_config *cfg, int64_t *classes);
+typedef struct {
+    void *ctx;
+    /* the next chunk to compute; false when there is none */
+    bool (*next_chunk)(void *ctx, uint64_t *id);
+    /* a finished chunk, borrowed for the call */
+    si_status (*chunk_done)(void *ctx, const si_chunk *c, const si_rank_stats *s);
+    /* called between batches and while waiting */
+    si_status (*pump)(void *ctx, const si_rank_stats *s);
+} si_pipeline_hooks;
 
-/* Processes [first, first+count) of `set` through engine `e`. Per-image failures are recorded
- * in out->status and logged with index and id; they never stop the run. Returns an error only
- * for failures of the run itself. out's arrays are allocated here; free with
- * si_share_result_free. */
+/* Checks that the graph is a model the pipeline can feed: one input (N, 3, H, W) float; makes
+ * cfg->plan for cfg->post from the outputs' shapes. Fills the crop size from the model when
+ * cfg->pre.crop_h is 0, and the resize from the crop when cfg->pre.resize is 0. */
+si_status si_pipeline_check_model(si_graph *g, si_pipeline_config *cfg);
+
+/* Runs chunks from h->next_chunk over `set` (n images) until there are none. Per-image failures
+ * are recorded in the chunks with their messages and never stop the run; an error return is a
+ * failure of the run itself (or of a hook). *stats gets this rank's totals. */
 si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source *set,
-                          uint64_t first, uint64_t count, si_share_result *out);
-void si_share_result_free(si_share_result *r);
-/* Appends a failed image's message (copied). */
-void si_share_result_add_error(si_share_result *r, uint64_t index, const char *msg);
+                          const si_pipeline_hooks *h, si_rank_stats *stats);
 
 #endif

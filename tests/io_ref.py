@@ -436,6 +436,8 @@ def dump_result(h5path):
             c = ",".join(str(int(v)) for v in cls[i])
             p = ",".join("%.9g" % float(v) for v in prob[i])
             lines.append(f"row\t{ids[i]}\t{int(idx[i])}\t{int(st[i])}\t{c}\t{p}")
+        for i, m in zip(f["errors/index"][:], f["errors/message"].asstr()[:]):
+            lines.append(f"error\t{int(i)}\t{m}")
     return lines
 
 

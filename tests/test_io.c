@@ -4,6 +4,7 @@
 #include "io/imageset.h"
 #include "io/pack.h"
 #include "io/result.h"
+#include "src/chunk.h"
 #include "io/source.h"
 #include "tests/test_util.h"
 
@@ -497,36 +498,72 @@ static void test_hostile_sets(void) {
     si_imageset_close(s);
 }
 
-static void write_expected(const char *path, const si_result_meta *m, const si_result_cols *c,
-                           char **ids, uint64_t failed) {
+/* The expected dump of a result (io_ref.py dump_result's format). */
+static void write_expected(const char *path, const si_result_meta *m, uint64_t n, int k,
+                           uint32_t chunk, char **ids, const int32_t *status, const int32_t *cls,
+                           const float *prob, int runs) {
     FILE *f = fopen(path, "w");
+    uint64_t failed = 0;
+    for (uint64_t i = 0; i < n; i++) failed += status[i] != 0;
     /* sorted by name, as io_ref.py lists them */
     fprintf(f, "attr\tbatch_size\t%d\n", m->batch_size);
+    fprintf(f, "attr\tchunk_size\t%u\n", chunk);
     fprintf(f, "attr\tcommand_line\t%s\n", m->command_line);
     fprintf(f, "attr\telapsed_seconds\t%.17g\n", m->elapsed_seconds);
     fprintf(f, "attr\tfailed\t%llu\n", (unsigned long long)failed);
-    fprintf(f, "attr\tformat_version\t1\n");
-    fprintf(f, "attr\timages\t%llu\n", (unsigned long long)c->n);
+    fprintf(f, "attr\tformat_version\t2\n");
+    fprintf(f, "attr\timages\t%llu\n", (unsigned long long)n);
     fprintf(f, "attr\tinput\t%s\n", m->input_path);
     fprintf(f, "attr\tmodel\t%s\n", m->model_path);
     fprintf(f, "attr\tmodel_sha256\t%s\n", m->model_sha256);
+    fprintf(f, "attr\tpost\tclassify\n");
+    fprintf(f, "attr\tpost_params\t%s\n", m->post_params);
+    fprintf(f, "attr\tpreprocess\t%s\n", m->preprocess);
     fprintf(f, "attr\tranks\t%d\n", m->ranks);
+    fprintf(f, "attr\tresume_key\t%s\n", m->resume_key);
+    fprintf(f, "attr\truns\t%d\n", runs);
     fprintf(f, "attr\tshardinfer_version\t%s\n", SI_VERSION);
-    fprintf(f, "shape\t%llu\t%d\n", (unsigned long long)c->n, c->k);
-    for (uint64_t i = 0; i < c->n; i++) {
-        fprintf(f, "row\t%s\t%llu\t%d\t", ids[i], (unsigned long long)c->index[i], c->status[i]);
-        for (int j = 0; j < c->k; j++)
-            fprintf(f, "%s%d", j ? "," : "", c->topk_class[i * (uint64_t)c->k + j]);
+    fprintf(f, "shape\t%llu\t%d\n", (unsigned long long)n, k);
+    for (uint64_t i = 0; i < n; i++) {
+        fprintf(f, "row\t%s\t%llu\t%d\t", ids[i], (unsigned long long)i, status[i]);
+        for (int j = 0; j < k; j++) fprintf(f, "%s%d", j ? "," : "", cls[i * (uint64_t)k + j]);
         fputc('\t', f);
-        for (int j = 0; j < c->k; j++)
-            fprintf(f, "%s%.9g", j ? "," : "", (double)c->topk_prob[i * (uint64_t)c->k + j]);
+        for (int j = 0; j < k; j++)
+            fprintf(f, "%s%.9g", j ? "," : "", (double)prob[i * (uint64_t)k + j]);
         fputc('\n', f);
     }
+    for (uint64_t i = 0; i < n; i++)
+        if (status[i])
+            fprintf(f, "error\t%llu\tbad image %llu\n", (unsigned long long)i,
+                    (unsigned long long)i);
     fclose(f);
 }
 
-/* Result columns over the list set (33k images, so the ids cross 65536-blocks only with a
- * permutation; the identity is one block run per read). */
+/* Puts chunk `id` of the arrays into r. */
+static si_status put_chunk(si_result *r, const si_post_plan *p, si_chunk *c, uint64_t id,
+                           uint64_t n, uint32_t size, const int32_t *status, const int32_t *cls,
+                           const float *prob, const uint8_t *empty) {
+    uint32_t len = si_chunk_len(id, n, size);
+    si_chunk_reset(c, id, id * size, len, empty);
+    for (uint32_t j = 0; j < len; j++) {
+        uint64_t i = id * size + j;
+        c->status[j] = status[i];
+        if (status[i]) snprintf(c->msg[j], SI_MSG_LEN, "bad image %llu", (unsigned long long)i);
+        uint8_t *row = c->rows + (size_t)j * p->row_bytes;
+        memcpy(row + p->cols[0].offset, cls + i * p->topk, p->cols[0].bytes);
+        memcpy(row + p->cols[1].offset, prob + i * p->topk, p->cols[1].bytes);
+    }
+    size_t tl = si_chunk_tail_size(c);
+    uint8_t *tail = malloc(tl);
+    si_chunk_tail_pack(c, tail);
+    si_status st = si_result_put(r, c->rows, tail, tl);
+    free(tail);
+    return st;
+}
+
+/* The result writer over the list set (33k images): chunks put in a shuffled order, a close and
+ * resume in the middle with a torn journal record, a chunk put twice, a resume with other
+ * settings, and an empty run. */
 static void test_result(void) {
     si_source *in = NULL; /* the result writer reads ids through the source layer */
     char *inpath = fmt("%s/list.h5", work);
@@ -537,23 +574,21 @@ static void test_result(void) {
     CHECK(si_source_read_ids(in, 0, (uint32_t)count, all) == SI_OK);
 
     for (int variant = 0; variant < 3; variant++) {
-        /* 0: every image in order; 1: a shuffled subset with runs; 2: no rows */
-        uint64_t n = variant == 0 ? count : variant == 1 ? 5000 : 0;
+        /* 0: every image, chunks of 1024; 1: chunks of 777 with a resume; 2: no images */
+        uint64_t n = variant == 2 ? 0 : count;
+        uint32_t size = variant == 1 ? 777 : 1024;
         int k = variant == 1 ? 3 : 5;
-        uint64_t *index = malloc((n + 1) * sizeof *index);
+        si_post_config cfg = si_post_config_default();
+        cfg.topk = k;
+        si_shape per = {.ndim = 1, .dims = {1000}};
+        const char *names[1] = {"logits"};
+        si_post_plan p;
+        CHECK_MSG(si_post_plan_make(&cfg, 1, names, &per, &p) == SI_OK, "%s", si_error_msg());
         int32_t *status = malloc((n + 1) * sizeof *status);
         int32_t *cls = malloc((n * k + 1) * sizeof *cls);
         float *prob = malloc((n * k + 1) * sizeof *prob);
-        char **ids = malloc((n + 1) * sizeof *ids);
-        uint64_t failed = 0;
         for (uint64_t i = 0; i < n; i++) {
-            /* runs of up to 7 consecutive indices starting anywhere */
-            index[i] = variant == 0                        ? i
-                       : i % 7 && index[i - 1] + 1 < count ? index[i - 1] + 1
-                                                           : test_rand(&seed) % count;
-            ids[i] = all[index[i]];
             status[i] = test_rand(&seed) % 4 == 0 ? (int32_t)(1 + test_rand(&seed) % 7) : 0;
-            failed += status[i] != 0;
             for (int j = 0; j < k; j++) {
                 cls[i * k + j] = status[i] ? -1 : (int32_t)(test_rand(&seed) % 1000);
                 prob[i * k + j] = status[i] ? 0.0f : 0.5f + 0.5f * test_randf(&seed);
@@ -564,39 +599,89 @@ static void test_result(void) {
                                 "3f2a9c0d5e6b7a8190aabbccddeeff00112233445566778899aabbccddeeff00",
                             .input_path = inpath,
                             .command_line = "shardinfer run --model m.onnx --input list.h5 -o r.h5",
+                            .preprocess = "resize=256 crop=224x224",
+                            .post_params = "classify topk=5",
+                            .resume_key = variant == 1 ? "model=a;batch=7" : "model=a;batch=64",
                             .ranks = 4 + variant,
                             .batch_size = 64 + variant,
-                            .elapsed_seconds = 123.125 + variant};
-        si_result_cols c = {
-            .n = n, .k = k, .index = index, .status = status, .topk_class = cls, .topk_prob = prob};
+                            .elapsed_seconds = 123.125 + variant,
+                            .flush_interval = 1e-3};
         char *out = fmt("%s/result%d.h5", work, variant);
-        si_status st = si_result_write(out, false, &m, &c, in);
+        si_result *r = NULL;
+        si_status st = si_result_create(out, &p, n, size, &m, &r);
         CHECK_MSG(st == SI_OK, "%s", si_error_msg());
-        CHECK(!exists(fmt("%s.tmp", out)));
-        char *exp = fmt("%s/result%d.expected", work, variant);
-        write_expected(exp, &m, &c, ids, failed);
-        run_py("check-result", out, exp);
-
-        /* refused when it exists, replaced with overwrite */
-        st = si_result_write(out, false, &m, &c, in);
-        CHECK(st == SI_ERR_IO && strstr(si_error_msg(), out));
-        CHECK(si_result_write(out, true, &m, &c, in) == SI_OK);
-        run_py("check-result", out, exp);
-
-        if (n > 0) { /* an index past the input fails, naming the row; no file is left */
-            uint64_t keep = index[n / 2];
-            index[n / 2] = count + 3;
-            char *bad = fmt("%s/result_bad.h5", work);
-            st = si_result_write(bad, false, &m, &c, in);
-            CHECK_MSG(st == SI_ERR_ARG && strstr(si_error_msg(), "index"), "%s", si_error_msg());
-            CHECK(!exists(bad) && !exists(fmt("%s.tmp", bad)));
-            index[n / 2] = keep;
+        if (!r) continue;
+        uint64_t nc = (n + size - 1) / size;
+        uint64_t *order = malloc((nc + 1) * sizeof *order);
+        for (uint64_t c = 0; c < nc; c++) order[c] = c;
+        for (uint64_t c = nc; c > 1; c--) { /* Fisher-Yates */
+            uint64_t o = test_rand(&seed) % c, t = order[c - 1];
+            order[c - 1] = order[o];
+            order[o] = t;
         }
-        free(index);
+        si_chunk ch;
+        si_chunk_init(&ch, size, &p);
+        uint8_t *empty = malloc(p.row_bytes);
+        si_post_fill_empty(&p, empty);
+        int runs = 1;
+        for (uint64_t c = 0; c < nc; c++) {
+            st = put_chunk(r, &p, &ch, order[c], n, size, status, cls, prob, empty);
+            CHECK_MSG(st == SI_OK, "chunk %llu: %s", (unsigned long long)order[c], si_error_msg());
+            if (c == 0) { /* the same chunk again would count its images twice */
+                st = put_chunk(r, &p, &ch, order[c], n, size, status, cls, prob, empty);
+                CHECK_MSG(st == SI_ERR_VERIFY && strstr(si_error_msg(), "twice"), "%s",
+                          si_error_msg());
+            }
+            if (variant == 1 && c == nc / 2) {
+                /* interrupted: close, tear the journal's end, resume */
+                CHECK(si_result_close(r) == SI_OK);
+                char *jp = si_result_journal_path(out);
+                FILE *jf = fopen(jp, "ab");
+                fwrite("CHNK\x01\x02\x03", 1, 7, jf); /* a record cut short by a kill */
+                fclose(jf);
+                si_result_meta other = m;
+                other.resume_key = "model=a;batch=8";
+                uint32_t got_size = 0;
+                uint8_t *done = NULL;
+                r = NULL;
+                st = si_result_resume(out, &p, n, &other, &got_size, &done, &r);
+                CHECK_MSG(st == SI_ERR_ARG && strstr(si_error_msg(), "batch=7") &&
+                              strstr(si_error_msg(), "batch=8"),
+                          "%s", si_error_msg());
+                st = si_result_resume(out, &p, n, &m, &got_size, &done, &r);
+                CHECK_MSG(st == SI_OK, "%s", si_error_msg());
+                if (!r) break;
+                runs = 2;
+                CHECK(got_size == size && si_result_chunks_done(r) == c + 1);
+                for (uint64_t q = 0; q < nc; q++) {
+                    bool want = false;
+                    for (uint64_t z = 0; z <= c; z++) want |= order[z] == q;
+                    CHECK_MSG((bool)(done[q / 8] >> (q % 8) & 1) == want, "chunk %llu",
+                              (unsigned long long)q);
+                }
+                free(done);
+                free(jp);
+            }
+        }
+        si_chunk_free(&ch);
+        uint64_t failed = 0;
+        st = si_result_finish(r, in, &m, &failed);
+        CHECK_MSG(st == SI_OK, "%s", si_error_msg());
+        CHECK(!exists(fmt("%s.partial", out)) && !exists(fmt("%s.journal", out)));
+        char *exp = fmt("%s/result%d.expected", work, variant);
+        write_expected(exp, &m, n, k, size, all, status, cls, prob, runs);
+        run_py("check-result", out, exp);
+        /* resuming a finished run finds nothing to resume */
+        uint32_t sz;
+        uint8_t *dn = NULL;
+        r = NULL;
+        st = si_result_resume(out, &p, n, &m, &sz, &dn, &r);
+        CHECK(st == SI_ERR_ARG && !r);
+        free(order);
+        free(empty);
         free(status);
         free(cls);
         free(prob);
-        free(ids);
     }
     si_source_free_ids(all, (uint32_t)count);
     free(all);

@@ -1,0 +1,183 @@
+/* Chunk results and their tail encoding (layout in chunk.h). */
+#include "chunk.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ALIGN8(x) (((x) + 7u) & ~(size_t)7u)
+#define TAIL_HEAD 32u /* u64 id, u64 first, u32 n, u32 n_errors, u64 n_dets */
+
+void si_chunk_init(si_chunk *c, uint32_t cap, const si_post_plan *p) {
+    memset(c, 0, sizeof *c);
+    c->cap = cap;
+    c->row_bytes = p->row_bytes;
+    c->detect = p->kind == SI_POST_DETECT;
+    c->status = si_xmalloc(sizeof(int32_t) * cap);
+    c->rows = si_xmalloc(p->row_bytes * cap + 1);
+    c->msg = si_xmalloc(sizeof *c->msg * cap);
+    if (c->detect) c->n_dets = si_xmalloc(sizeof(uint32_t) * cap);
+}
+
+void si_chunk_free(si_chunk *c) {
+    if (!c) return;
+    free(c->status);
+    free(c->rows);
+    free(c->msg);
+    free(c->n_dets);
+    free(c->dets);
+    memset(c, 0, sizeof *c);
+}
+
+void si_chunk_reset(si_chunk *c, uint64_t id, uint64_t first, uint32_t n, const uint8_t *empty) {
+    SI_ASSERT(n <= c->cap);
+    c->id = id;
+    c->first = first;
+    c->n = n;
+    c->n_det_total = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        c->status[j] = SI_IMG_NOT_PROCESSED;
+        c->msg[j][0] = 0;
+        if (c->row_bytes) memcpy(c->rows + (size_t)j * c->row_bytes, empty, c->row_bytes);
+        if (c->detect) c->n_dets[j] = 0;
+    }
+}
+
+void si_chunk_add_dets(si_chunk *c, uint32_t j, const si_detection *d, int n) {
+    SI_ASSERT(c->detect && j < c->n && n >= 0);
+    if (c->n_det_total + (uint64_t)n > c->det_cap) {
+        uint64_t cap = c->det_cap ? c->det_cap : 1024;
+        while (cap < c->n_det_total + (uint64_t)n) cap *= 2;
+        c->dets = si_xrealloc(c->dets, sizeof *c->dets * cap);
+        c->det_cap = cap;
+    }
+    memcpy(c->dets + c->n_det_total, d, sizeof *d * (size_t)n);
+    c->n_det_total += (uint64_t)n;
+    c->n_dets[j] += (uint32_t)n;
+}
+
+static size_t msg_len(const char *m) {
+    size_t l = strnlen(m, SI_MSG_LEN - 1);
+    return l ? l : 1; /* an empty message is stored as "-" */
+}
+
+size_t si_chunk_tail_size(const si_chunk *c) {
+    size_t b = TAIL_HEAD + ALIGN8(sizeof(int32_t) * c->n);
+    if (c->detect) b += ALIGN8(sizeof(uint32_t) * c->n) + sizeof(si_detection) * c->n_det_total;
+    size_t e = 0;
+    for (uint32_t j = 0; j < c->n; j++)
+        if (c->status[j] != SI_IMG_OK) e += 10 + msg_len(c->msg[j]);
+    return b + ALIGN8(e);
+}
+
+void si_chunk_tail_pack(const si_chunk *c, uint8_t *dst) {
+    uint32_t n_err = 0;
+    for (uint32_t j = 0; j < c->n; j++) n_err += c->status[j] != SI_IMG_OK;
+    uint8_t *p = dst;
+    memcpy(p, &c->id, 8);
+    memcpy(p + 8, &c->first, 8);
+    memcpy(p + 16, &c->n, 4);
+    memcpy(p + 20, &n_err, 4);
+    memcpy(p + 24, &c->n_det_total, 8);
+    p += TAIL_HEAD;
+    memcpy(p, c->status, sizeof(int32_t) * c->n);
+    memset(p + sizeof(int32_t) * c->n, 0, ALIGN8(sizeof(int32_t) * c->n) - sizeof(int32_t) * c->n);
+    p += ALIGN8(sizeof(int32_t) * c->n);
+    if (c->detect) {
+        memcpy(p, c->n_dets, sizeof(uint32_t) * c->n);
+        memset(p + 4 * (size_t)c->n, 0, ALIGN8(4 * (size_t)c->n) - 4 * (size_t)c->n);
+        p += ALIGN8(sizeof(uint32_t) * c->n);
+        memcpy(p, c->dets, sizeof(si_detection) * c->n_det_total);
+        p += sizeof(si_detection) * c->n_det_total;
+    }
+    uint8_t *e0 = p;
+    for (uint32_t j = 0; j < c->n; j++) {
+        if (c->status[j] == SI_IMG_OK) continue;
+        uint64_t idx = c->first + j;
+        uint16_t l = (uint16_t)msg_len(c->msg[j]);
+        memcpy(p, &idx, 8);
+        memcpy(p + 8, &l, 2);
+        memcpy(p + 10, c->msg[j][0] ? c->msg[j] : "-", l);
+        p += 10 + l;
+    }
+    size_t e = (size_t)(p - e0);
+    memset(p, 0, ALIGN8(e) - e);
+}
+
+si_status si_chunk_tail_parse(const uint8_t *b, size_t len, bool detect, uint64_t n_images,
+                              uint32_t size, si_chunk_tail *t) {
+    memset(t, 0, sizeof *t);
+    if (len < TAIL_HEAD)
+        return si_error(SI_ERR_FORMAT, "chunk record of %zu bytes is too short", len);
+    memcpy(&t->id, b, 8);
+    memcpy(&t->first, b + 8, 8);
+    memcpy(&t->n, b + 16, 4);
+    memcpy(&t->n_errors, b + 20, 4);
+    memcpy(&t->n_dets, b + 24, 8);
+    uint64_t chunks = size ? (n_images + size - 1) / size : 0;
+    if (t->id >= chunks || t->first != t->id * size || t->n != si_chunk_len(t->id, n_images, size))
+        return si_error(SI_ERR_FORMAT,
+                        "chunk record for chunk %llu (images %llu+%u) does not fit %llu images in "
+                        "chunks of %u",
+                        (unsigned long long)t->id, (unsigned long long)t->first, t->n,
+                        (unsigned long long)n_images, size);
+    size_t o = TAIL_HEAD;
+    size_t need = ALIGN8(sizeof(int32_t) * t->n);
+    if (len - o < need)
+        return si_error(SI_ERR_FORMAT, "chunk %llu: record truncated", (unsigned long long)t->id);
+    t->status = (const int32_t *)(b + o);
+    o += need;
+    if (detect) {
+        need = ALIGN8(sizeof(uint32_t) * t->n);
+        if (len - o < need || t->n_dets > (len - o - need) / sizeof(si_detection))
+            return si_error(SI_ERR_FORMAT, "chunk %llu: detections truncated",
+                            (unsigned long long)t->id);
+        t->dets_per_image = (const uint32_t *)(b + o);
+        o += need;
+        t->dets = (const si_detection *)(b + o);
+        o += sizeof(si_detection) * t->n_dets;
+        uint64_t sum = 0;
+        for (uint32_t j = 0; j < t->n; j++) sum += t->dets_per_image[j];
+        if (sum != t->n_dets)
+            return si_error(SI_ERR_FORMAT, "chunk %llu: detection counts do not add up",
+                            (unsigned long long)t->id);
+    } else if (t->n_dets) {
+        return si_error(SI_ERR_FORMAT, "chunk %llu: detections in a run without --post detect",
+                        (unsigned long long)t->id);
+    }
+    t->errors = b + o;
+    t->errors_bytes = len - o;
+    /* every failed image has exactly one message, in ascending order */
+    size_t pos = 0;
+    uint64_t idx;
+    const char *m;
+    uint16_t l;
+    uint32_t j = 0, seen = 0;
+    while (si_chunk_tail_error(t, &pos, &idx, &m, &l)) {
+        while (j < t->n && t->status[j] == SI_IMG_OK) j++;
+        if (j == t->n || idx != t->first + j)
+            return si_error(SI_ERR_FORMAT, "chunk %llu: error message for image %llu out of place",
+                            (unsigned long long)t->id, (unsigned long long)idx);
+        j++;
+        seen++;
+    }
+    uint32_t failed = 0;
+    for (uint32_t k = 0; k < t->n; k++) failed += t->status[k] != SI_IMG_OK;
+    if (seen != t->n_errors || failed != t->n_errors || ALIGN8(pos) != t->errors_bytes)
+        return si_error(SI_ERR_FORMAT, "chunk %llu: %u failed images but %u messages",
+                        (unsigned long long)t->id, failed, seen);
+    return SI_OK;
+}
+
+bool si_chunk_tail_error(const si_chunk_tail *t, size_t *pos, uint64_t *index, const char **msg,
+                         uint16_t *len) {
+    size_t p = *pos;
+    if (t->errors_bytes - p < 10) return false;
+    uint16_t l;
+    memcpy(&l, t->errors + p + 8, 2);
+    if (l == 0 || t->errors_bytes - p - 10 < l) return false; /* padding or a torn record */
+    memcpy(index, t->errors + p, 8);
+    *len = l;
+    *msg = (const char *)t->errors + p + 10;
+    *pos = p + 10 + l;
+    return true;
+}

@@ -1,0 +1,85 @@
+/* A chunk: the unit of work and of results. The index space [0, N) is cut into chunks of `size`
+ * images (the last may be shorter), each a whole number of batches, so a chunk's results do not
+ * depend on which rank computed it. A chunk's results travel as one message to rank 0, which
+ * writes the fixed-size rows into the result and appends the rest (statuses, messages,
+ * detections: the "tail") to the journal, the record that the chunk is complete.
+ *
+ * Tail layout (native byte order, every section 8-byte aligned):
+ *   u64 id, u64 first, u32 n, u32 n_errors, u64 n_dets
+ *   i32 status[n]
+ *   u32 dets_per_image[n]          (only when the plan detects)
+ *   si_detection dets[n_dets]      (image order)
+ *   errors: n_errors x (u64 index, u16 length, bytes), ascending index
+ * A message to rank 0 is: si_chunk_msg_header, rows[n * row_bytes] (8-aligned), tail. */
+#ifndef SI_CHUNK_H
+#define SI_CHUNK_H
+
+#include "post.h"
+
+#define SI_MSG_LEN 256 /* one failed image's message, truncated */
+
+typedef struct {
+    uint64_t id, first;
+    uint32_t n, cap;         /* images in it; room for */
+    size_t row_bytes;        /* the plan's */
+    bool detect;             /* dets_per_image and dets are kept */
+    int32_t *status;         /* [cap] */
+    uint8_t *rows;           /* [cap * row_bytes] */
+    char (*msg)[SI_MSG_LEN]; /* [cap]: why an image failed ("" while it is fine) */
+    uint32_t *n_dets;        /* [cap] detect only */
+    si_detection *dets;      /* [det_cap], grows to the largest chunk's and stays */
+    uint64_t n_det_total, det_cap;
+} si_chunk;
+
+/* The images of chunk `id` of N images cut into chunks of `size`. */
+static inline uint32_t si_chunk_len(uint64_t id, uint64_t n, uint32_t size) {
+    uint64_t first = id * size;
+    return (uint32_t)(n - first < size ? n - first : size);
+}
+
+/* Allocates a chunk for up to cap images under plan p; free with si_chunk_free. */
+void si_chunk_init(si_chunk *c, uint32_t cap, const si_post_plan *p);
+void si_chunk_free(si_chunk *c);
+/* Starts chunk (id, first, n): statuses NOT_PROCESSED, rows filled with the plan's fill values
+ * (template row `empty`), no detections, no messages. */
+void si_chunk_reset(si_chunk *c, uint64_t id, uint64_t first, uint32_t n, const uint8_t *empty);
+/* Appends dets for image j (images must be appended in ascending order). */
+void si_chunk_add_dets(si_chunk *c, uint32_t j, const si_detection *d, int n);
+
+/* Per-rank cumulative stage times carried by every message, for the progress line. */
+typedef struct {
+    uint32_t magic, rank;
+    uint64_t id;
+    uint64_t rows_bytes, tail_bytes;
+    double elapsed; /* since the rank started working */
+    double busy[6]; /* read, decode, compute, post, write, starved: seconds */
+} si_chunk_msg_header;
+
+/* Bytes of the tail of c. */
+size_t si_chunk_tail_size(const si_chunk *c);
+/* Writes the tail of c into dst (si_chunk_tail_size bytes). */
+void si_chunk_tail_pack(const si_chunk *c, uint8_t *dst);
+
+/* A parsed tail: pointers into the borrowed bytes. */
+typedef struct {
+    uint64_t id, first, n_dets;
+    uint32_t n, n_errors;
+    const int32_t *status;
+    const uint32_t *dets_per_image; /* NULL unless detect */
+    const si_detection *dets;
+    const uint8_t *errors; /* n_errors records */
+    size_t errors_bytes;
+} si_chunk_tail;
+
+/* Parses and checks a tail (bounds of every section and record, id/first/n against N and the
+ * chunk size, statuses failing exactly where messages are). Returns SI_ERR_FORMAT with a message
+ * saying what is wrong; the bytes are borrowed by *t. */
+si_status si_chunk_tail_parse(const uint8_t *b, size_t len, bool detect, uint64_t n_images,
+                              uint32_t size, si_chunk_tail *t);
+
+/* Iterates the error records of t: *pos starts at 0; returns false at the end. msg is not
+ * NUL-terminated: len bytes. */
+bool si_chunk_tail_error(const si_chunk_tail *t, size_t *pos, uint64_t *index, const char **msg,
+                         uint16_t *len);
+
+#endif
