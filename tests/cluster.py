@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""Runs that survive real clusters, tested under mpirun with 1-4 CPU ranks: static and dynamic
+scheduling give identical files; a deliberately slowed rank makes dynamic finish sooner than
+static; SIGTERM (what Slurm sends at the time limit) and SIGUSR1 (its early warning, forwarded by
+mpirun) drain cleanly and --resume completes the run into the same file; a rank killed with
+SIGKILL ends the job with a message naming it, without a hang, and --resume completes it; every
+rank's peak memory stays flat when the set grows tenfold. Every subprocess has a timeout.
+
+Usage: cluster.py --shardinfer BIN --dir WORK --e2e-dir E2E SUBCOMMAND
+  prepare        sets of 1,000 / 2,000 / 20,000 JPEGs (the e2e set's 23 files repeated, its
+                 corrupt and truncated ones included) and the e2e set's tiny model
+  schedules      static == dynamic on 1, 2, 3 and 4 ranks, and equal across rank counts
+  slow-rank      3 ranks, rank 1 slowed: wall time of static / dynamic (must be > 1)
+  sigterm        SIGTERM to every rank mid-run: exit 6, then --resume == an uninterrupted run
+  sigusr1        SIGUSR1 to mpirun (forwarded to the ranks): the same
+  kill           SIGKILL of rank 1, then of rank 0, mid-run: the job ends naming the rank;
+                 --resume == an uninterrupted run
+  memory         peak RSS of every rank for 2,000 and 20,000 images: flat
+"""
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+
+TIMEOUT = 300
+VOLATILE = {"command_line", "elapsed_seconds", "runs", "ranks"}
+
+
+def mpi_env():
+    env = dict(os.environ)
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", PMIX_MCA_pcompress_base_silence_warning="1",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none", OMP_NUM_THREADS="1")
+    return env
+
+
+def fail(msg):
+    sys.exit(f"FAIL: {msg}")
+
+
+def sh(cmd, expect_rc=0, timeout=TIMEOUT):
+    print("$", " ".join(cmd), flush=True)
+    t = time.time()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=mpi_env())
+    except subprocess.TimeoutExpired:
+        fail(f"timed out after {timeout} s (a rank hangs?): {' '.join(cmd)}")
+    p.seconds = time.time() - t
+    sys.stdout.write(p.stdout[-3000:])
+    sys.stdout.write(p.stderr[-3000:])
+    if expect_rc is not None and p.returncode != expect_rc:
+        fail(f"exit code {p.returncode}, expected {expect_rc}: {' '.join(cmd)}")
+    return p
+
+
+def run_cmd(a, np_, out, n, *extra):
+    return ["mpirun", "-np", str(np_), a.shardinfer, "run", "--model",
+            os.path.join(a.e2e_dir, "tiny.onnx"), "--input", os.path.join(a.dir, f"set{n}.h5"),
+            "--output", out, "--batch", "4", "--chunk", "8", "--progress", "lines",
+            "--progress-interval", "1", *extra]
+
+
+def read_all(path):
+    """Every dataset (path -> array) and root attribute of an HDF5 file."""
+    data = {}
+    with h5py.File(path, "r") as f:
+        def visit(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                v = obj[()]
+                if obj.dtype.kind == "O":
+                    v = np.array([x.decode() if isinstance(x, bytes) else x for x in v.ravel()])
+                data[name] = v
+        f.visititems(visit)
+        attrs = {k: f.attrs[k] for k in f.attrs}
+    return data, attrs
+
+
+def same_files(a_path, b_path):
+    a, aa = read_all(a_path)
+    b, ba = read_all(b_path)
+    if sorted(a) != sorted(b):
+        fail(f"{a_path} and {b_path} hold different datasets: {sorted(a)} vs {sorted(b)}")
+    for k in a:
+        x, y = a[k], b[k]
+        eq = x.shape == y.shape and (np.array_equal(x, y, equal_nan=True) if x.dtype.kind == "f"
+                                     else np.array_equal(x, y))
+        if not eq:
+            fail(f"/{k} differs between {a_path} and {b_path}")
+    for k in sorted(set(aa) | set(ba)):
+        if k in VOLATILE:
+            continue
+        if k not in aa or k not in ba or str(aa[k]) != str(ba[k]):
+            fail(f"attribute {k} differs: {aa.get(k)!r} vs {ba.get(k)!r}")
+    print(f"same: {os.path.basename(a_path)} == {os.path.basename(b_path)} "
+          f"({len(a)} datasets, bit for bit)")
+
+
+def prepare(a):
+    os.makedirs(a.dir, exist_ok=True)
+    with h5py.File(os.path.join(a.e2e_dir, "set.h5"), "r") as f:
+        off = f["/images/offsets"][:]
+        data = f["/images/data"][:]
+        ids = [s.decode() if isinstance(s, bytes) else s for s in f["/images/ids"][:]]
+    blobs = [data[off[i]:off[i + 1]] for i in range(len(ids))]
+    for n in (1000, 2000, 20000):
+        pick = [i % len(blobs) for i in range(n)]
+        lens = np.array([len(blobs[i]) for i in pick], dtype=np.uint64)
+        offs = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint64)
+        with h5py.File(os.path.join(a.dir, f"set{n}.h5"), "w") as f:
+            g = f.create_group("images")
+            g["data"] = np.concatenate([blobs[i] for i in pick])
+            g["offsets"] = offs
+            g.create_dataset("ids", data=[f"{k:06d}/{ids[i]}" for k, i in enumerate(pick)],
+                             dtype=h5py.string_dtype())
+    print("prepare: OK")
+
+
+def schedules(a):
+    ref = None
+    for np_ in (1, 2, 3, 4):
+        outs = {}
+        for s in ("static", "dynamic"):
+            out = os.path.join(a.dir, f"sched_{s}_np{np_}.h5")
+            p = sh(run_cmd(a, np_, out, 1000, "--schedule", s, "--overwrite"))
+            if "results:" not in p.stdout:
+                fail("no summary printed")
+            outs[s] = out
+        same_files(outs["static"], outs["dynamic"])
+        if ref:
+            same_files(ref, outs["dynamic"])
+        ref = ref or outs["static"]
+        with h5py.File(ref, "r") as f:
+            st = f["status"][:]
+            if len(st) != 1000 or set(np.unique(st)) != {0, 3, 4}:
+                fail(f"unexpected statuses {np.unique(st)}")
+            if list(f["errors/index"][:]) != list(np.nonzero(st)[0]):
+                fail("/errors/index does not list the failed images")
+    print("schedules: OK: static == dynamic on 1-4 ranks, and equal across rank counts")
+
+
+def slow_rank(a):
+    t = {}
+    for s in ("static", "dynamic"):
+        out = os.path.join(a.dir, f"slow_{s}.h5")
+        p = sh(run_cmd(a, 3, out, 1000, "--schedule", s, "--test-slow-rank", "1:20",
+                       "--overwrite"))
+        m = re.search(r"in ([0-9.]+) s:", p.stdout)
+        t[s] = float(m.group(1))
+        rows = re.findall(r"^\s+(\d+)\s+(\d+)\s+\d+\s", p.stdout, re.M)
+        print(f"{s}: {t[s]:.2f} s, images per rank: {[int(r[1]) for r in rows]}")
+    same_files(os.path.join(a.dir, "slow_static.h5"), os.path.join(a.dir, "slow_dynamic.h5"))
+    ratio = t["static"] / t["dynamic"]
+    print(f"slow-rank: static {t['static']:.2f} s, dynamic {t['dynamic']:.2f} s: "
+          f"dynamic is {ratio:.2f}x faster")
+    if ratio <= 1.2:
+        fail(f"dynamic scheduling should beat static with a slowed rank (ratio {ratio:.2f})")
+
+
+def rank_pids(mpirun_pid):
+    """{rank: pid} of mpirun's shardinfer children."""
+    pids = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != mpirun_pid:
+                continue
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+            if b"OMPI_COMM_WORLD_RANK" in env:
+                pids[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(d)
+        except (OSError, ValueError, IndexError):
+            pass
+    return pids
+
+
+def chunks_journaled(out):
+    """Records in the journal: grows as rank 0 flushes."""
+    try:
+        return max(0, os.path.getsize(out + ".journal") - 40)
+    except OSError:
+        return 0
+
+
+def interrupted_run(a, out, np_, how):
+    """Starts a run of 2,000 images, waits until some chunks are flushed, interrupts it."""
+    # static shares and a slowed rank 0: the run lasts a few seconds whoever is interrupted
+    cmd = run_cmd(a, np_, out, 2000, "--flush-interval", "0.05", "--schedule", "static",
+                  "--test-slow-rank", "0:20", "--overwrite")
+    print("$", " ".join(cmd), flush=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=mpi_env())
+    t0 = time.time()
+    while chunks_journaled(out) < 2000 and time.time() - t0 < 60:
+        time.sleep(0.05)
+    pids = rank_pids(p.pid)
+    if len(pids) != np_:
+        p.kill()
+        fail(f"found rank pids {pids}, expected {np_}")
+    if how == "sigterm":  # what Slurm does: every task of the step gets SIGTERM
+        for pid in pids.values():
+            os.kill(pid, signal.SIGTERM)
+    elif how == "sigusr1":  # mpirun forwards SIGUSR1 to the ranks
+        os.kill(p.pid, signal.SIGUSR1)
+    else:
+        os.kill(pids[how], signal.SIGKILL)
+    try:
+        so, se = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        fail(f"the job did not end within 60 s after {how} (a hang)")
+    sys.stdout.write(so[-2000:])
+    sys.stdout.write(se[-2000:])
+    print(f"interrupted ({how}) after {time.time() - t0:.1f} s: exit code {p.returncode}")
+    return p.returncode, so, se
+
+
+def resume_and_compare(a, out, np_):
+    if not os.path.exists(out + ".partial") or not os.path.exists(out + ".journal"):
+        fail("the partial result is not there to resume")
+    with h5py.File(out + ".partial", "r") as f:  # readable although the run was cut short
+        n = int(f.attrs["images"])
+    p = sh(run_cmd(a, np_, out, 2000, "--resume"))
+    if "[resumed]" not in p.stdout:
+        fail("the summary does not say the run was resumed")
+    done_before = int(re.search(r"(\d+) images were done before", p.stdout).group(1))
+    if not 0 < done_before < n:
+        fail(f"{done_before} images were done before the resume, expected some but not all")
+    ref = os.path.join(a.dir, "uninterrupted.h5")
+    if not os.path.exists(ref):
+        sh(run_cmd(a, 2, ref, 2000, "--overwrite"))
+    same_files(ref, out)
+    for leftover in (out + ".partial", out + ".journal"):
+        if os.path.exists(leftover):
+            fail(f"{leftover} left behind after the run completed")
+
+
+def signals(a, how):
+    out = os.path.join(a.dir, f"{how}.h5")
+    rc, so, se = interrupted_run(a, out, 3, how)
+    if rc != 6:
+        fail(f"a {how} should end the run with exit code 6 (interrupted), got {rc}")
+    if "run the same command with --resume" not in se:
+        fail("the message does not say how to finish the run")
+    if "Traceback" in se or "FATAL" in se:
+        fail("an error while draining")
+    resume_and_compare(a, out, 3)
+    print(f"{how}: OK: drained, exit 6, resumed into the same file")
+
+
+def kill(a):
+    for victim in (1, 0):
+        out = os.path.join(a.dir, f"kill{victim}.h5")
+        rc, so, se = interrupted_run(a, out, 3, victim)
+        if rc == 0:
+            fail("the job succeeded although a rank was killed")
+        if not re.search(rf"rank {victim}\b.*(signal 9|Killed)", so + se):
+            fail(f"no message names rank {victim} as killed")
+        resume_and_compare(a, out, 2)  # resumed with another rank count
+        print(f"kill: OK: rank {victim} killed, job ended naming it, resumed into the same file")
+
+
+def memory(a):
+    peaks = {}
+    for n in (2000, 20000):
+        out = os.path.join(a.dir, f"mem{n}.h5")
+        p = sh(run_cmd(a, 2, out, n, "--overwrite", "--chunk", "32"))
+        rows = re.findall(r"^\s+(\d+)\s+(\d+)\s+\d+\s+[0-9.]+ s.*\s([0-9.]+)$", p.stdout, re.M)
+        peaks[n] = {int(r[0]): float(r[2]) for r in rows}
+        print(f"{n} images: peak MB per rank {peaks[n]}")
+    for r in peaks[2000]:
+        small, big = peaks[2000][r], peaks[20000][r]
+        print(f"rank {r}: {small:.1f} MB for 2,000 images, {big:.1f} MB for 20,000 "
+              f"({big / small:.3f}x)")
+        if big > small * 1.10 + 2:
+            fail(f"rank {r}'s memory grows with the number of images: {small} -> {big} MB")
+    print("memory: OK: flat")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shardinfer", required=True)
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--e2e-dir", required=True)
+    ap.add_argument("cmd", choices=["prepare", "schedules", "slow-rank", "sigterm", "sigusr1",
+                                    "kill", "memory"])
+    a = ap.parse_args()
+    {"prepare": prepare, "schedules": schedules, "slow-rank": slow_rank,
+     "sigterm": lambda a: signals(a, "sigterm"), "sigusr1": lambda a: signals(a, "sigusr1"),
+     "kill": kill, "memory": memory}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
