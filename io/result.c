@@ -379,9 +379,10 @@ si_status si_result_put(si_result *r, const uint8_t *rows, const uint8_t *tail, 
                         "counted twice",
                         (unsigned long long)t.id, (unsigned long long)t.first,
                         (unsigned long long)(t.first + t.n - 1));
-    if (t.n > 0 && write_rows(r->status_ds, H5T_NATIVE_INT32, 0, t.first, t.n, t.status) < 0)
+    if (rows && t.n > 0 &&
+        write_rows(r->status_ds, H5T_NATIVE_INT32, 0, t.first, t.n, t.status) < 0)
         return si_error(SI_ERR_IO, "%s: cannot write status (disk full?)", r->partial);
-    for (int c = 0; c < r->plan.n_cols && t.n > 0; c++) {
+    for (int c = 0; c < r->plan.n_cols && t.n > 0 && rows; c++) {
         const si_post_col *col = &r->plan.cols[c];
         if ((st = si_bytes_reserve(&r->colbuf, col->bytes * t.n)) != SI_OK) return st;
         for (uint32_t j = 0; j < t.n; j++) /* this column of each row, back to back */
@@ -426,6 +427,15 @@ si_status si_result_flush(si_result *r, bool force) {
         return si_error(SI_ERR_IO, "%s: cannot sync: %s", r->journal, strerror(errno));
     r->pending.len = 0;
     return SI_OK;
+}
+
+void si_result_column_offsets(const si_result *r, uint64_t *offsets) {
+    haddr_t a = H5Dget_offset(r->status_ds);
+    offsets[0] = a == HADDR_UNDEF ? 0 : (uint64_t)a;
+    for (int c = 0; c < r->plan.n_cols; c++) {
+        a = H5Dget_offset(r->col_ds[c]);
+        offsets[1 + c] = a == HADDR_UNDEF ? 0 : (uint64_t)a;
+    }
 }
 
 uint64_t si_result_images_done(const si_result *r) {

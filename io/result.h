@@ -51,11 +51,17 @@ si_status si_result_resume(const char *path, const si_post_plan *plan, uint64_t 
                            si_result **out);
 
 /* Writes one chunk: rows (its n * row_bytes bytes) and tail (src/chunk.h), both borrowed. The
- * tail is checked; a chunk written before is SI_ERR_VERIFY (it would be counted twice). */
+ * tail is checked; a chunk written before is SI_ERR_VERIFY (it would be counted twice). rows
+ * NULL: the chunk's statuses and rows were written into the partial file by its rank already
+ * (--writer parallel, mpi/pwrite.h); only the journal record is added. */
 si_status si_result_put(si_result *r, const uint8_t *rows, const uint8_t *tail, size_t tail_len);
 
 /* Flushes when flush_interval has passed since the last flush, or always when force. */
 si_status si_result_flush(si_result *r, bool force);
+
+/* The byte offsets in PATH.partial of /status and of each of the plan's columns (n_cols + 1
+ * values; 0 for an empty dataset), for writers that bypass HDF5 (mpi/pwrite.h). */
+void si_result_column_offsets(const si_result *r, uint64_t *offsets);
 
 uint64_t si_result_images_done(const si_result *r);
 uint64_t si_result_chunks_done(const si_result *r);

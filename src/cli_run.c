@@ -23,6 +23,7 @@
 #include "engine.h"
 #include "io/result.h"
 #include "mpi/gather.h"
+#include "mpi/pwrite.h"
 #include "mpi/ranks.h"
 #include "mpi/sched.h"
 #include "pipeline.h"
@@ -62,6 +63,8 @@ static const char run_usage[] =
     "  --chunk N          images per work unit, a multiple of --batch (default 8 batches)\n"
     "  --resume           continue the interrupted run whose partial result is RESULT.h5.partial\n"
     "  --flush-interval S seconds between flushes of the partial result (default 10)\n"
+    "  --writer W         gather (default: ranks send their rows to rank 0, which writes them)\n"
+    "                     or parallel (every rank writes its own rows with MPI-IO)\n"
     "  --progress MODE    auto (default: a bar on a terminal, else lines), bar, lines, none\n"
     "  --progress-interval S  seconds between progress lines (default 5)\n"
     "  --max-errors N|F%  fail the run (exit 5) when more than N images, or F percent of them,\n"
@@ -82,6 +85,7 @@ typedef struct {
     int threads, post_threads;
     long chunk_batches, chunk; /* --chunk in images (0: 8 batches) */
     si_sched_kind schedule;
+    bool parallel_writer;
     double flush_interval, progress_interval;
     si_progress_mode progress;
     int slow_rank, slow_ms; /* --test-slow-rank R:MS */
@@ -116,7 +120,8 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
         O_POSTTHR,
         O_PROGRESS,
         O_PROGINT,
-        O_SLOW
+        O_SLOW,
+        O_WRITER
     };
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"input", required_argument, 0, 'i'},
@@ -154,6 +159,7 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
                                          {"progress", required_argument, 0, O_PROGRESS},
                                          {"progress-interval", required_argument, 0, O_PROGINT},
                                          {"test-slow-rank", required_argument, 0, O_SLOW},
+                                         {"writer", required_argument, 0, O_WRITER},
                                          {0, 0, 0, 0}};
     long v;
     double d;
@@ -281,6 +287,12 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
             a->chunk = v;
             break;
         case O_RESUME: a->resume = true; break;
+        case O_WRITER:
+            if (!strcmp(optarg, "gather") || !strcmp(optarg, "parallel"))
+                a->parallel_writer = !strcmp(optarg, "parallel");
+            else
+                return usage_error(buf, cap, "--writer '%s': expected gather or parallel", optarg);
+            break;
         case O_FLUSH:
             if (!parse_double(optarg, 0.001, 86400, &a->flush_interval))
                 return usage_error(buf, cap, "--flush-interval '%s': expected seconds > 0", optarg);
@@ -393,7 +405,8 @@ typedef struct {
     const si_pipeline_config *pc;
     si_sched *sched;
     si_gather *gather;
-    si_result *res; /* rank 0 */
+    si_result *res;     /* rank 0 */
+    si_pwriter *pwrite; /* --writer parallel */
     si_progress *prog;
     uint64_t n;
     si_bytes msg;
@@ -450,7 +463,8 @@ static si_status on_message(void *ctx, int src, int kind, const uint8_t *msg, si
     size_t rows_at = sizeof h, tail_at = rows_at + ((h.rows_bytes + 7) & ~7ull);
     SI_ASSERT(h.magic == 0x5349434bu && tail_at + h.tail_bytes == len);
     note_busy(J, src, h.busy, h.elapsed);
-    si_status st = si_result_put(J->res, msg + rows_at, msg + tail_at, h.tail_bytes);
+    si_status st =
+        si_result_put(J->res, J->pwrite ? NULL : msg + rows_at, msg + tail_at, h.tail_bytes);
     if (st != SI_OK) job_fail(J, st, "rank 0: cannot take a chunk in");
     return SI_OK;
 }
@@ -469,7 +483,12 @@ static bool hook_next(void *ctx, uint64_t *id) {
 
 static si_status hook_chunk(void *ctx, const si_chunk *c, const si_rank_stats *s) {
     job *J = ctx;
-    size_t tail = si_chunk_tail_size(c), rows = c->row_bytes * c->n;
+    if (J->pwrite) {
+        si_status st = si_pwriter_put(J->pwrite, c);
+        if (st != SI_OK) job_fail(J, st, "cannot write a chunk's rows with MPI-IO");
+    }
+    /* with the parallel writer the rows are in the file already: only the tail travels */
+    size_t tail = si_chunk_tail_size(c), rows = J->pwrite ? 0 : c->row_bytes * c->n;
     size_t rows_pad = (rows + 7) & ~(size_t)7,
            total = sizeof(si_chunk_msg_header) + rows_pad + tail;
     if (si_bytes_reserve(&J->msg, total) != SI_OK) job_fail(J, SI_ERR_NOMEM, "chunk message");
@@ -490,7 +509,7 @@ static si_status hook_chunk(void *ctx, const si_chunk *c, const si_rank_stats *s
         return SI_OK;
     }
     note_busy(J, 0, s->busy, s->t_total);
-    si_status st = si_result_put(J->res, c->rows, b + sizeof h + rows_pad, tail);
+    si_status st = si_result_put(J->res, J->pwrite ? NULL : c->rows, b + sizeof h + rows_pad, tail);
     if (st != SI_OK) job_fail(J, st, "rank 0: cannot write a chunk");
     show_progress(J, false);
     return SI_OK;
@@ -689,6 +708,14 @@ int si_cli_run(int argc, char **argv) {
     }
     if (m.rank == 0) done_before = si_result_images_done(res);
     if ((st = si_sched_create(&m, a.schedule, n_chunks, done, &sched)) != SI_OK) goto out;
+    if (a.parallel_writer) {
+        uint64_t offsets[SI_POST_MAX_COLS + 1] = {0};
+        if (m.rank == 0) si_result_column_offsets(res, offsets);
+        char *partial = si_result_partial_path(a.output);
+        st = si_mpi_agree(&m, si_pwriter_open(&m, partial, plan, offsets, &J.pwrite));
+        free(partial);
+        if (st != SI_OK) goto out;
+    }
     free(done);
     done = NULL;
     if (m.rank == 0)
@@ -730,6 +757,13 @@ int si_cli_run(int argc, char **argv) {
     }
     si_sched_free(sched);
     sched = NULL;
+    uint64_t pbytes = si_pwriter_bytes(J.pwrite), pbytes_all = 0;
+    si_pwriter_close(J.pwrite); /* collective: every rank's rows are written */
+    J.pwrite = NULL;
+    mpiCheck(MPI_Reduce(&pbytes, &pbytes_all, 1, MPI_UINT64_T, MPI_SUM, 0, m.comm));
+    if (m.rank == 0 && a.parallel_writer)
+        si_log_info("parallel writer: the ranks wrote %.1f MB of rows with MPI-IO",
+                    (double)pbytes_all / 1e6);
     bool interrupted = false;
     if (m.rank == 0) {
         show_progress(&J, true);
@@ -774,6 +808,7 @@ out:
     if (st == SI_ERR_LIMIT) code = SI_EXIT_MAX_ERRORS;
     if (st == SI_ERR_INTERRUPTED) code = SI_EXIT_INTERRUPTED;
     si_progress_free(J.prog);
+    si_pwriter_close(J.pwrite);
     si_result_close(res);
     si_sched_free(sched);
     si_gather_free(gather);

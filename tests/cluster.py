@@ -16,6 +16,9 @@ Usage: cluster.py --shardinfer BIN --dir WORK --e2e-dir E2E SUBCOMMAND
   kill           SIGKILL of rank 1, then of rank 0, mid-run: the job ends naming the rank;
                  --resume == an uninterrupted run
   memory         peak RSS of every rank for 2,000 and 20,000 images: flat
+  writers        --writer parallel (MPI-IO by every rank) == --writer gather, on 1 and 3 ranks,
+                 also after a kill and --resume; the time of each with 12 KB of raw output
+                 per image
 """
 
 import argparse
@@ -119,6 +122,17 @@ def prepare(a):
             g["offsets"] = offs
             g.create_dataset("ids", data=[f"{k:06d}/{ids[i]}" for k, i in enumerate(pick)],
                              dtype=h5py.string_dtype())
+    # a model whose output is its input (3x32x32 floats, 12 KB per image): --post raw makes the
+    # result large enough for the writers to matter
+    import onnx
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 32, 32])
+    y = helper.make_tensor_value_info("pixels", TensorProto.FLOAT, ["N", 3, 32, 32])
+    one = helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])
+    g = helper.make_graph([helper.make_node("Mul", ["x", "one"], ["pixels"])], "pixels", [x], [y],
+                          [one])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+              os.path.join(a.dir, "pixels.onnx"))
     print("prepare: OK")
 
 
@@ -286,17 +300,62 @@ def memory(a):
     print("memory: OK: flat")
 
 
+def writers(a):
+    def cmd(np_, out, n, *extra):
+        c = run_cmd(a, np_, out, n, "--post", "raw", *extra)
+        c[c.index("--model") + 1] = os.path.join(a.dir, "pixels.onnx")
+        return c
+    for np_ in (1, 3):
+        outs = {}
+        for w in ("gather", "parallel"):
+            outs[w] = os.path.join(a.dir, f"writer_{w}_np{np_}.h5")
+            p = sh(cmd(np_, outs[w], 1000, "--writer", w, "--overwrite"))
+            if w == "parallel" and "parallel writer: the ranks wrote" not in p.stderr:
+                fail("the parallel writer did not report its bytes")
+        same_files(outs["gather"], outs["parallel"])
+        with h5py.File(outs["parallel"], "r") as f:
+            px, st = f["raw/pixels"], f["status"][:]
+            if px.shape != (1000, 3, 32, 32) or not np.all(np.isnan(px[np.nonzero(st)[0][0]])):
+                fail("raw/pixels has the wrong shape or a failed image's row is not NaN")
+    # killed with the parallel writer, resumed with the gathering one: the same file
+    out = os.path.join(a.dir, "writer_kill.h5")
+    c = cmd(3, out, 2000, "--writer", "parallel", "--flush-interval", "0.05", "--schedule",
+            "static", "--test-slow-rank", "0:20", "--overwrite")
+    print("$", " ".join(c), flush=True)
+    p = subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=mpi_env())
+    t0 = time.time()
+    while chunks_journaled(out) < 2000 and time.time() - t0 < 60:
+        time.sleep(0.05)
+    os.kill(rank_pids(p.pid)[2], signal.SIGKILL)
+    p.communicate(timeout=60)
+    sh(cmd(2, out, 2000, "--resume"))
+    ref = os.path.join(a.dir, "writer_ref.h5")
+    sh(cmd(2, ref, 2000, "--overwrite"))
+    same_files(ref, out)
+    # the two writers' times on the same work
+    t = {}
+    for w in ("gather", "parallel"):
+        o = os.path.join(a.dir, f"writer_time_{w}.h5")
+        p = sh(cmd(2, o, 20000, "--writer", w, "--overwrite", "--chunk", "64", "--quiet"))
+        t[w] = float(re.search(r"in ([0-9.]+) s:", p.stdout).group(1))
+    mb = os.path.getsize(os.path.join(a.dir, "writer_time_parallel.h5")) / 1e6
+    print(f"writers: {mb:.0f} MB result, 2 ranks: gather {t['gather']:.2f} s, parallel "
+          f"{t['parallel']:.2f} s (gather / parallel = {t['gather'] / t['parallel']:.2f})")
+    print("writers: OK: parallel == gather, also across a kill and resume")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardinfer", required=True)
     ap.add_argument("--dir", required=True)
     ap.add_argument("--e2e-dir", required=True)
     ap.add_argument("cmd", choices=["prepare", "schedules", "slow-rank", "sigterm", "sigusr1",
-                                    "kill", "memory"])
+                                    "kill", "memory", "writers"])
     a = ap.parse_args()
     {"prepare": prepare, "schedules": schedules, "slow-rank": slow_rank,
      "sigterm": lambda a: signals(a, "sigterm"), "sigusr1": lambda a: signals(a, "sigusr1"),
-     "kill": kill, "memory": memory}[a.cmd](a)
+     "kill": kill, "memory": memory, "writers": writers}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ set(SI_CLUSTER_CMD ${SI_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cluster.py
 add_test(NAME cluster_prepare COMMAND ${SI_CLUSTER_CMD} prepare)
 set_tests_properties(cluster_prepare PROPERTIES FIXTURES_REQUIRED e2e_set
   FIXTURES_SETUP cluster_sets LABELS "mpi")
-foreach(t schedules slow-rank sigterm sigusr1 kill memory)
+foreach(t schedules slow-rank sigterm sigusr1 kill memory writers)
   add_test(NAME cluster_${t} COMMAND ${SI_CLUSTER_CMD} ${t})
   # RUN_SERIAL: the timing and signal tests must not share the two cores with other tests
   set_tests_properties(cluster_${t} PROPERTIES FIXTURES_REQUIRED cluster_sets LABELS "mpi"
