@@ -63,6 +63,7 @@ static const char run_usage[] =
     "  --chunk N          images per work unit, a multiple of --batch (default 8 batches)\n"
     "  --resume           continue the interrupted run whose partial result is RESULT.h5.partial\n"
     "  --flush-interval S seconds between flushes of the partial result (default 10)\n"
+    "  --drain-timeout S  after a stop signal, exit within S seconds whatever happens (60)\n"
     "  --writer W         gather (default: ranks send their rows to rank 0, which writes them)\n"
     "                     or parallel (every rank writes its own rows with MPI-IO)\n"
     "  --progress MODE    auto (default: a bar on a terminal, else lines), bar, lines, none\n"
@@ -86,7 +87,7 @@ typedef struct {
     long chunk_batches, chunk; /* --chunk in images (0: 8 batches) */
     si_sched_kind schedule;
     bool parallel_writer;
-    double flush_interval, progress_interval;
+    double flush_interval, progress_interval, drain_timeout;
     si_progress_mode progress;
     int slow_rank, slow_ms; /* --test-slow-rank R:MS */
 } run_args;
@@ -121,7 +122,8 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
         O_PROGRESS,
         O_PROGINT,
         O_SLOW,
-        O_WRITER
+        O_WRITER,
+        O_DRAIN
     };
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"input", required_argument, 0, 'i'},
@@ -160,6 +162,7 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
                                          {"progress-interval", required_argument, 0, O_PROGINT},
                                          {"test-slow-rank", required_argument, 0, O_SLOW},
                                          {"writer", required_argument, 0, O_WRITER},
+                                         {"drain-timeout", required_argument, 0, O_DRAIN},
                                          {0, 0, 0, 0}};
     long v;
     double d;
@@ -287,6 +290,10 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
             a->chunk = v;
             break;
         case O_RESUME: a->resume = true; break;
+        case O_DRAIN:
+            if (!parse_double(optarg, 0.1, 86400, &a->drain_timeout))
+                return usage_error(buf, cap, "--drain-timeout '%s': expected seconds > 0", optarg);
+            break;
         case O_WRITER:
             if (!strcmp(optarg, "gather") || !strcmp(optarg, "parallel"))
                 a->parallel_writer = !strcmp(optarg, "parallel");
@@ -574,6 +581,7 @@ int si_cli_run(int argc, char **argv) {
     run_args a = {.backend = "cpu",
                   .max_errors = -1,
                   .schedule = SI_SCHED_DYNAMIC,
+                  .drain_timeout = 60,
                   .slow_rank = -1,
                   .pc = {.batch = 32,
                          .pre = {.max_pixels = 100000000},
@@ -726,7 +734,7 @@ int si_cli_run(int argc, char **argv) {
                     a.pc.pre.crop_w, a.pc.pre.resize, post_params, threads, threads > 1 ? "s" : "",
                     a.pc.post_threads, done_before ? " (resuming)" : "");
 
-    si_signals_install();
+    si_signals_install(a.drain_timeout, SI_EXIT_INTERRUPTED);
     gather = si_gather_create(&m);
     J.sched = sched;
     J.gather = gather;

@@ -1,10 +1,16 @@
-/* Stop requests by signal (see signals.h). */
+/* Stop requests by signal, and the drain watchdog (see signals.h). */
 #include "signals.h"
 
+#include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static volatile sig_atomic_t stop_signal;
+static double timeout_s;
+static int exit_code;
 
 static void on_signal(int sig) {
     if (stop_signal == sig) {
@@ -14,7 +20,25 @@ static void on_signal(int sig) {
     stop_signal = sig;
 }
 
-void si_signals_install(void) {
+static void *watchdog(void *arg) {
+    (void)arg;
+    struct timespec tick = {0, 100000000};
+    while (!stop_signal) nanosleep(&tick, NULL);
+    for (double waited = 0; waited < timeout_s; waited += 0.1) nanosleep(&tick, NULL);
+    char msg[256];
+    int n = snprintf(msg, sizeof msg,
+                     "shardinfer: still draining %.0f s after %s (a peer is gone?): exiting; what "
+                     "was flushed stays, finish with --resume\n",
+                     timeout_s, strsignal(stop_signal));
+    if (write(2, msg, (size_t)n) < 0) {
+    }
+    _exit(exit_code);
+    return NULL;
+}
+
+void si_signals_install(double drain_timeout, int code) {
+    timeout_s = drain_timeout;
+    exit_code = code;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -22,6 +46,13 @@ void si_signals_install(void) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    pthread_t t;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &at, watchdog, NULL) != 0)
+        fputs("shardinfer: no drain watchdog\n", stderr);
+    pthread_attr_destroy(&at);
 }
 
 int si_signals_stop(void) {

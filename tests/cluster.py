@@ -209,7 +209,7 @@ def interrupted_run(a, out, np_, how):
     """Starts a run of 2,000 images, waits until some chunks are flushed, interrupts it."""
     # static shares and a slowed rank 0: the run lasts a few seconds whoever is interrupted
     cmd = run_cmd(a, np_, out, 2000, "--flush-interval", "0.05", "--schedule", "static",
-                  "--test-slow-rank", "0:20", "--overwrite")
+                  "--test-slow-rank", "0:20", "--drain-timeout", "10", "--overwrite")
     print("$", " ".join(cmd), flush=True)
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=mpi_env())
@@ -235,7 +235,20 @@ def interrupted_run(a, out, np_, how):
     sys.stdout.write(so[-2000:])
     sys.stdout.write(se[-2000:])
     print(f"interrupted ({how}) after {time.time() - t0:.1f} s: exit code {p.returncode}")
+    wait_gone(pids.values())
     return p.returncode, so, se
+
+
+def wait_gone(pids, limit=30):
+    """The launcher may return before a surviving rank has exited (it still holds the partial
+    file): wait for them, within the drain timeout's reach."""
+    t = time.time()
+    while any(os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z"
+              for p in pids):
+        if time.time() - t > limit:
+            fail(f"ranks {list(pids)} still running {limit} s after the job ended (a hang)")
+        time.sleep(0.05)
+    print(f"every rank gone {time.time() - t:.2f} s after the launcher returned")
 
 
 def resume_and_compare(a, out, np_):
@@ -281,6 +294,35 @@ def kill(a):
             fail(f"no message names rank {victim} as killed")
         resume_and_compare(a, out, 2)  # resumed with another rank count
         print(f"kill: OK: rank {victim} killed, job ended naming it, resumed into the same file")
+    # a frozen peer (SIGSTOP: a node that stopped answering) and SIGTERM to rank 0: rank 0 drains,
+    # waits for the peer in vain, and its watchdog ends it within --drain-timeout
+    out = os.path.join(a.dir, "frozen.h5")
+    cmd = run_cmd(a, 2, out, 2000, "--flush-interval", "0.05", "--schedule", "static",
+                  "--test-slow-rank", "0:20", "--drain-timeout", "3", "--overwrite")
+    print("$", " ".join(cmd), flush=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=mpi_env())
+    t0 = time.time()
+    while chunks_journaled(out) < 2000 and time.time() - t0 < 60:
+        time.sleep(0.05)
+    pids = rank_pids(p.pid)
+    os.kill(pids[1], signal.SIGSTOP)
+    os.kill(pids[0], signal.SIGTERM)
+    t1 = time.time()
+    try:
+        so, se = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.kill(pids[1], signal.SIGKILL)
+        p.kill()
+        fail("the job hangs on a frozen peer after SIGTERM")
+    sys.stdout.write(se[-1500:])
+    if "still draining 3 s" not in se:
+        fail("rank 0's drain watchdog did not speak")
+    print(f"frozen peer: the job ended {time.time() - t1:.1f} s after SIGTERM (drain timeout 3 s), "
+          f"exit code {p.returncode}")
+    wait_gone(pids.values())
+    resume_and_compare(a, out, 2)
+    print("kill: OK: a frozen peer cannot hang a draining job")
 
 
 def memory(a):
@@ -327,8 +369,10 @@ def writers(a):
     t0 = time.time()
     while chunks_journaled(out) < 2000 and time.time() - t0 < 60:
         time.sleep(0.05)
-    os.kill(rank_pids(p.pid)[2], signal.SIGKILL)
+    pids = rank_pids(p.pid)
+    os.kill(pids[2], signal.SIGKILL)
     p.communicate(timeout=60)
+    wait_gone(pids.values())
     sh(cmd(2, out, 2000, "--resume"))
     ref = os.path.join(a.dir, "writer_ref.h5")
     sh(cmd(2, ref, 2000, "--overwrite"))
