@@ -12,7 +12,7 @@ Usage: cluster.py --shardinfer BIN --dir WORK --e2e-dir E2E SUBCOMMAND
   schedules      static == dynamic on 1, 2, 3 and 4 ranks, and equal across rank counts
   slow-rank      3 ranks, rank 1 slowed: wall time of static / dynamic (must be > 1)
   sigterm        SIGTERM to every rank mid-run: exit 6, then --resume == an uninterrupted run
-  sigusr1        SIGUSR1 to mpirun (forwarded to the ranks): the same
+  sigusr1        SIGUSR1 to every rank (Slurm's --signal warning): the same
   kill           SIGKILL of rank 1, then of rank 0, mid-run: the job ends naming the rank;
                  --resume == an uninterrupted run
   memory         peak RSS of every rank for 2,000 and 20,000 images: flat
@@ -197,6 +197,13 @@ def rank_pids(mpirun_pid):
     return pids
 
 
+def clean(out):
+    """No journal of an earlier run may be mistaken for this one's progress."""
+    for f in (out, out + ".partial", out + ".journal"):
+        if os.path.exists(f):
+            os.remove(f)
+
+
 def chunks_journaled(out):
     """Records in the journal: grows as rank 0 flushes."""
     try:
@@ -211,6 +218,7 @@ def interrupted_run(a, out, np_, how):
     cmd = run_cmd(a, np_, out, 2000, "--flush-interval", "0.05", "--schedule", "static",
                   "--test-slow-rank", "0:20", "--drain-timeout", "10", "--overwrite")
     print("$", " ".join(cmd), flush=True)
+    clean(out)
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=mpi_env())
     t0 = time.time()
@@ -223,8 +231,9 @@ def interrupted_run(a, out, np_, how):
     if how == "sigterm":  # what Slurm does: every task of the step gets SIGTERM
         for pid in pids.values():
             os.kill(pid, signal.SIGTERM)
-    elif how == "sigusr1":  # mpirun forwards SIGUSR1 to the ranks
-        os.kill(p.pid, signal.SIGUSR1)
+    elif how == "sigusr1":  # what srun --signal and scancel --signal=USR1 deliver to the tasks
+        for pid in pids.values():
+            os.kill(pid, signal.SIGUSR1)
     else:
         os.kill(pids[how], signal.SIGKILL)
     try:
@@ -239,12 +248,21 @@ def interrupted_run(a, out, np_, how):
     return p.returncode, so, se
 
 
+def alive(pid):
+    """A process still there: not gone, and not a zombie whose threads have all ended (a zombie
+    leader with live threads still holds its files; a container's init may never reap it)."""
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        return state != "Z" or len(os.listdir(f"/proc/{pid}/task")) > 1
+    except (OSError, IndexError):
+        return False
+
+
 def wait_gone(pids, limit=30):
     """The launcher may return before a surviving rank has exited (it still holds the partial
     file): wait for them, within the drain timeout's reach."""
     t = time.time()
-    while any(os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z"
-              for p in pids):
+    while any(alive(p) for p in pids):
         if time.time() - t > limit:
             fail(f"ranks {list(pids)} still running {limit} s after the job ended (a hang)")
         time.sleep(0.05)
@@ -300,6 +318,7 @@ def kill(a):
     cmd = run_cmd(a, 2, out, 2000, "--flush-interval", "0.05", "--schedule", "static",
                   "--test-slow-rank", "0:20", "--drain-timeout", "3", "--overwrite")
     print("$", " ".join(cmd), flush=True)
+    clean(out)
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=mpi_env())
     t0 = time.time()
@@ -364,6 +383,7 @@ def writers(a):
     c = cmd(3, out, 2000, "--writer", "parallel", "--flush-interval", "0.05", "--schedule",
             "static", "--test-slow-rank", "0:20", "--overwrite")
     print("$", " ".join(c), flush=True)
+    clean(out)
     p = subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=mpi_env())
     t0 = time.time()
