@@ -36,12 +36,12 @@ TIMEOUT = 300
 VOLATILE = {"command_line", "elapsed_seconds", "runs", "ranks"}
 
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e  # noqa: E402  (mpirun's environment for root and oversubscription)
+
+
 def mpi_env():
-    env = dict(os.environ)
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", PMIX_MCA_pcompress_base_silence_warning="1",
-               OMPI_MCA_btl_vader_single_copy_mechanism="none", OMP_NUM_THREADS="1")
-    return env
+    return dict(e2e.mpi_env(), OMP_NUM_THREADS="1")
 
 
 def fail(msg):
@@ -212,11 +212,9 @@ def chunks_journaled(out):
         return 0
 
 
-def interrupted_run(a, out, np_, how):
-    """Starts a run of 2,000 images, waits until some chunks are flushed, interrupts it."""
-    # static shares and a slowed rank 0: the run lasts a few seconds whoever is interrupted
-    cmd = run_cmd(a, np_, out, 2000, "--flush-interval", "0.05", "--schedule", "static",
-                  "--test-slow-rank", "0:20", "--drain-timeout", "10", "--overwrite")
+def start_run(cmd, out):
+    """Starts a run in the background, waits until rank 0 has journaled some chunks, and returns
+    the process and its ranks' pids."""
     print("$", " ".join(cmd), flush=True)
     clean(out)
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -224,7 +222,16 @@ def interrupted_run(a, out, np_, how):
     t0 = time.time()
     while chunks_journaled(out) < 2000 and time.time() - t0 < 60:
         time.sleep(0.05)
-    pids = rank_pids(p.pid)
+    return p, rank_pids(p.pid)
+
+
+def interrupted_run(a, out, np_, how):
+    """Starts a run of 2,000 images, waits until some chunks are flushed, interrupts it."""
+    # static shares and a slowed rank 0: the run lasts a few seconds whoever is interrupted
+    cmd = run_cmd(a, np_, out, 2000, "--flush-interval", "0.05", "--schedule", "static",
+                  "--test-slow-rank", "0:20", "--drain-timeout", "10", "--overwrite")
+    p, pids = start_run(cmd, out)
+    t0 = time.time()
     if len(pids) != np_:
         p.kill()
         fail(f"found rank pids {pids}, expected {np_}")
@@ -317,14 +324,7 @@ def kill(a):
     out = os.path.join(a.dir, "frozen.h5")
     cmd = run_cmd(a, 2, out, 2000, "--flush-interval", "0.05", "--schedule", "static",
                   "--test-slow-rank", "0:20", "--drain-timeout", "3", "--overwrite")
-    print("$", " ".join(cmd), flush=True)
-    clean(out)
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=mpi_env())
-    t0 = time.time()
-    while chunks_journaled(out) < 2000 and time.time() - t0 < 60:
-        time.sleep(0.05)
-    pids = rank_pids(p.pid)
+    p, pids = start_run(cmd, out)
     os.kill(pids[1], signal.SIGSTOP)
     os.kill(pids[0], signal.SIGTERM)
     t1 = time.time()
@@ -382,14 +382,7 @@ def writers(a):
     out = os.path.join(a.dir, "writer_kill.h5")
     c = cmd(3, out, 2000, "--writer", "parallel", "--flush-interval", "0.05", "--schedule",
             "static", "--test-slow-rank", "0:20", "--overwrite")
-    print("$", " ".join(c), flush=True)
-    clean(out)
-    p = subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=mpi_env())
-    t0 = time.time()
-    while chunks_journaled(out) < 2000 and time.time() - t0 < 60:
-        time.sleep(0.05)
-    pids = rank_pids(p.pid)
+    p, pids = start_run(c, out)
     os.kill(pids[2], signal.SIGKILL)
     p.communicate(timeout=60)
     wait_gone(pids.values())

@@ -75,11 +75,9 @@ def check(cond, msg):
 
 
 def mpi_env():
-    env = dict(os.environ)
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", PMIX_MCA_pcompress_base_silence_warning="1",
-               OMPI_MCA_btl_vader_single_copy_mechanism="none", OMP_NUM_THREADS="1")
-    return env
+    import e2e  # mpirun's environment for root and oversubscription
+
+    return dict(e2e.mpi_env(), OMP_NUM_THREADS="1")
 
 
 def sh(cmd, expect_rc=0, timeout=TIMEOUT, quiet=False):
