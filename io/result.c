@@ -235,8 +235,10 @@ static void key_difference(const char *a, const char *b, char *out, size_t cap) 
 static si_status read_journal(si_result *r, const si_result_meta *meta) {
     journal_header h;
     if (read(r->jfd, &h, sizeof h) != (ssize_t)sizeof h || memcmp(h.magic, JOURNAL_MAGIC, 8))
-        return si_error(SI_ERR_FORMAT, "%s: not a shardinfer journal; start again without --resume",
-                        r->journal);
+        return si_error(
+            SI_ERR_FORMAT,
+            "%s: not a shardinfer journal; start again with --overwrite instead of --resume",
+            r->journal);
     if (h.n_images != r->n || h.chunk != r->chunk || h.row_bytes != r->plan.row_bytes ||
         h.detect != (r->plan.kind == SI_POST_DETECT) ||
         h.key_hash != crc32(0, (const Bytef *)meta->resume_key, (uInt)strlen(meta->resume_key)))
@@ -300,7 +302,7 @@ si_status si_result_resume(const char *path, const si_post_plan *plan, uint64_t 
         free(key);
         return si_error(SI_ERR_FORMAT,
                         "--resume: %s.partial is not a readable partial result (damaged?); run "
-                        "again without --resume",
+                        "again with --overwrite instead of --resume",
                         path);
     }
     if (strcmp(key, meta->resume_key) || n_file != n) {
