@@ -644,8 +644,12 @@ int si_cli_run(int argc, char **argv) {
 
     const si_post_plan *plan = &a.pc.plan;
     uint64_t n = si_source_count(set);
-    /* chunks of 8 batches, fewer when a chunk's rows would pass 256 MB in one message */
-    uint64_t chunk = a.chunk ? (uint64_t)a.chunk : 8 * (uint64_t)a.pc.batch;
+    /* chunks of 8 batches; fewer when a small set would leave a rank fewer than 4 chunks, or when
+     * a chunk's rows would pass 256 MB in one message. Every batch is [kB, kB + B) whatever the
+     * chunk size, so the results do not depend on it. */
+    uint64_t B = (uint64_t)a.pc.batch,
+             per = (n + B * 4 * (uint64_t)m.size - 1) / (B * 4 * (uint64_t)m.size);
+    uint64_t chunk = a.chunk ? (uint64_t)a.chunk : B * (per < 1 ? 1 : per > 8 ? 8 : per);
     while (!a.chunk && chunk > (uint64_t)a.pc.batch && chunk * plan->row_bytes > (256u << 20))
         chunk -= (uint64_t)a.pc.batch;
     snprintf(pre, sizeof pre,
