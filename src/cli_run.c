@@ -540,16 +540,24 @@ static si_status hook_pump(void *ctx, const si_rank_stats *s) {
 }
 
 static void print_summary(const si_mpi *m, const si_rank_stats *ranks, uint64_t n, uint64_t failed,
-                          uint64_t done_before, double elapsed, const char *output, int threads,
-                          int post_threads, bool complete) {
+                          uint64_t done_before, uint64_t done_now, double elapsed,
+                          const char *output, int threads, int post_threads, bool complete) {
     uint64_t here = 0;
     for (int r = 0; r < m->size; r++) here += ranks[r].images + ranks[r].failed;
-    printf("shardinfer: %llu images (%llu ok, %llu failed)%s on %d rank%s x %d thread%s (+%d post) "
-           "in %.2f s: %.1f images/s\n",
-           (unsigned long long)n, (unsigned long long)(n - failed), (unsigned long long)failed,
-           done_before ? " [resumed]" : "", m->size, m->size > 1 ? "s" : "", threads,
-           threads > 1 ? "s" : "", post_threads, elapsed,
-           elapsed > 0 ? (double)here / elapsed : 0.0);
+    if (complete)
+        printf("shardinfer: %llu images (%llu ok, %llu failed)%s on %d rank%s x %d thread%s (+%d "
+               "post) in %.2f s: %.1f images/s\n",
+               (unsigned long long)n, (unsigned long long)(n - failed), (unsigned long long)failed,
+               done_before ? " [resumed]" : "", m->size, m->size > 1 ? "s" : "", threads,
+               threads > 1 ? "s" : "", post_threads, elapsed,
+               elapsed > 0 ? (double)here / elapsed : 0.0);
+    else
+        printf(
+            "shardinfer: interrupted: %llu of %llu images done%s on %d rank%s x %d thread%s (+%d "
+            "post) in %.2f s: %.1f images/s\n",
+            (unsigned long long)done_now, (unsigned long long)n, done_before ? " [resumed]" : "",
+            m->size, m->size > 1 ? "s" : "", threads, threads > 1 ? "s" : "", post_threads, elapsed,
+            elapsed > 0 ? (double)here / elapsed : 0.0);
     if (done_before)
         printf("  %llu images were done before this run; %llu in it\n",
                (unsigned long long)done_before, (unsigned long long)here);
@@ -794,8 +802,8 @@ int si_cli_run(int argc, char **argv) {
         }
         res = NULL;
         if (st == SI_OK)
-            print_summary(&m, J.final, n, failed, done_before, si_now() - t_start, a.output,
-                          threads, a.pc.post_threads, complete);
+            print_summary(&m, J.final, n, failed, done_before, images_done, si_now() - t_start,
+                          a.output, threads, a.pc.post_threads, complete);
         if (st == SI_OK && interrupted)
             st = si_error(SI_ERR_INTERRUPTED,
                           "interrupted: %llu of %llu images are done and flushed to %s.partial; "

@@ -204,7 +204,8 @@ def main():
                 break
             if state == "PENDING" and restarts >= 1 and not hurried:
                 # Slurm holds a requeued job for about two minutes before it may start again; a
-                # test need not wait for that
+                # test need not wait that long, but the node must be done with the first start
+                time.sleep(10)
                 s.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
                 hurried = True
             time.sleep(0.5)
