@@ -26,6 +26,7 @@ char *si_cli_join_args(int argc, char **argv);
 int si_cli_pack(int argc, char **argv);
 int si_cli_run(int argc, char **argv); /* src/cli_run.c */
 int si_cli_show(int argc, char **argv);
+int si_cli_merge(int argc, char **argv);
 int si_cli_exec(int argc, char **argv);         /* src/cli_exec.c */
 int si_cli_inspect(int argc, char **argv);      /* src/cli_inspect.c */
 int si_cli_bench(int argc, char **argv);        /* src/cli_inspect.c */

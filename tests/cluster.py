@@ -16,6 +16,9 @@ Usage: cluster.py --shardinfer BIN --dir WORK --e2e-dir E2E SUBCOMMAND
   kill           SIGKILL of rank 1, then of rank 0, mid-run: the job ends naming the rank;
                  --resume == an uninterrupted run
   memory         peak RSS of every rank for 2,000 and 20,000 images: flat
+  merge          a set split into 4 files: the 4 parts' results (a job array's) merged with
+                 `shardinfer merge` == one run over the list of the 4 files; also for detections
+                 (--detect-model); parts made with other settings are refused
   writers        --writer parallel (MPI-IO by every rank) == --writer gather, on 1 and 3 ranks,
                  also after a kill and --resume; the time of each with 12 KB of raw output
                  per image
@@ -407,17 +410,90 @@ def writers(a):
     print("writers: OK: parallel == gather, also across a kill and resume")
 
 
+def split_set(a, n_parts_sizes):
+    """set2000.h5 cut into files of the given sizes; returns their paths and a list file."""
+    with h5py.File(os.path.join(a.dir, "set2000.h5"), "r") as f:
+        off, data = f["/images/offsets"][:], f["/images/data"][:]
+        ids = f["/images/ids"][:]
+    paths, lo = [], 0
+    for k, n in enumerate(n_parts_sizes):
+        p = os.path.join(a.dir, f"part{k}.h5")
+        with h5py.File(p, "w") as g:
+            grp = g.create_group("images")
+            grp["data"] = data[off[lo]:off[lo + n]]
+            grp["offsets"] = (off[lo:lo + n + 1] - off[lo]).astype(np.uint64)
+            grp.create_dataset("ids", data=ids[lo:lo + n], dtype=h5py.string_dtype())
+        paths.append(p)
+        lo += n
+    lst = os.path.join(a.dir, "parts.txt")
+    with open(lst, "w") as f:
+        f.write("\n".join(os.path.abspath(p) for p in paths) + "\n")
+    return paths, lst
+
+
+def merge(a):
+    paths, lst = split_set(a, [400, 600, 500, 500])
+    models = [("classify", os.path.join(a.e2e_dir, "tiny.onnx"), [])]
+    if a.detect_model:
+        models.append(("detect", a.detect_model, ["--post", "detect", "--resize", "36"]))
+    for name, model, extra in models:
+        def cmd(inp, out, *more):
+            return ["mpirun", "-np", "2", a.shardinfer, "run", "--model", model, "--input", inp,
+                    "--output", out, "--batch", "4", "--progress", "none", "--quiet", "--overwrite",
+                    *extra, *more]
+        whole = os.path.join(a.dir, f"whole_{name}.h5")
+        sh(cmd(lst, whole))
+        parts = []
+        for k, p in enumerate(paths):
+            parts.append(os.path.join(a.dir, f"part{k}_{name}.h5"))
+            sh(cmd(p, parts[-1]))
+        merged = os.path.join(a.dir, f"merged_{name}.h5")
+        p = sh([a.shardinfer, "merge", "--output", merged, "--overwrite", *parts])
+        wd, wa = read_all(whole)
+        md, ma = read_all(merged)
+        if sorted(wd) != sorted(md):
+            fail(f"merged datasets {sorted(md)} differ from one run's {sorted(wd)}")
+        for k in wd:
+            x, y = wd[k], md[k]
+            eq = x.shape == y.shape and (np.array_equal(x, y, equal_nan=True)
+                                         if x.dtype.kind == "f" else np.array_equal(x, y))
+            if not eq:
+                fail(f"{name}: /{k} of the merged parts differs from one run over the set")
+        for k in ("images", "failed", "post", "post_params", "model_sha256", "preprocess"):
+            if str(wa[k]) != str(ma[k]):
+                fail(f"{name}: attribute {k}: {ma[k]!r}, one run has {wa[k]!r}")
+        if int(ma["merged_parts"]) != 4:
+            fail("merged_parts is not 4")
+        extra_info = ""
+        if name == "detect":
+            extra_info = f", {len(md['detections/scores'])} detections"
+        print(f"merge: {name}: 4 parts merged == one run over the 4 files "
+              f"({len(wd)} datasets{extra_info})")
+    # a part made with other settings is refused, naming it
+    odd = os.path.join(a.dir, "part_odd.h5")
+    sh(["mpirun", "-np", "1", a.shardinfer, "run", "--model", models[0][1], "--input", paths[1],
+        "--output", odd, "--batch", "4", "--topk", "3", "--quiet", "--overwrite"])
+    p = sh([a.shardinfer, "merge", "--output", os.path.join(a.dir, "bad_merge.h5"),
+            os.path.join(a.dir, "part0_classify.h5"), odd], expect_rc=1)
+    if "part_odd.h5" not in p.stderr or "other settings" not in p.stderr:
+        fail("a part with other settings is not named in the refusal")
+    if os.path.exists(os.path.join(a.dir, "bad_merge.h5")):
+        fail("a refused merge left a file")
+    print("merge: OK")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardinfer", required=True)
     ap.add_argument("--dir", required=True)
     ap.add_argument("--e2e-dir", required=True)
+    ap.add_argument("--detect-model", help="merge: also merge detections of this YOLO-style model")
     ap.add_argument("cmd", choices=["prepare", "schedules", "slow-rank", "sigterm", "sigusr1",
-                                    "kill", "memory", "writers"])
+                                    "kill", "memory", "writers", "merge"])
     a = ap.parse_args()
     {"prepare": prepare, "schedules": schedules, "slow-rank": slow_rank,
      "sigterm": lambda a: signals(a, "sigterm"), "sigusr1": lambda a: signals(a, "sigusr1"),
-     "kill": kill, "memory": memory, "writers": writers}[a.cmd](a)
+     "kill": kill, "memory": memory, "writers": writers, "merge": merge}[a.cmd](a)
 
 
 if __name__ == "__main__":

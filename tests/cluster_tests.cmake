@@ -13,6 +13,13 @@ foreach(t schedules slow-rank sigterm sigusr1 kill memory writers)
     TIMEOUT 600 RUN_SERIAL TRUE)
 endforeach()
 
+# A job array's parts merged == one run over the whole multi-file set, detections included (the
+# detect model of tests/post_e2e.py).
+add_test(NAME cluster_merge COMMAND ${SI_CLUSTER_CMD} merge
+  --detect-model ${SI_TEST_DATA}/post_e2e/models/detect.onnx)
+set_tests_properties(cluster_merge PROPERTIES FIXTURES_REQUIRED "cluster_sets;post_e2e_set"
+  LABELS "mpi" TIMEOUT 600)
+
 # The scheduler alone: every chunk handed out exactly once over 1 and 3 ranks.
 add_executable(test_sched test_sched.c)
 target_link_libraries(test_sched PRIVATE si_core)

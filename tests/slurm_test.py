@@ -4,7 +4,8 @@ one-node CPU cluster in a temporary directory, submits the project's own sbatch 
 (slurm/shardinfer.sbatch) and checks the consolidated result against an mpirun run of the same
 work; then the time-limit path: SIGUSR1 to the batch script (what --signal=B:USR1@120 sends)
 makes the ranks drain, the script requeues the job, and the second start resumes into the same
-file. Shuts everything down whatever happens. Needs root (munged and slurmd run as root here).
+file; and a job array over a 4-file set (slurm/submit_array.sh) whose merge step gives the result
+of one run over the list. Shuts everything down whatever happens. Needs root (munged and slurmd run as root here).
 
 Usage: slurm_test.py --shardinfer BIN --dir WORK --cluster-dir DIR (the cluster tests' sets)
 """
@@ -221,6 +222,46 @@ def main():
         cluster.same_files(ref, out)
         print(f"slurm: OK: USR1 -> drained -> requeued ({restarts} restart) -> resumed into the "
               "same file")
+
+        # 3. a job array of 4 tasks over a 4-file list, then the merge step
+        class Dirs:
+            dir = a.cluster_dir
+        paths, lst = cluster.split_set(Dirs, [400, 600, 500, 500])
+        whole = os.path.join(a.dir, "whole.h5")
+        common_l = ["--model", model, "--input", lst, "--batch", "4"]
+        p = subprocess.run(["mpirun", "-np", "2", a.shardinfer, "run", *common_l, "--output", whole,
+                            "--quiet"], capture_output=True, text=True, env=cluster.mpi_env(),
+                           timeout=300)
+        if p.returncode != 0:
+            fail(f"the mpirun run over the list failed: {p.stderr[-500:]}")
+        out = os.path.join(a.dir, "array.h5")
+        cmd = [os.path.join(ROOT, "slurm", "submit_array.sh"), "4", "--nodes=1",
+               "--ntasks-per-node=2", "--cpus-per-task=1", "--gpus-per-task=0",
+               f"--output={a.dir}/array-%A_%a.log", "--", *common_l, "--output", out]
+        print("$", " ".join(cmd), flush=True)
+        p = s.run(cmd)
+        print(p.stdout.strip())
+        merge_job = p.stdout.split()[-1]
+        t = time.time()
+        while time.time() - t < 300:
+            state, _ = s.job_state(merge_job)
+            if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
+                break
+            time.sleep(0.5)
+        if state != "COMPLETED" or not os.path.exists(out):
+            s.dump_logs()
+            fail(f"the merge job ended {state}")
+        wd, _ = cluster.read_all(whole)
+        md, ma = cluster.read_all(out)
+        if sorted(wd) != sorted(md) or any(
+                not (wd[k].shape == md[k].shape and
+                     (cluster.np.array_equal(wd[k], md[k], equal_nan=True)
+                      if wd[k].dtype.kind == "f" else cluster.np.array_equal(wd[k], md[k])))
+                for k in wd):
+            fail("the job array's merged result differs from one run over the list")
+        if int(ma["merged_parts"]) != 4 or os.path.exists(out + ".parts"):
+            fail("not 4 parts merged, or the parts were left behind")
+        print("slurm: OK: a job array of 4 tasks + the merge step == one run over the list")
     finally:
         s.stop()
 

@@ -1,0 +1,294 @@
+/* Merging results of parts of one multi-file set (a Slurm job array: one part per task) into
+ * the result one run over the whole set would have written. Every per-image dataset (first
+ * dimension = the part's images) is concatenated in part order; /index is renumbered,
+ * /errors/index shifted, /detections/offsets rebased; the attributes come from the first part
+ * with images, failed and ranks summed. Parts must agree on the model, preprocessing and
+ * postprocessing (their resume keys without the input and image count). Rows are copied in
+ * blocks, in the file's own types, so memory does not grow with the number of images. */
+#include "merge.h"
+
+#include "h5util.h"
+
+#include <errno.h>
+#include <hdf5.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BLOCK 65536
+
+typedef struct {
+    char name[192];
+    int kind; /* 0 per image, 1 errors/index, 2 errors/message, 3 detections/offsets, 4 per det */
+} dset;
+
+typedef struct {
+    dset d[64];
+    int n;
+    uint64_t images;
+} walk;
+
+static uint64_t rows_of(hid_t file, const char *name) {
+    hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
+    hsize_t dims[8] = {0};
+    if (d >= 0) {
+        hid_t s = H5Dget_space(d);
+        H5Sget_simple_extent_dims(s, dims, NULL);
+        H5Sclose(s);
+        H5Dclose(d);
+    }
+    return dims[0];
+}
+
+static herr_t visit(hid_t loc, const char *name, const H5O_info_t *info, void *arg) {
+    walk *w = arg;
+    if (info->type != H5O_TYPE_DATASET || w->n == 64) return 0;
+    dset *d = &w->d[w->n++];
+    snprintf(d->name, sizeof d->name, "%s", name);
+    d->kind = !strcmp(name, "errors/index")         ? 1
+              : !strcmp(name, "errors/message")     ? 2
+              : !strcmp(name, "detections/offsets") ? 3
+              : !strncmp(name, "detections/", 11)   ? 4
+                                                    : 0;
+    return 0;
+}
+
+/* The resume key without what differs between parts (input and image count). */
+static char *part_key(hid_t file) {
+    char *key = NULL;
+    if (H5Aexists(file, "resume_key") > 0) {
+        hid_t a = H5Aopen(file, "resume_key", H5P_DEFAULT), t = si_h5_utf8_type();
+        char *v = NULL;
+        if (H5Aread(a, t, &v) >= 0 && v) {
+            key = si_xstrdup(v);
+            H5free_memory(v);
+        }
+        H5Tclose(t);
+        H5Aclose(a);
+    }
+    if (!key) return NULL;
+    /* drop the input=...; and images=...; items */
+    char *out = si_xcalloc(strlen(key) + 1, 1);
+    for (char *p = key; *p;) {
+        size_t l = strcspn(p, ";");
+        if (strncmp(p, "input=", 6) && strncmp(p, "images=", 7)) {
+            strncat(out, p, l);
+            strcat(out, ";");
+        }
+        p += l + (p[l] == ';');
+    }
+    free(key);
+    return out;
+}
+
+/* Copies rows [0, n) of src's dataset `name` to rows [at, at + n) of dst's; add is added to
+ * every value (for index-like uint64 columns), drop_last leaves out the last source row. */
+static si_status copy_rows(hid_t src, hid_t dst, const char *name, uint64_t at, uint64_t add,
+                           uint64_t n, const char *part) {
+    hid_t ds = H5Dopen2(src, name, H5P_DEFAULT), dd = H5Dopen2(dst, name, H5P_DEFAULT);
+    hid_t ft = ds >= 0 ? H5Dget_type(ds) : -1,
+          mt = ft >= 0 ? H5Tget_native_type(ft, H5T_DIR_ASCEND) : -1;
+    hid_t sp = ds >= 0 ? H5Dget_space(ds) : -1;
+    hsize_t dims[8] = {0};
+    int nd = sp >= 0 ? H5Sget_simple_extent_dims(sp, dims, NULL) : -1;
+    si_status st = SI_OK;
+    if (ds < 0 || dd < 0 || nd < 1) st = si_error(SI_ERR_FORMAT, "%s: cannot read /%s", part, name);
+    size_t row = mt >= 0 ? H5Tget_size(mt) : 0;
+    for (int i = 1; i < nd; i++) row *= dims[i];
+    bool vlen = mt >= 0 && H5Tis_variable_str(mt) > 0;
+    uint8_t *buf = st == SI_OK ? si_xmalloc(row * BLOCK + 1) : NULL;
+    for (uint64_t r = 0; st == SI_OK && r < n; r += BLOCK) {
+        hsize_t c = n - r < BLOCK ? n - r : BLOCK;
+        hsize_t start[8] = {r}, cnt[8] = {c}, dstart[8] = {at + r};
+        for (int i = 1; i < nd; i++) cnt[i] = dims[i];
+        hid_t fs = H5Dget_space(ds), ms = H5Screate_simple(nd, cnt, NULL), gs = H5Dget_space(dd);
+        herr_t e = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, cnt, NULL);
+        if (e >= 0) e = H5Dread(ds, mt, ms, fs, H5P_DEFAULT, buf);
+        if (e >= 0 && add)
+            for (hsize_t k = 0; k < c; k++) ((uint64_t *)buf)[k] += add;
+        if (e >= 0) e = H5Sselect_hyperslab(gs, H5S_SELECT_SET, dstart, NULL, cnt, NULL);
+        if (e >= 0) e = H5Dwrite(dd, mt, ms, gs, H5P_DEFAULT, buf);
+        if (vlen) H5Dvlen_reclaim(mt, ms, H5P_DEFAULT, buf);
+        H5Sclose(fs);
+        H5Sclose(ms);
+        H5Sclose(gs);
+        if (e < 0)
+            st = si_error(SI_ERR_IO, "%s: cannot copy /%s rows %llu+", part, name,
+                          (unsigned long long)r);
+    }
+    free(buf);
+    if (sp >= 0) H5Sclose(sp);
+    if (mt >= 0) H5Tclose(mt);
+    if (ft >= 0) H5Tclose(ft);
+    if (ds >= 0) H5Dclose(ds);
+    if (dd >= 0) H5Dclose(dd);
+    return st;
+}
+
+/* Creates dst's dataset `name` like src's, with `rows` rows, chunked and compressed. */
+static si_status create_like(hid_t src, hid_t dst, const char *name, uint64_t rows) {
+    hid_t ds = H5Dopen2(src, name, H5P_DEFAULT);
+    if (ds < 0) return si_error(SI_ERR_FORMAT, "cannot open /%s", name);
+    hid_t ft = H5Dget_type(ds), sp = H5Dget_space(ds);
+    hsize_t dims[8] = {0}, chunk[8];
+    int nd = H5Sget_simple_extent_dims(sp, dims, NULL);
+    dims[0] = rows;
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    bool empty = rows == 0;
+    for (int i = 0; i < nd; i++) {
+        chunk[i] = i == 0 ? (rows < 4096 ? rows : 4096) : dims[i];
+        empty |= dims[i] == 0;
+    }
+    if (!empty) {
+        H5Pset_chunk(dcpl, nd, chunk);
+        if (H5Tget_class(ft) != H5T_STRING && H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) {
+            H5Pset_shuffle(dcpl);
+            H5Pset_deflate(dcpl, 4);
+        }
+    }
+    hid_t ns = H5Screate_simple(nd, dims, NULL);
+    hid_t dd = H5Dcreate2(dst, name, ft, ns, lcpl, dcpl, H5P_DEFAULT);
+    H5Sclose(ns);
+    H5Pclose(dcpl);
+    H5Pclose(lcpl);
+    H5Sclose(sp);
+    H5Tclose(ft);
+    H5Dclose(ds);
+    if (dd < 0) return si_error(SI_ERR_IO, "cannot create /%s", name);
+    H5Dclose(dd);
+    return SI_OK;
+}
+
+static herr_t copy_attr(hid_t loc, const char *name, const H5A_info_t *info, void *dst) {
+    (void)info;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    hid_t ft = H5Aget_type(a), sp = H5Aget_space(a), mt = H5Tget_native_type(ft, H5T_DIR_ASCEND);
+    uint8_t buf[64];
+    char *s = NULL;
+    bool vlen = H5Tis_variable_str(ft) > 0;
+    herr_t e = vlen ? H5Aread(a, ft, &s) : H5Aread(a, mt, buf);
+    if (e >= 0 && H5Aexists(*(hid_t *)dst, name) <= 0) {
+        hid_t b = H5Acreate2(*(hid_t *)dst, name, ft, sp, H5P_DEFAULT, H5P_DEFAULT);
+        e = b >= 0 ? H5Awrite(b, vlen ? ft : mt, vlen ? (void *)&s : (void *)buf) : -1;
+        if (b >= 0) H5Aclose(b);
+    }
+    if (vlen && s) H5free_memory(s);
+    H5Tclose(mt);
+    H5Tclose(ft);
+    H5Sclose(sp);
+    H5Aclose(a);
+    return e < 0 ? -1 : 0;
+}
+
+static herr_t set_u64(hid_t file, const char *name, uint64_t v) {
+    if (H5Aexists(file, name) > 0) H5Adelete(file, name);
+    return si_h5_attr(file, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v);
+}
+
+si_status si_result_merge(const char *output, char *const *parts, int n_parts, bool overwrite) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    if (n_parts < 1) return si_error(SI_ERR_ARG, "merge: no parts given");
+    if (!overwrite && access(output, F_OK) == 0)
+        return si_error(SI_ERR_ARG, "%s: exists; pass --overwrite to replace it", output);
+    hid_t *f = si_xcalloc((size_t)n_parts, sizeof *f);
+    uint64_t *images = si_xcalloc((size_t)n_parts, sizeof *images);
+    uint64_t *errs = si_xcalloc((size_t)n_parts, sizeof *errs);
+    uint64_t *dets = si_xcalloc((size_t)n_parts, sizeof *dets);
+    walk w = {.n = 0};
+    si_status st = SI_OK;
+    char *key0 = NULL;
+    uint64_t total = 0, total_err = 0, total_det = 0, failed = 0;
+    int ranks = 0;
+    for (int p = 0; p < n_parts && st == SI_OK; p++) {
+        f[p] = H5Fopen(parts[p], H5F_ACC_RDONLY, H5P_DEFAULT);
+        if (f[p] < 0) {
+            st = si_error(SI_ERR_FORMAT, "%s: missing or not an HDF5 file", parts[p]);
+            break;
+        }
+        char *key = part_key(f[p]);
+        if (!key || H5Lexists(f[p], "status", H5P_DEFAULT) <= 0) {
+            free(key);
+            st = si_error(SI_ERR_FORMAT, "%s: not a shardinfer result (format 2)", parts[p]);
+            break;
+        }
+        if (p == 0) {
+            key0 = key;
+            H5Ovisit(f[0], H5_INDEX_NAME, H5_ITER_NATIVE, visit, &w);
+        } else {
+            if (strcmp(key, key0))
+                st = si_error(SI_ERR_ARG,
+                              "%s: made with other settings than %s (model, preprocessing, "
+                              "postprocessing or batch): '%s' vs '%s'",
+                              parts[p], parts[0], key, key0);
+            free(key);
+        }
+        images[p] = rows_of(f[p], "status");
+        errs[p] = rows_of(f[p], "errors/index");
+        dets[p] =
+            H5Lexists(f[p], "detections", H5P_DEFAULT) > 0 ? rows_of(f[p], "detections/scores") : 0;
+        total += images[p];
+        total_err += errs[p];
+        total_det += dets[p];
+        failed += errs[p];
+        int r = 0;
+        hid_t a = H5Aexists(f[p], "ranks") > 0 ? H5Aopen(f[p], "ranks", H5P_DEFAULT) : -1;
+        if (a >= 0 && H5Aread(a, H5T_NATIVE_INT, &r) >= 0) ranks += r;
+        if (a >= 0) H5Aclose(a);
+    }
+    char *tmp = NULL;
+    if (asprintf(&tmp, "%s.tmp", output) < 0) si_fatal(__FILE__, __LINE__, "asprintf", NULL);
+    hid_t out = st == SI_OK ? H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT) : -1;
+    if (st == SI_OK && out < 0) st = si_error(SI_ERR_IO, "%s: cannot create", tmp);
+    for (int k = 0; k < w.n && st == SI_OK; k++) {
+        const dset *d = &w.d[k];
+        uint64_t rows = d->kind == 0   ? total
+                        : d->kind <= 2 ? total_err
+                        : d->kind == 3 ? total + 1
+                                       : total_det;
+        st = create_like(f[0], out, d->name, rows);
+        uint64_t at = 0, err_at = 0, det_at = 0;
+        for (int p = 0; p < n_parts && st == SI_OK; p++) {
+            const char *name = d->name;
+            if (d->kind == 0)
+                st = copy_rows(f[p], out, name, at, !strcmp(name, "index") ? at : 0, images[p],
+                               parts[p]);
+            else if (d->kind == 1)
+                st = copy_rows(f[p], out, name, err_at, at, errs[p], parts[p]);
+            else if (d->kind == 2)
+                st = copy_rows(f[p], out, name, err_at, 0, errs[p], parts[p]);
+            else if (d->kind == 3) /* offsets: N + 1 per part, the last one is the next part's 0 */
+                st = copy_rows(f[p], out, name, at, det_at, images[p] + (p == n_parts - 1 ? 1 : 0),
+                               parts[p]);
+            else
+                st = copy_rows(f[p], out, name, det_at, 0, dets[p], parts[p]);
+            at += images[p];
+            err_at += errs[p];
+            det_at += dets[p];
+        }
+    }
+    if (st == SI_OK) {
+        H5Aiterate2(f[0], H5_INDEX_NAME, H5_ITER_NATIVE, NULL, copy_attr, &out);
+        herr_t e = set_u64(out, "images", total);
+        if (e >= 0) e = set_u64(out, "failed", failed);
+        if (e >= 0 && H5Aexists(out, "ranks") > 0) H5Adelete(out, "ranks");
+        if (e >= 0) e = si_h5_attr(out, "ranks", H5T_STD_I32LE, H5T_NATIVE_INT, &ranks);
+        int np = n_parts;
+        if (e >= 0) e = si_h5_attr(out, "merged_parts", H5T_STD_I32LE, H5T_NATIVE_INT, &np);
+        if (e < 0) st = si_error(SI_ERR_IO, "%s: cannot write the attributes", tmp);
+    }
+    if (out >= 0 && H5Fclose(out) < 0 && st == SI_OK)
+        st = si_error(SI_ERR_IO, "%s: cannot close (disk full?)", tmp);
+    if (st == SI_OK && rename(tmp, output) != 0)
+        st = si_error(SI_ERR_IO, "%s: cannot rename %s to it: %s", output, tmp, strerror(errno));
+    if (st != SI_OK) unlink(tmp);
+    for (int p = 0; p < n_parts; p++)
+        if (f[p] >= 0) H5Fclose(f[p]);
+    free(tmp);
+    free(key0);
+    free(f);
+    free(images);
+    free(errs);
+    free(dets);
+    return st;
+}
