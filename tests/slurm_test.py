@@ -262,6 +262,20 @@ def main():
         if int(ma["merged_parts"]) != 4 or os.path.exists(out + ".parts"):
             fail("not 4 parts merged, or the parts were left behind")
         print("slurm: OK: a job array of 4 tasks + the merge step == one run over the list")
+
+        # 4. the scaling sweep script, 1 and 2 tasks, strong scaling
+        out = os.path.join(a.dir, "sweep", "sweep.h5")
+        os.makedirs(os.path.dirname(out))
+        cmd = [os.path.join(ROOT, "slurm", "sweep.sh"), "--tasks", "1 2", "--per-node", "2",
+               "--cpus-per-task=1", "--gpus-per-task=0", "--", *common, "--output", out]
+        print("$", " ".join(cmd), flush=True)
+        p = subprocess.run(cmd, capture_output=True, text=True, env=s.env, timeout=600)
+        print(p.stdout[-1500:], p.stderr[-1500:])
+        rows = [l.split(",") for l in p.stdout.splitlines() if l[:2] in ("1,", "2,")]
+        if p.returncode != 0 or len(rows) != 2 or any(not r[3] for r in rows):
+            fail("the sweep did not give a rate for 1 and 2 tasks")
+        cluster.same_files(ref, os.path.join(a.dir, "sweep", "sweep_n2.h5"))
+        print(f"slurm: OK: the sweep script ran 1 and 2 tasks: {rows}")
     finally:
         s.stop()
 
