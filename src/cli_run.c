@@ -609,6 +609,10 @@ int si_cli_run(int argc, char **argv) {
         si_mpi_finalize();
         return help ? SI_EXIT_OK : SI_EXIT_USAGE;
     }
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    si_log_debug("rank %d of %d on host %s: node-local rank %d of %d", m.rank, m.size, host,
+                 m.local_rank, m.local_size);
     int threads = a.threads ? a.threads : si_mpi_threads(&m);
     omp_set_num_threads(threads);
     a.pc.post_threads = a.post_threads ? a.post_threads : (threads > 1 ? threads / 2 : 1);

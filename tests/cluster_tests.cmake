@@ -28,3 +28,10 @@ add_test(NAME test_sched_np3 COMMAND mpirun -np 3 $<TARGET_FILE:test_sched>)
 set_tests_properties(test_sched_np1 test_sched_np3 PROPERTIES LABELS "mpi"
   ENVIRONMENT "${SI_MPI_ENV}" TIMEOUT 300)
 si_add_test(test_chunk SOURCES test_chunk.c LABELS unit)
+
+# Ranks on different "nodes": network namespaces with their own hostname and address, mpirun's
+# daemons started in them by tests/ns_agent.sh, TCP between them (tests/multinode_test.py).
+add_test(NAME multinode_namespaces COMMAND ${SI_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/multinode_test.py
+  --shardinfer $<TARGET_FILE:shardinfer> --cluster-dir ${SI_TEST_DATA}/cluster)
+set_tests_properties(multinode_namespaces PROPERTIES FIXTURES_REQUIRED cluster_sets
+  LABELS "mpi" TIMEOUT 600 RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
