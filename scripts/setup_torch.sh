@@ -16,7 +16,7 @@ want=$(sha256sum "$req" | cut -d' ' -f1)
 
 # The packages both venvs share must carry the same pins, so the ONNX/onnxruntime references the
 # slow tests write are made by the same versions as everything else the tests check against.
-for p in numpy onnx onnxruntime Pillow; do
+for p in numpy onnx onnxruntime Pillow h5py; do
   a=$(grep -iE "^$p==" "$root/scripts/requirements.txt" || true)
   b=$(grep -iE "^$p==" "$req" || true)
   if [ "$a" != "$b" ]; then
