@@ -33,18 +33,24 @@ MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
 def seeded_model(arch, seed):
-    """torchvision's `arch` with seeded weights; BatchNorm statistics set to what a trained
-    network's look like, so activations have realistic sizes."""
+    """torchvision's `arch` with seeded weights and BatchNorm statistics estimated on seeded
+    random inputs, as training would have left them: activations keep the sizes of a trained
+    network's instead of growing layer after layer (which overflows FP16 in deep networks)."""
     torch.manual_seed(seed)
     m = torchvision.models.__dict__[arch](weights=None)
     g = torch.Generator().manual_seed(seed + 1)
-    for mod in m.modules():
-        if isinstance(mod, torch.nn.BatchNorm2d):
-            n = mod.num_features
-            mod.running_mean.copy_(torch.randn(n, generator=g) * 0.1)
-            mod.running_var.copy_(torch.rand(n, generator=g) * 0.5 + 0.5)
-            mod.weight.data.copy_(torch.rand(n, generator=g) * 0.5 + 0.75)
-            mod.bias.data.copy_(torch.randn(n, generator=g) * 0.1)
+    bns = [mod for mod in m.modules() if isinstance(mod, torch.nn.BatchNorm2d)]
+    for mod in bns:
+        n = mod.num_features
+        mod.weight.data.copy_(torch.rand(n, generator=g) * 0.5 + 0.75)
+        mod.bias.data.copy_(torch.randn(n, generator=g) * 0.1)
+        mod.reset_running_stats()
+        mod.momentum = None  # a cumulative average over the calibration batches
+    if bns:
+        m.train()
+        with torch.no_grad():
+            for _ in range(4):
+                m(torch.randn(8, 3, 224, 224, generator=g))
     return m.eval()
 
 
@@ -101,6 +107,8 @@ def main():
     ap.add_argument("--crop", type=int, default=224)
     ap.add_argument("--topk", type=int, default=5)
     ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    ap.add_argument("--precision", choices=["fp16", "fp32"], default="fp16",
+                    help="on a GPU (the CPU runs fp32)")
     a = ap.parse_args()
     if a.export_onnx:
         export_onnx(a.arch, a.seed, a.export_onnx)
@@ -128,8 +136,11 @@ def main():
                                          num_workers=workers, pin_memory=cuda,
                                          persistent_workers=False, prefetch_factor=4 if workers else None)
     model = seeded_model(a.arch, a.seed).to(dev)
+    half = cuda and a.precision == "fp16"
     if cuda:
-        model = model.half().to(memory_format=torch.channels_last)
+        model = model.to(memory_format=torch.channels_last)
+    if half:
+        model = model.half()
     else:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
     idx, status, cls, prob, errs = [], [], [], [], []
@@ -138,7 +149,9 @@ def main():
         for x, i, st, msg in loader:
             x = x.to(dev, non_blocking=True)
             if cuda:
-                x = x.half().contiguous(memory_format=torch.channels_last)
+                x = x.contiguous(memory_format=torch.channels_last)
+            if half:
+                x = x.half()
             p = torch.softmax(model(x).float(), dim=1)
             v, c = p.topk(a.topk, dim=1)
             bad = st != 0
@@ -187,7 +200,8 @@ def main():
                            failed=int((st != 0).sum()), elapsed_seconds=elapsed, post="classify",
                            producer="bench/torch_peer.py")
         print(f"torch_peer: {n} images ({int((st != 0).sum())} failed) on {size} rank(s) "
-              f"({'cuda fp16 channels_last' if cuda else 'cpu fp32'}, {workers} workers each) in "
+              f"({'cuda ' + a.precision + ' channels_last' if cuda else 'cpu fp32'}, {workers} "
+              f"workers each) in "
               f"{elapsed:.2f} s: {n / elapsed:.1f} images/s; first batch after {t_first or 0:.2f} s",
               flush=True)
     if distributed:
