@@ -1,6 +1,7 @@
 /* HDF5 helpers shared by pack, result and resultview. */
 #include "h5util.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 
 hid_t si_h5_utf8_type(void) {
@@ -22,6 +23,31 @@ herr_t si_h5_attr(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const v
 herr_t si_h5_attr_str(hid_t obj, const char *name, hid_t strtype, const char *s) {
     const char *v = s ? s : "";
     return si_h5_attr(obj, name, strtype, strtype, &v);
+}
+
+hid_t si_h5_create_chunked(hid_t loc, const char *name, hid_t ftype, int ndim, const hsize_t *dims,
+                           hsize_t chunk_rows) {
+    hsize_t chunk[H5S_MAX_RANK];
+    bool empty = false;
+    for (int i = 0; i < ndim; i++) {
+        chunk[i] = i == 0 ? (dims[0] < chunk_rows ? dims[0] : chunk_rows) : dims[i];
+        empty |= dims[i] == 0;
+    }
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    if (!empty) {
+        H5Pset_chunk(dcpl, ndim, chunk);
+        if (H5Tget_class(ftype) != H5T_STRING && H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) {
+            H5Pset_shuffle(dcpl);
+            H5Pset_deflate(dcpl, 4);
+        }
+    }
+    hid_t sp = H5Screate_simple(ndim, dims, NULL);
+    hid_t d = H5Dcreate2(loc, name, ftype, sp, lcpl, dcpl, H5P_DEFAULT);
+    H5Sclose(sp);
+    H5Pclose(dcpl);
+    H5Pclose(lcpl);
+    return d;
 }
 
 static void *vlen_alloc(size_t n, void *info) {

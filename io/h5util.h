@@ -11,6 +11,12 @@ herr_t si_h5_attr(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const v
 /* Writes a variable-length string attribute (NULL writes ""); strtype from si_h5_utf8_type. */
 herr_t si_h5_attr_str(hid_t obj, const char *name, hid_t strtype, const char *s);
 
+/* Creates dataset `name` of ndim dims under loc (missing groups too), chunked by `chunk_rows`
+ * rows (all of the other dims), shuffled and deflated where the filter exists (not strings);
+ * contiguous when a dim is 0, since a chunk cannot have a zero dimension. Caller closes it. */
+hid_t si_h5_create_chunked(hid_t loc, const char *name, hid_t ftype, int ndim, const hsize_t *dims,
+                           hsize_t chunk_rows);
+
 /* Makes variable-length reads through the transfer list `dxpl` allocate with malloc, so the
  * strings and buffers HDF5 hands back are plain malloc'ed memory the caller can free(). */
 herr_t si_h5_malloc_vlen(hid_t dxpl);

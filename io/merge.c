@@ -130,28 +130,10 @@ static si_status create_like(hid_t src, hid_t dst, const char *name, uint64_t ro
     hid_t ds = H5Dopen2(src, name, H5P_DEFAULT);
     if (ds < 0) return si_error(SI_ERR_FORMAT, "cannot open /%s", name);
     hid_t ft = H5Dget_type(ds), sp = H5Dget_space(ds);
-    hsize_t dims[8] = {0}, chunk[8];
+    hsize_t dims[8] = {0};
     int nd = H5Sget_simple_extent_dims(sp, dims, NULL);
     dims[0] = rows;
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
-    H5Pset_create_intermediate_group(lcpl, 1);
-    bool empty = rows == 0;
-    for (int i = 0; i < nd; i++) {
-        chunk[i] = i == 0 ? (rows < 4096 ? rows : 4096) : dims[i];
-        empty |= dims[i] == 0;
-    }
-    if (!empty) {
-        H5Pset_chunk(dcpl, nd, chunk);
-        if (H5Tget_class(ft) != H5T_STRING && H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) {
-            H5Pset_shuffle(dcpl);
-            H5Pset_deflate(dcpl, 4);
-        }
-    }
-    hid_t ns = H5Screate_simple(nd, dims, NULL);
-    hid_t dd = H5Dcreate2(dst, name, ft, ns, lcpl, dcpl, H5P_DEFAULT);
-    H5Sclose(ns);
-    H5Pclose(dcpl);
-    H5Pclose(lcpl);
+    hid_t dd = si_h5_create_chunked(dst, name, ft, nd, dims, 4096);
     H5Sclose(sp);
     H5Tclose(ft);
     H5Dclose(ds);

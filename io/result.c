@@ -506,23 +506,8 @@ static si_status count_record(si_result *r, const si_chunk_tail *t, void *ctx) {
 
 /* A chunked (compressible) 1-D or 2-D dataset of n rows, created now. */
 static hid_t make_col(hid_t file, const char *name, hid_t ftype, uint64_t n, hsize_t width) {
-    hsize_t dims[2] = {n, width}, chunk[2] = {n < ID_BLOCK ? n : ID_BLOCK, width};
-    int rank = width ? 2 : 1;
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
-    H5Pset_create_intermediate_group(lcpl, 1);
-    if (n > 0) {
-        H5Pset_chunk(dcpl, rank, chunk);
-        if (H5Tget_class(ftype) != H5T_STRING && H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) {
-            H5Pset_shuffle(dcpl);
-            H5Pset_deflate(dcpl, 4);
-        }
-    }
-    hid_t sp = H5Screate_simple(rank, dims, NULL);
-    hid_t d = H5Dcreate2(file, name, ftype, sp, lcpl, dcpl, H5P_DEFAULT);
-    H5Sclose(sp);
-    H5Pclose(dcpl);
-    H5Pclose(lcpl);
-    return d;
+    hsize_t dims[2] = {n, width};
+    return si_h5_create_chunked(file, name, ftype, width ? 2 : 1, dims, ID_BLOCK);
 }
 
 static si_status place_record(si_result *r, const si_chunk_tail *t, void *ctx) {

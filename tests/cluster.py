@@ -88,17 +88,22 @@ def read_all(path):
     return data, attrs
 
 
-def same_files(a_path, b_path, ignore=()):
-    a, aa = read_all(a_path)
-    b, ba = read_all(b_path)
+def same_datasets(a, b, what):
+    """Two read_all() dataset dicts hold the same datasets, bit for bit (NaN equal to NaN)."""
     if sorted(a) != sorted(b):
-        fail(f"{a_path} and {b_path} hold different datasets: {sorted(a)} vs {sorted(b)}")
+        fail(f"{what}: different datasets: {sorted(a)} vs {sorted(b)}")
     for k in a:
         x, y = a[k], b[k]
         eq = x.shape == y.shape and (np.array_equal(x, y, equal_nan=True) if x.dtype.kind == "f"
                                      else np.array_equal(x, y))
         if not eq:
-            fail(f"/{k} differs between {a_path} and {b_path}")
+            fail(f"{what}: /{k} differs")
+
+
+def same_files(a_path, b_path, ignore=()):
+    a, aa = read_all(a_path)
+    b, ba = read_all(b_path)
+    same_datasets(a, b, f"{a_path} vs {b_path}")
     for k in sorted(set(aa) | set(ba)):
         if k in VOLATILE or k in ignore:
             continue
@@ -451,14 +456,7 @@ def merge(a):
         p = sh([a.shardinfer, "merge", "--output", merged, "--overwrite", *parts])
         wd, wa = read_all(whole)
         md, ma = read_all(merged)
-        if sorted(wd) != sorted(md):
-            fail(f"merged datasets {sorted(md)} differ from one run's {sorted(wd)}")
-        for k in wd:
-            x, y = wd[k], md[k]
-            eq = x.shape == y.shape and (np.array_equal(x, y, equal_nan=True)
-                                         if x.dtype.kind == "f" else np.array_equal(x, y))
-            if not eq:
-                fail(f"{name}: /{k} of the merged parts differs from one run over the set")
+        same_datasets(wd, md, f"{name}: the merged parts vs one run over the set")
         for k in ("images", "failed", "post", "post_params", "model_sha256", "preprocess"):
             if str(wa[k]) != str(ma[k]):
                 fail(f"{name}: attribute {k}: {ma[k]!r}, one run has {wa[k]!r}")

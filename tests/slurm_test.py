@@ -253,12 +253,7 @@ def main():
             fail(f"the merge job ended {state}")
         wd, _ = cluster.read_all(whole)
         md, ma = cluster.read_all(out)
-        if sorted(wd) != sorted(md) or any(
-                not (wd[k].shape == md[k].shape and
-                     (cluster.np.array_equal(wd[k], md[k], equal_nan=True)
-                      if wd[k].dtype.kind == "f" else cluster.np.array_equal(wd[k], md[k])))
-                for k in wd):
-            fail("the job array's merged result differs from one run over the list")
+        cluster.same_datasets(wd, md, "the job array's merged result vs one run over the list")
         if int(ma["merged_parts"]) != 4 or os.path.exists(out + ".parts"):
             fail("not 4 parts merged, or the parts were left behind")
         print("slurm: OK: a job array of 4 tasks + the merge step == one run over the list")
