@@ -1,12 +1,28 @@
 /* CPU backend: one arena for every runtime value, planned by liveness for the largest batch at
  * init (views share their source's bytes), then each run walks the nodes and calls the CPU
  * kernels. Constants and host values are read from the graph. Nothing is allocated per run. */
+#include <cblas.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
 #include "memplan.h"
+
+/* The kernels call sgemm from inside their OpenMP threads and expect OpenBLAS's OpenMP build,
+ * which then runs single-threaded there. When the loader finds another libopenblas.so.0 (on the
+ * GPU machine the system's pthreads build came first: 16 threads ran 2.3x slower than one), each
+ * of our threads would start a full set of BLAS threads; BLAS is then kept to one thread. */
+static void blas_threads_once(void) {
+    if (openblas_get_parallel() != 1) return; /* 0 sequential, 2 OpenMP: nothing to do */
+    openblas_set_num_threads(1);
+    si_log_warn("libopenblas.so.0 is OpenBLAS's pthreads build (%s): running it single-threaded "
+                "inside shardinfer's threads; put the OpenMP build (Debian: libopenblas0-openmp, "
+                "its openblas-openmp directory) first on the library path for threaded BLAS at "
+                "batch 1",
+                openblas_get_config());
+}
 
 typedef struct {
     si_memplan plan;
@@ -25,6 +41,8 @@ static float *ptr(const si_engine *e, int v) {
 }
 
 static si_status cpu_init(si_engine *e) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, blas_threads_once);
     si_graph *g = e->g;
     cpu_state *s = si_xcalloc(1, sizeof *s);
     e->state = s;
