@@ -1,5 +1,5 @@
 /* Static and dynamic chunk scheduling (see sched.h). The chunks still to do are kept as the done
- * bitmap plus a count of to-do chunks before every block of 64 words, so that the k-th to-do
+ * bitmap plus a count of pending chunks before every block of 64 words, so that the k-th pending
  * chunk is found without a list of them: memory is n_chunks / 8 bytes plus 1/32 of that. */
 #include "sched.h"
 
@@ -12,10 +12,10 @@ struct si_sched {
     si_sched_kind kind;
     MPI_Comm comm;
     int rank;
-    uint64_t n_chunks, n_todo;
+    uint64_t n_chunks, n_pending;
     uint64_t *done;   /* bitmap as words */
-    uint64_t *before; /* to-do chunks before each block */
-    uint64_t lo, hi;  /* static: this rank's to-do positions [lo, hi) */
+    uint64_t *before; /* pending chunks before each block */
+    uint64_t lo, hi;  /* static: this rank's pending positions [lo, hi) */
     uint64_t next;    /* static: the next position */
     uint64_t claimed;
     bool stopped;
@@ -27,12 +27,12 @@ static bool is_done(const si_sched *s, uint64_t c) {
     return s->done[c / 64] >> (c % 64) & 1;
 }
 
-uint64_t si_sched_todo_count(const si_sched *s) {
-    return s->n_todo;
+uint64_t si_sched_pending_count(const si_sched *s) {
+    return s->n_pending;
 }
 
-uint64_t si_sched_todo_at(const si_sched *s, uint64_t k) {
-    SI_ASSERT(k < s->n_todo);
+uint64_t si_sched_pending_at(const si_sched *s, uint64_t k) {
+    SI_ASSERT(k < s->n_pending);
     uint64_t nb = (s->n_chunks + 64 * BLOCK_WORDS - 1) / (64 * BLOCK_WORDS);
     uint64_t lo = 0, hi = nb; /* the last block with before[b] <= k */
     while (hi - lo > 1) {
@@ -45,9 +45,9 @@ uint64_t si_sched_todo_at(const si_sched *s, uint64_t k) {
     uint64_t left = k - s->before[lo];
     for (uint64_t c = lo * 64 * BLOCK_WORDS; c < s->n_chunks; c++) {
         if (c % 64 == 0 && c + 64 <= s->n_chunks) { /* skip whole words */
-            uint64_t todo = 64 - (uint64_t)__builtin_popcountll(s->done[c / 64]);
-            if (todo <= left) {
-                left -= todo;
+            uint64_t free_bits = 64 - (uint64_t)__builtin_popcountll(s->done[c / 64]);
+            if (free_bits <= left) {
+                left -= free_bits;
                 c += 63;
                 continue;
             }
@@ -55,7 +55,7 @@ uint64_t si_sched_todo_at(const si_sched *s, uint64_t k) {
         if (is_done(s, c)) continue;
         if (left-- == 0) return c;
     }
-    si_fatal(__FILE__, __LINE__, "si_sched_todo_at", "position %llu not found",
+    si_fatal(__FILE__, __LINE__, "si_sched_pending_at", "position %llu not found",
              (unsigned long long)k);
     return 0;
 }
@@ -72,14 +72,14 @@ si_status si_sched_create(const si_mpi *m, si_sched_kind kind, uint64_t n_chunks
     for (uint64_t c = 0; c < n_chunks; c++)
         if (done && (done[c / 8] >> (c % 8) & 1)) s->done[c / 64] |= 1ull << (c % 64);
     s->before = si_xcalloc(nb + 1, sizeof *s->before);
-    uint64_t todo = 0;
+    uint64_t pending = 0;
     for (uint64_t w = 0; w < words; w++) {
-        if (w % BLOCK_WORDS == 0) s->before[w / BLOCK_WORDS] = todo;
+        if (w % BLOCK_WORDS == 0) s->before[w / BLOCK_WORDS] = pending;
         uint64_t bits = w + 1 < words || n_chunks % 64 == 0 ? 64 : n_chunks % 64;
-        todo += bits - (uint64_t)__builtin_popcountll(s->done[w]);
+        pending += bits - (uint64_t)__builtin_popcountll(s->done[w]);
     }
-    s->n_todo = todo;
-    si_mpi_share(todo, m->size, m->rank, &s->lo, &s->hi);
+    s->n_pending = pending;
+    si_mpi_share(pending, m->size, m->rank, &s->lo, &s->hi);
     s->hi += s->lo;
     s->next = s->lo;
     /* the window: two counters on rank 0, nothing elsewhere */
@@ -111,9 +111,9 @@ bool si_sched_next(si_sched *s, uint64_t *chunk) {
         k = s->next++;
     } else {
         k = (uint64_t)fetch_add(s, 0, 1, MPI_SUM);
-        if (k >= s->n_todo) return false;
+        if (k >= s->n_pending) return false;
     }
-    *chunk = si_sched_todo_at(s, k);
+    *chunk = si_sched_pending_at(s, k);
     s->claimed++;
     return true;
 }

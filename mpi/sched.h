@@ -26,8 +26,9 @@ uint64_t si_sched_claimed(const si_sched *s);
 /* Collective. */
 void si_sched_free(si_sched *s);
 
-/* Chunks not yet done, and the k-th of them (k < si_sched_todo_count): exposed for tests. */
-uint64_t si_sched_todo_count(const si_sched *s);
-uint64_t si_sched_todo_at(const si_sched *s, uint64_t k);
+/* Chunks not yet done (pending), and the k-th of them (k < si_sched_pending_count): exposed for
+ * tests. */
+uint64_t si_sched_pending_count(const si_sched *s);
+uint64_t si_sched_pending_at(const si_sched *s, uint64_t k);
 
 #endif

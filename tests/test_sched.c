@@ -1,7 +1,7 @@
 /* Chunk scheduling (mpi/sched.c) under mpirun with several ranks: for random done-bitmaps, every
  * chunk not done is handed out exactly once over all ranks and no done chunk ever is, static
- * shares are contiguous runs of the to-do list, and a stop requested by one rank ends the
- * claiming on all. Also the to-do list's k-th lookup against a plain scan. */
+ * shares are contiguous runs of the pending list, and a stop requested by one rank ends the
+ * claiming on all. Also the pending list's k-th lookup against a plain scan. */
 #include "mpi/sched.h"
 #include "tests/test_util.h"
 
@@ -18,7 +18,7 @@ static void check_claims(const si_mpi *m, si_sched_kind kind, uint64_t n_chunks,
     int k = 0;
     while (si_sched_next(s, &id)) mine[k++] = id;
     CHECK(si_sched_claimed(s) == (uint64_t)k);
-    if (kind == SI_SCHED_STATIC) /* a contiguous run of the to-do list, ascending */
+    if (kind == SI_SCHED_STATIC) /* a contiguous run of the pending list, ascending */
         for (int i = 1; i < k; i++) CHECK(mine[i] > mine[i - 1]);
     int *counts = m->rank == 0 ? malloc(sizeof(int) * (size_t)m->size) : NULL;
     MPI_Gather(&k, 1, MPI_INT, counts, 1, MPI_INT, 0, m->comm);
@@ -66,16 +66,17 @@ int main(int argc, char **argv) {
             MPI_Bcast(done, (int)(n / 8 + 1), MPI_BYTE, 0, m.comm);
             check_claims(&m, SI_SCHED_STATIC, n, done);
             check_claims(&m, SI_SCHED_DYNAMIC, n, done);
-            /* the k-th to-do chunk against a scan */
+            /* the k-th pending chunk against a scan */
             si_sched *s = NULL;
             si_sched_create(&m, SI_SCHED_DYNAMIC, n, done, &s);
             uint64_t k = 0;
             for (uint64_t c = 0; c < n; c++)
                 if (!(done[c / 8] >> (c % 8) & 1)) {
-                    CHECK_MSG(si_sched_todo_at(s, k) == c, "todo %llu", (unsigned long long)k);
+                    CHECK_MSG(si_sched_pending_at(s, k) == c, "pending %llu",
+                              (unsigned long long)k);
                     k++;
                 }
-            CHECK(si_sched_todo_count(s) == k);
+            CHECK(si_sched_pending_count(s) == k);
             si_sched_free(s);
         }
         free(done);
