@@ -46,6 +46,8 @@ void si_chunk_reset(si_chunk *c, uint64_t id, uint64_t first, uint32_t n, const 
 /* Appends dets for image j (images must be appended in ascending order). */
 void si_chunk_add_dets(si_chunk *c, uint32_t j, const si_detection *d, int n);
 
+#define SI_CHUNK_MSG_MAGIC 0x5349434bu /* "KCIS" */
+
 /* Per-rank cumulative stage times carried by every message, for the progress line. */
 typedef struct {
     uint32_t magic, rank;

@@ -468,7 +468,7 @@ static si_status on_message(void *ctx, int src, int kind, const uint8_t *msg, si
     SI_ASSERT(len >= sizeof h);
     memcpy(&h, msg, sizeof h);
     size_t rows_at = sizeof h, tail_at = rows_at + ((h.rows_bytes + 7) & ~7ull);
-    SI_ASSERT(h.magic == 0x5349434bu && tail_at + h.tail_bytes == len);
+    SI_ASSERT(h.magic == SI_CHUNK_MSG_MAGIC && tail_at + h.tail_bytes == len);
     note_busy(J, src, h.busy, h.elapsed);
     si_status st =
         si_result_put(J->res, J->pwrite ? NULL : msg + rows_at, msg + tail_at, h.tail_bytes);
@@ -494,13 +494,23 @@ static si_status hook_chunk(void *ctx, const si_chunk *c, const si_rank_stats *s
         si_status st = si_pwriter_put(J->pwrite, c);
         if (st != SI_OK) job_fail(J, st, "cannot write a chunk's rows with MPI-IO");
     }
+    size_t tail = si_chunk_tail_size(c);
+    if (J->m->rank == 0) { /* its own chunk: only the tail needs packing, the rows are written */
+        if (si_bytes_reserve(&J->msg, tail) != SI_OK) job_fail(J, SI_ERR_NOMEM, "chunk tail");
+        si_chunk_tail_pack(c, J->msg.data);
+        note_busy(J, 0, s->busy, s->t_total);
+        si_status st = si_result_put(J->res, J->pwrite ? NULL : c->rows, J->msg.data, tail);
+        if (st != SI_OK) job_fail(J, st, "rank 0: cannot write a chunk");
+        show_progress(J, false);
+        return SI_OK;
+    }
     /* with the parallel writer the rows are in the file already: only the tail travels */
-    size_t tail = si_chunk_tail_size(c), rows = J->pwrite ? 0 : c->row_bytes * c->n;
+    size_t rows = J->pwrite ? 0 : c->row_bytes * c->n;
     size_t rows_pad = (rows + 7) & ~(size_t)7,
            total = sizeof(si_chunk_msg_header) + rows_pad + tail;
     if (si_bytes_reserve(&J->msg, total) != SI_OK) job_fail(J, SI_ERR_NOMEM, "chunk message");
     uint8_t *b = J->msg.data;
-    si_chunk_msg_header h = {.magic = 0x5349434bu,
+    si_chunk_msg_header h = {.magic = SI_CHUNK_MSG_MAGIC,
                              .rank = (uint32_t)J->m->rank,
                              .id = c->id,
                              .rows_bytes = rows,
@@ -511,14 +521,7 @@ static si_status hook_chunk(void *ctx, const si_chunk *c, const si_rank_stats *s
     memcpy(b + sizeof h, c->rows, rows);
     memset(b + sizeof h + rows, 0, rows_pad - rows);
     si_chunk_tail_pack(c, b + sizeof h + rows_pad);
-    if (J->m->rank != 0) {
-        si_gather_send(J->gather, b, total);
-        return SI_OK;
-    }
-    note_busy(J, 0, s->busy, s->t_total);
-    si_status st = si_result_put(J->res, J->pwrite ? NULL : c->rows, b + sizeof h + rows_pad, tail);
-    if (st != SI_OK) job_fail(J, st, "rank 0: cannot write a chunk");
-    show_progress(J, false);
+    si_gather_send(J->gather, b, total);
     return SI_OK;
 }
 
@@ -768,6 +771,7 @@ int si_cli_run(int argc, char **argv) {
     si_rank_stats mine;
     st = si_pipeline_run(&a.pc, e, set, &hooks, &mine);
     if (st != SI_OK) job_fail(&J, st, "the pipeline failed");
+    si_log_debug("decode buffer: %s", mine.pinned ? "pinned (CUDA host memory)" : "pageable");
     mine.peak_rss_kb = peak_rss_kb();
     if (m.rank != 0) {
         si_gather_finish(gather, &mine, sizeof mine);
