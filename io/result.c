@@ -193,21 +193,6 @@ fail:
     return st;
 }
 
-/* Reads attribute `name` as a string (caller frees), or NULL. */
-static char *read_attr_str(hid_t obj, const char *name) {
-    if (H5Aexists(obj, name) <= 0) return NULL;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    hid_t t = si_h5_utf8_type();
-    char *v = NULL, *copy = NULL;
-    if (a >= 0 && H5Aread(a, t, &v) >= 0 && v) {
-        copy = si_xstrdup(v);
-        H5free_memory(v);
-    }
-    H5Tclose(t);
-    if (a >= 0) H5Aclose(a);
-    return copy;
-}
-
 static herr_t read_attr(hid_t obj, const char *name, hid_t mt, void *v) {
     if (H5Aexists(obj, name) <= 0) return -1;
     hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
@@ -231,6 +216,25 @@ static void key_difference(const char *a, const char *b, char *out, size_t cap) 
     snprintf(out, cap, "'%s' then, '%s' now", a, b);
 }
 
+/* The record at *pos, read into b (grown) and parsed into t; *pos moves past it. Returns 1, 0 at
+ * the end of the journal or at a record that does not check out (torn or damaged: the records
+ * before it stand), -1 when b cannot grow (message set). */
+static int next_record(si_result *r, off_t *pos, si_bytes *b, si_chunk_tail *t) {
+    uint32_t rh[2];
+    uint64_t len;
+    if (pread(r->jfd, rh, 8, *pos) != 8 || pread(r->jfd, &len, 8, *pos + 8) != 8 ||
+        rh[0] != RECORD_MAGIC || len > RECORD_MAX)
+        return 0;
+    if (si_bytes_reserve(b, len + 1) != SI_OK) return -1;
+    if (pread(r->jfd, b->data, len, *pos + 16) != (ssize_t)len ||
+        crc32(0, b->data, (uInt)len) != rh[1] ||
+        si_chunk_tail_parse(b->data, len, r->plan.kind == SI_POST_DETECT, r->n, r->chunk, t) !=
+            SI_OK)
+        return 0;
+    *pos += 16 + (off_t)len;
+    return 1;
+}
+
 /* Reads the journal's records into r->done, truncating a torn tail. */
 static si_status read_journal(si_result *r, const si_result_meta *meta) {
     journal_header h;
@@ -246,23 +250,16 @@ static si_status read_journal(si_result *r, const si_result_meta *meta) {
     off_t pos = (off_t)sizeof h;
     si_bytes b = {0};
     si_status st = SI_OK;
-    for (;;) {
-        uint32_t rh[2];
-        uint64_t len;
-        if (pread(r->jfd, rh, 8, pos) != 8 || pread(r->jfd, &len, 8, pos + 8) != 8) break;
-        if (rh[0] != RECORD_MAGIC || len > RECORD_MAX) break;
-        if ((st = si_bytes_reserve(&b, len + 1)) != SI_OK) break;
-        if (pread(r->jfd, b.data, len, pos + 16) != (ssize_t)len) break;
-        if (crc32(0, b.data, (uInt)len) != rh[1]) break;
-        si_chunk_tail t;
-        if (si_chunk_tail_parse(b.data, len, h.detect, r->n, r->chunk, &t) != SI_OK) break;
+    si_chunk_tail t;
+    int got;
+    while ((got = next_record(r, &pos, &b, &t)) == 1) {
         if (!bit(r->done, t.id)) {
             r->done[t.id / 8] |= (uint8_t)(1u << (t.id % 8));
             r->chunks_done++;
             r->images_done += t.n;
         }
-        pos += 16 + (off_t)len;
     }
+    if (got < 0) st = SI_ERR_NOMEM;
     si_bytes_free(&b);
     if (st != SI_OK) return st;
     struct stat sb;
@@ -295,7 +292,7 @@ si_status si_result_resume(const char *path, const si_post_plan *plan, uint64_t 
     free(partial);
     uint64_t n_file = 0;
     uint32_t chunk_file = 0;
-    char *key = file >= 0 ? read_attr_str(file, "resume_key") : NULL;
+    char *key = file >= 0 ? si_h5_attr_read_str(file, "resume_key") : NULL;
     if (file < 0 || !key || read_attr(file, "images", H5T_NATIVE_UINT64, &n_file) < 0 ||
         read_attr(file, "chunk_size", H5T_NATIVE_UINT32, &chunk_file) < 0 || chunk_file == 0) {
         if (file >= 0) H5Fclose(file);
@@ -387,9 +384,7 @@ si_status si_result_put(si_result *r, const uint8_t *rows, const uint8_t *tail, 
     for (int c = 0; c < r->plan.n_cols && t.n > 0 && rows; c++) {
         const si_post_col *col = &r->plan.cols[c];
         if ((st = si_bytes_reserve(&r->colbuf, col->bytes * t.n)) != SI_OK) return st;
-        for (uint32_t j = 0; j < t.n; j++) /* this column of each row, back to back */
-            memcpy(r->colbuf.data + col->bytes * j, rows + r->plan.row_bytes * j + col->offset,
-                   col->bytes);
+        si_post_column(&r->plan, c, rows, t.n, r->colbuf.data);
         if (write_rows(r->col_ds[c], col_mem_type(col->type), col->ndim, t.first, t.n,
                        r->colbuf.data) < 0)
             return si_error(SI_ERR_IO, "%s: cannot write %s (disk full?)", r->partial, col->name);
@@ -467,25 +462,15 @@ static si_status each_record(si_result *r, record_fn fn, void *ctx) {
     si_bytes b = {0};
     si_status st = SI_OK;
     for (uint64_t k = 0; k < r->n_chunks && st == SI_OK; k++) {
-        uint32_t rh[2];
-        uint64_t len;
-        if (pread(r->jfd, rh, 8, pos) != 8 || pread(r->jfd, &len, 8, pos + 8) != 8 ||
-            rh[0] != RECORD_MAGIC || len > RECORD_MAX) {
-            st = si_error(SI_ERR_IO, "%s: cannot read record %llu", r->journal,
-                          (unsigned long long)k);
-            break;
-        }
-        if ((st = si_bytes_reserve(&b, len + 1)) != SI_OK) break;
-        if (pread(r->jfd, b.data, len, pos + 16) != (ssize_t)len ||
-            crc32(0, b.data, (uInt)len) != rh[1]) {
+        si_chunk_tail t;
+        int got = next_record(r, &pos, &b, &t);
+        if (got < 0)
+            st = SI_ERR_NOMEM;
+        else if (got == 0)
             st = si_error(SI_ERR_IO, "%s: record %llu does not read back", r->journal,
                           (unsigned long long)k);
-            break;
-        }
-        si_chunk_tail t;
-        st = si_chunk_tail_parse(b.data, len, r->plan.kind == SI_POST_DETECT, r->n, r->chunk, &t);
-        if (st == SI_OK) st = fn(r, &t, ctx);
-        pos += 16 + (off_t)len;
+        else
+            st = fn(r, &t, ctx);
     }
     si_bytes_free(&b);
     return st;

@@ -58,9 +58,7 @@ si_status si_pwriter_put(si_pwriter *w, const si_chunk *c) {
     for (int k = 0; k < w->plan.n_cols && st == SI_OK; k++) {
         const si_post_col *col = &w->plan.cols[k];
         if ((st = si_bytes_reserve(&w->col, col->bytes * c->n)) != SI_OK) break;
-        for (uint32_t j = 0; j < c->n; j++) /* this column of each row, back to back */
-            memcpy(w->col.data + col->bytes * j, c->rows + w->plan.row_bytes * j + col->offset,
-                   col->bytes);
+        si_post_column(&w->plan, k, c->rows, c->n, w->col.data);
         st = write_at(w, w->off[1 + k] + c->first * col->bytes, w->col.data, col->bytes * c->n);
     }
     return st;

@@ -369,3 +369,10 @@ si_status si_post_image(const si_post_config *c, const si_post_plan *p, const fl
     }
     return st;
 }
+
+void si_post_column(const si_post_plan *p, int c, const uint8_t *rows, uint32_t n, void *dst) {
+    const si_post_col *col = &p->cols[c];
+    uint8_t *d = dst;
+    for (uint32_t j = 0; j < n; j++)
+        memcpy(d + col->bytes * j, rows + p->row_bytes * j + col->offset, col->bytes);
+}

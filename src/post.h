@@ -75,6 +75,10 @@ typedef struct {
 si_status si_post_plan_make(const si_post_config *c, int n_outputs, const char *const *names,
                             const si_shape *per_image, si_post_plan *p);
 
+/* Copies column c of n consecutive rows (p->row_bytes each) back to back into dst
+ * (n * cols[c].bytes): the layout of the column's dataset. Borrows everything. */
+void si_post_column(const si_post_plan *p, int c, const uint8_t *rows, uint32_t n, void *dst);
+
 /* Fills a row (p->row_bytes) with the fill values of a failed image. */
 void si_post_fill_empty(const si_post_plan *p, uint8_t *row);
 
