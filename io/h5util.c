@@ -1,6 +1,8 @@
 /* HDF5 helpers shared by pack, result and resultview. */
 #include "h5util.h"
 
+#include "src/common.h"
+
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -48,6 +50,20 @@ hid_t si_h5_create_chunked(hid_t loc, const char *name, hid_t ftype, int ndim, c
     H5Pclose(dcpl);
     H5Pclose(lcpl);
     return d;
+}
+
+char *si_h5_attr_read_str(hid_t obj, const char *name) {
+    if (H5Aexists(obj, name) <= 0) return NULL;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    hid_t t = si_h5_utf8_type();
+    char *v = NULL, *copy = NULL;
+    if (a >= 0 && H5Aread(a, t, &v) >= 0 && v) {
+        copy = si_xstrdup(v);
+        H5free_memory(v);
+    }
+    H5Tclose(t);
+    if (a >= 0) H5Aclose(a);
+    return copy;
 }
 
 static void *vlen_alloc(size_t n, void *info) {

@@ -8,6 +8,9 @@
 hid_t si_h5_utf8_type(void);
 /* Writes a scalar attribute `name` on obj (file type ftype, memory type mtype). */
 herr_t si_h5_attr(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *v);
+/* Reads string attribute `name` of obj (caller frees), or NULL when it is not there or unreadable.
+ */
+char *si_h5_attr_read_str(hid_t obj, const char *name);
 /* Writes a variable-length string attribute (NULL writes ""); strtype from si_h5_utf8_type. */
 herr_t si_h5_attr_str(hid_t obj, const char *name, hid_t strtype, const char *s);
 

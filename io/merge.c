@@ -55,17 +55,7 @@ static herr_t visit(hid_t loc, const char *name, const H5O_info_t *info, void *a
 
 /* The resume key without what differs between parts (input and image count). */
 static char *part_key(hid_t file) {
-    char *key = NULL;
-    if (H5Aexists(file, "resume_key") > 0) {
-        hid_t a = H5Aopen(file, "resume_key", H5P_DEFAULT), t = si_h5_utf8_type();
-        char *v = NULL;
-        if (H5Aread(a, t, &v) >= 0 && v) {
-            key = si_xstrdup(v);
-            H5free_memory(v);
-        }
-        H5Tclose(t);
-        H5Aclose(a);
-    }
+    char *key = si_h5_attr_read_str(file, "resume_key");
     if (!key) return NULL;
     /* drop the input=...; and images=...; items */
     char *out = si_xcalloc(strlen(key) + 1, 1);
