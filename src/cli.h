@@ -30,6 +30,7 @@ int si_cli_merge(int argc, char **argv);
 int si_cli_exec(int argc, char **argv);         /* src/cli_exec.c */
 int si_cli_inspect(int argc, char **argv);      /* src/cli_inspect.c */
 int si_cli_bench(int argc, char **argv);        /* src/cli_inspect.c */
+int si_cli_plan(int argc, char **argv);         /* src/cli_plan.c */
 int si_cli_bench_decode(int argc, char **argv); /* src/cli_bench_decode.c */
 
 #endif

@@ -15,7 +15,8 @@ static const char usage[] =
     "  merge  join the results of a job array's parts into one result\n"
     "  inspect  describe a model: ops, shapes, parameters, FLOPs, planned memory\n"
     "  exec   run a model on .npy tensors and write its outputs as .npy\n"
-    "  bench  time the engine alone on random input (images/s per batch size)\n";
+    "  bench  time the engine alone on random input (images/s per batch size)\n"
+    "  plan   the GPU memory a run allocates, by component, and the largest batch that fits\n";
 
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
@@ -36,9 +37,10 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "bench") && argc > 2 && !strcmp(argv[2], "decode"))
         return si_cli_bench_decode(argc - 2, argv + 2);
     if (!strcmp(argv[1], "bench")) return si_cli_bench(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "plan")) return si_cli_plan(argc - 1, argv + 1);
     fprintf(stderr,
             "shardinfer: unknown command '%s' (commands: pack, run, show, merge, inspect, exec, "
-            "bench; see "
+            "bench, plan; see "
             "shardinfer --help)\n",
             argv[1]);
     return SI_EXIT_USAGE;

@@ -22,6 +22,11 @@ static int by_offset(const void *a, const void *b) {
 }
 
 void si_memplan_build(const si_graph *g, size_t align, si_memplan *p) {
+    si_memplan_build_ex(g, align, sizeof(float), NULL, p);
+}
+
+void si_memplan_build_ex(const si_graph *g, size_t align, size_t elem, const uint8_t *copy_view,
+                         si_memplan *p) {
     int nv = g->n_values;
     p->root = si_xmalloc(sizeof(int) * (size_t)nv);
     p->offset = si_xmalloc(sizeof(size_t) * (size_t)nv);
@@ -36,7 +41,8 @@ void si_memplan_build(const si_graph *g, size_t align, si_memplan *p) {
     for (int j = 0; j < g->n_nodes; j++) {
         const si_gnode *n = &g->nodes[j];
         if (n->op == SI_OP_HOST) continue;
-        if (n->op == SI_OP_VIEW && g->values[n->in[0]].kind == SI_VAL_RUNTIME)
+        if (n->op == SI_OP_VIEW && g->values[n->in[0]].kind == SI_VAL_RUNTIME &&
+            !(copy_view && copy_view[j]))
             p->root[n->out] = p->root[n->in[0]];
         for (int o = 0; o < n->n_out; o++)
             if (first[n->outs[o]] > j) first[n->outs[o]] = j;
@@ -50,7 +56,7 @@ void si_memplan_build(const si_graph *g, size_t align, si_memplan *p) {
     for (int i = 0; i < nv; i++) {
         const si_value *v = &g->values[i];
         if (v->kind != SI_VAL_RUNTIME || p->root[i] != i || first[i] == INT32_MAX) continue;
-        size_t bytes = (size_t)si_shape_numel(&v->shape) * sizeof(float);
+        size_t bytes = (size_t)si_shape_numel(&v->shape) * elem;
         bytes = (bytes + align - 1) / align * align;
         p->naive_bytes += bytes;
         iv[k++] = (interval){i, first[i], last[i] < first[i] ? first[i] : last[i], bytes, 0};

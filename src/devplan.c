@@ -1,0 +1,184 @@
+/* GPU memory plan: activations by liveness (memplan), constants packed once, per-slot buffers. */
+#include "devplan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static size_t up(size_t n) {
+    return (n + SI_DEV_ALIGN - 1) / SI_DEV_ALIGN * SI_DEV_ALIGN;
+}
+
+bool si_devplan_nhwc(const si_value *v) {
+    return v->kind == SI_VAL_RUNTIME && v->shape.ndim == 4;
+}
+
+bool si_devplan_rowmajor(const si_value *v) {
+    if (!si_devplan_nhwc(v)) return true;
+    return v->shape.dims[1] == 1 || v->shape.dims[2] * v->shape.dims[3] == 1;
+}
+
+bool si_devplan_data_input(const si_gnode *n, int k) {
+    for (int s = 0; s < 4; s++)
+        if (n->pslot[s] == k) return false;
+    return true;
+}
+
+bool si_devplan_rowmajor_op(const si_graph *g, const si_gnode *n) {
+    switch (n->op) {
+    case SI_OP_MATMUL:
+    case SI_OP_SOFTMAX:
+    case SI_OP_REDUCE:
+    case SI_OP_GATHER:
+    case SI_OP_PAD:
+    case SI_OP_RESIZE: return true;
+    case SI_OP_GLOBAL_AVGPOOL: return g->values[n->in[0]].shape.ndim != 4; /* as a Reduce */
+    default: return false;
+    }
+}
+
+/* A view that cannot share bytes: the input's order and the output's differ. */
+static bool view_copies(const si_graph *g, const si_gnode *n) {
+    const si_value *x = &g->values[n->in[0]], *y = &g->values[n->out];
+    if (x->kind != SI_VAL_RUNTIME) return true; /* a constant is copied into the arena */
+    if (si_devplan_rowmajor(x) && si_devplan_rowmajor(y)) return false;
+    if (si_devplan_nhwc(x) && si_devplan_nhwc(y)) {
+        bool same = true;
+        for (int d = 0; d < 4; d++) same = same && x->shape.dims[d] == y->shape.dims[d];
+        if (same) return false;
+    }
+    return true;
+}
+
+int si_devplan_conv_cpad(const si_graph *g, const si_gnode *n, size_t elem) {
+    int c = n->conv.c;
+    if (elem == 2 && c < 8 && n->conv.group == 1 && g->values[n->in[1]].kind == SI_VAL_CONST)
+        return 8;
+    return c;
+}
+
+int64_t si_devplan_node_scratch(const si_graph *g, const si_gnode *n, size_t elem) {
+    const si_value *x = &g->values[n->in[0]], *y = &g->values[n->out];
+    int64_t need = 0;
+    if (n->op == SI_OP_VIEW) {
+        /* NHWC to another NHWC shape goes through row-major order */
+        if (x->kind == SI_VAL_RUNTIME && !si_devplan_rowmajor(x) && !si_devplan_rowmajor(y) &&
+            view_copies(g, n))
+            need = si_shape_numel(&x->shape);
+    } else if (n->op == SI_OP_CONV) {
+        const si_conv_shape *c = &n->conv;
+        bool asym = c->pt != c->pb || c->pl != c->pr; /* cuDNN pads symmetrically */
+        int cp = si_devplan_conv_cpad(g, n, elem);
+        if (asym || cp != c->c)
+            need = (int64_t)c->n * cp * (c->h + (asym ? c->pt + c->pb : 0)) *
+                   (c->w + (asym ? c->pl + c->pr : 0));
+    } else if (si_devplan_rowmajor_op(g, n)) {
+        for (int k = 0; k < n->n_in; k++) {
+            const si_value *v = &g->values[n->in[k]];
+            if (si_devplan_data_input(n, k) && v->kind == SI_VAL_RUNTIME && !si_devplan_rowmajor(v))
+                need += (int64_t)(up((size_t)si_shape_numel(&v->shape) * 4) / 4);
+        }
+        if (!si_devplan_rowmajor(y))
+            need += (int64_t)(up((size_t)si_shape_numel(&y->shape) * 4) / 4);
+    }
+    return need;
+}
+
+si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_t workspace,
+                           bool pixels, si_devplan *p) {
+    memset(p, 0, sizeof *p);
+    si_status st = si_graph_infer(g, batch);
+    if (st != SI_OK) return st;
+    p->batch = batch;
+    p->slots = slots;
+    p->elem = elem;
+    p->pixels = pixels;
+    p->copy_view = si_xcalloc((size_t)(g->n_nodes ? g->n_nodes : 1), 1);
+    p->const_off = si_xmalloc(sizeof(size_t) * (size_t)(g->n_values ? g->n_values : 1));
+    p->aux_off = si_xmalloc(sizeof(size_t) * (size_t)(g->n_nodes ? g->n_nodes : 1));
+    for (int i = 0; i < g->n_values; i++) p->const_off[i] = SIZE_MAX;
+    int64_t scratch = 0;
+    size_t w = 0;
+    for (int j = 0; j < g->n_nodes; j++) {
+        const si_gnode *n = &g->nodes[j];
+        p->aux_off[j] = SIZE_MAX;
+        if (n->op == SI_OP_HOST) continue;
+        if (n->op == SI_OP_VIEW) p->copy_view[j] = view_copies(g, n);
+        int64_t s = si_devplan_node_scratch(g, n, elem);
+        if (s > scratch) scratch = s;
+        for (int k = 0; k < n->n_in; k++) {
+            int v = n->in[k];
+            const si_value *val = &g->values[v];
+            if (val->kind == SI_VAL_RUNTIME || !si_devplan_data_input(n, k)) continue;
+            if (p->const_off[v] != SIZE_MAX) continue;
+            p->const_off[v] = w;
+            size_t numel = (size_t)si_shape_numel(&val->shape);
+            if (n->op == SI_OP_CONV && k == 1 && val->shape.ndim == 4) /* padded channels */
+                numel = numel / (size_t)val->shape.dims[1] *
+                        (size_t)(si_devplan_conv_cpad(g, n, elem) / n->conv.group);
+            w += up(numel * elem);
+        }
+        if (n->op == SI_OP_GATHER) {
+            p->aux_off[j] = w;
+            w += up(sizeof(int64_t) * (size_t)si_shape_numel(&g->values[n->in[n->pslot[0]]].shape));
+        }
+    }
+    p->weights = w;
+    si_memplan_build_ex(g, SI_DEV_ALIGN, elem, p->copy_view, &p->acts);
+    p->activations = up(p->acts.arena_bytes);
+    p->scratch = up((size_t)scratch * elem);
+    p->workspace = up(workspace);
+    size_t in = 0, out = 0;
+    for (int i = 0; i < g->n_inputs; i++) {
+        const si_value *v = &g->values[g->inputs[i]];
+        size_t numel = (size_t)si_shape_numel(&v->shape);
+        /* pixels: (B, H, W, 3) bytes of the one image input; otherwise floats per input */
+        in += up(pixels && i == 0 ? numel : numel * sizeof(float));
+    }
+    for (int o = 0; o < g->n_outputs; o++)
+        out += up((size_t)si_shape_numel(&g->values[g->outputs[o]].shape) * sizeof(float));
+    p->input = in;
+    p->output = out;
+    p->pinned = in + out;
+    p->device_total =
+        p->weights + (size_t)slots * (p->activations + p->scratch + p->workspace + in + out);
+    p->pinned_total = (size_t)slots * p->pinned;
+    return SI_OK;
+}
+
+void si_devplan_free(si_devplan *p) {
+    if (!p) return;
+    si_memplan_free(&p->acts);
+    free(p->copy_view);
+    free(p->const_off);
+    free(p->aux_off);
+    memset(p, 0, sizeof *p);
+}
+
+int si_devplan_max_batch(si_graph *g, size_t elem, int slots, size_t workspace, bool pixels,
+                         size_t limit) {
+    int lo = 0, hi = 1;
+    /* grow until it no longer fits, then bisect */
+    for (;;) {
+        si_devplan p;
+        if (si_devplan_build(g, hi, elem, slots, workspace, pixels, &p) != SI_OK) break;
+        bool fits = p.device_total <= limit;
+        si_devplan_free(&p);
+        if (!fits) break;
+        lo = hi;
+        if (hi >= (1 << 20)) break;
+        hi *= 2;
+    }
+    while (hi - lo > 1 && lo > 0) {
+        int mid = lo + (hi - lo) / 2;
+        si_devplan p;
+        bool fits = si_devplan_build(g, mid, elem, slots, workspace, pixels, &p) == SI_OK &&
+                    p.device_total <= limit;
+        si_devplan_free(&p);
+        if (fits)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    if (lo > 0) si_graph_infer(g, lo);
+    return lo;
+}

@@ -1,0 +1,62 @@
+/* The GPU backend's memory, planned on the host before anything is allocated: where every
+ * activation, constant and buffer lives, for a batch size, a precision and a number of slots.
+ * The CUDA backend allocates exactly this (cuda/backend.cu) and `shardinfer plan` prints it, so
+ * the budget a user reads before a run is the one the run uses; plain C, it needs no GPU.
+ *
+ * Layout rule: 4-D runtime values are NHWC (what cuDNN's tensor-core convolutions read); the
+ * rest, and every constant, is row-major in ONNX's order. A view (Reshape, Flatten, ...) shares
+ * its input's bytes when both orders agree and copies otherwise. */
+#ifndef SI_DEVPLAN_H
+#define SI_DEVPLAN_H
+
+#include "graph.h"
+#include "memplan.h"
+
+#define SI_DEV_ALIGN 256
+
+typedef struct {
+    int batch, slots;
+    size_t elem;        /* bytes per activation element (4 FP32, 2 FP16/BF16) */
+    bool pixels;        /* input arrives as uint8 (B, H, W, 3) */
+    si_memplan acts;    /* one slot's activation arena */
+    uint8_t *copy_view; /* per node: a view that copies */
+    size_t *const_off;  /* per value: offset in the constant buffer, SIZE_MAX if not there */
+    size_t *aux_off;    /* per node: Gather's indices as int64 (SIZE_MAX if none) */
+    /* bytes; per slot unless said otherwise */
+    size_t weights;                    /* constants on the device (all slots share them) */
+    size_t activations;                /* the arena */
+    size_t scratch;                    /* layout changes and explicitly padded conv inputs */
+    size_t workspace;                  /* cuDNN and cuBLASLt workspace (the budget given) */
+    size_t input;                      /* device input staging: uint8 pixels or float inputs */
+    size_t output;                     /* device float outputs */
+    size_t pinned;                     /* page-locked host memory: input staging and outputs */
+    size_t device_total, pinned_total; /* everything, all slots */
+} si_devplan;
+
+/* A 4-D runtime value: stored NHWC. */
+bool si_devplan_nhwc(const si_value *v);
+/* Its bytes are in ONNX's row-major order (not NHWC, or NHWC with C == 1 or H*W == 1). */
+bool si_devplan_rowmajor(const si_value *v);
+/* Whether node n reads input k as data (not a parameter such as a shape or axes). */
+bool si_devplan_data_input(const si_gnode *n, int k);
+/* Whether op runs on contiguous row-major inputs and outputs (the others read strided views). */
+bool si_devplan_rowmajor_op(const si_graph *g, const si_gnode *n);
+/* The channels a Conv's input is padded to on the GPU: 8 for FP16/BF16 (elem 2) convs with
+ * fewer than 8 input channels, no groups and constant weights (the image's 3 channels: cuDNN's
+ * tensor-core kernels want C % 8 == 0, and measured 3.7 ms of MobileNetV2's 14 ms at batch 256
+ * without); otherwise the channels as they are. */
+int si_devplan_conv_cpad(const si_graph *g, const si_gnode *n, size_t elem);
+/* Scratch elements node n needs for layout changes (0 if none). */
+int64_t si_devplan_node_scratch(const si_graph *g, const si_gnode *n, size_t elem);
+
+/* Plans for the graph's shapes at `batch` (infers them). Caller frees with si_devplan_free. */
+si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_t workspace,
+                           bool pixels, si_devplan *p);
+void si_devplan_free(si_devplan *p);
+
+/* The largest batch whose plan fits `limit` device bytes (0 if not even batch 1 does); leaves
+ * the graph inferred for that batch. */
+int si_devplan_max_batch(si_graph *g, size_t elem, int slots, size_t workspace, bool pixels,
+                         size_t limit);
+
+#endif
