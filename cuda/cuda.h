@@ -14,6 +14,15 @@ int si_cuda_device_count(void);
 /* A one-line description of device `dev` (name, memory, compute capability) into buf. */
 si_status si_cuda_device_info(int dev, char *buf, size_t cap);
 
+/* Makes device local_rank % count current for the calling thread (one GPU per rank); *dev and
+ * a description in info. An error when no device is visible. */
+si_status si_cuda_select_device(int local_rank, int *dev, char *info, size_t cap);
+/* Device memory in use (total - free, the whole device as the driver sees it) and its size. */
+si_status si_cuda_mem_info(size_t *used, size_t *total);
+/* cudaMalloc, cudaHostAlloc and their frees made by the CUDA backend so far (the steady state
+ * makes none: tests/test_gpu_engine.c counts them). */
+long si_cuda_backend_alloc_calls(void);
+
 /* Page-locked host memory for the buffers the GPU path uploads from (decoded uint8 batches), so
  * copies to the device run at full PCIe speed and asynchronously. NULL when there is no device
  * or the allocation fails: callers fall back to malloc. Free with si_cuda_host_free. */

@@ -3,6 +3,7 @@
 #include "cuda/cuda.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 extern "C" int si_cuda_device_count(void) {
     int n = 0;
@@ -19,6 +20,26 @@ extern "C" si_status si_cuda_device_info(int dev, char *buf, size_t cap) {
     snprintf(buf, cap, "%s, %.1f GiB, compute capability %d.%d, %d SMs", p.name,
              (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), p.major, p.minor,
              p.multiProcessorCount);
+    return SI_OK;
+}
+
+extern "C" si_status si_cuda_select_device(int local_rank, int *dev, char *info, size_t cap) {
+    int n = si_cuda_device_count();
+    if (n == 0) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        return si_error(SI_ERR_UNSUPPORTED, "--backend cuda: no CUDA device is visible%s%s%s",
+                        vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
+    }
+    *dev = (local_rank < 0 ? 0 : local_rank) % n;
+    cudaCheck(cudaSetDevice(*dev));
+    return si_cuda_device_info(*dev, info, cap);
+}
+
+extern "C" si_status si_cuda_mem_info(size_t *used, size_t *total) {
+    size_t f = 0, t = 0;
+    cudaCheck(cudaMemGetInfo(&f, &t));
+    *used = t - f;
+    *total = t;
     return SI_OK;
 }
 

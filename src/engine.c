@@ -4,14 +4,51 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *si_precision_name(int p) {
+    return p == SI_PREC_FP16 ? "fp16" : p == SI_PREC_BF16 ? "bf16" : "fp32";
+}
+
+int si_precision_parse(const char *s) {
+    if (!strcmp(s, "fp32")) return SI_PREC_FP32;
+    if (!strcmp(s, "fp16")) return SI_PREC_FP16;
+    if (!strcmp(s, "bf16")) return SI_PREC_BF16;
+    return -1;
+}
+
+const char *si_engine_backends(void) {
+#ifdef SI_HAVE_CUDA
+    return "cpu, cuda";
+#else
+    return "cpu";
+#endif
+}
+
 si_status si_engine_create(si_graph *g, const char *backend, int max_batch, si_engine **out) {
+    return si_engine_create_opts(g, backend, max_batch, NULL, out);
+}
+
+si_status si_engine_create_opts(si_graph *g, const char *backend, int max_batch,
+                                const si_engine_opts *opts, si_engine **out) {
     *out = NULL;
     const si_backend *be = NULL;
     if (!strcmp(backend, "cpu")) be = &si_cpu_backend;
+#ifdef SI_HAVE_CUDA
+    if (!strcmp(backend, "cuda")) be = &si_cuda_backend;
+#endif
     if (!be) {
         si_graph_free(g);
-        return si_error(SI_ERR_ARG, "unknown backend '%s' (available: cpu)", backend);
+        return si_error(SI_ERR_ARG, "unknown backend '%s' (this build has: %s)", backend,
+                        si_engine_backends());
     }
+    si_engine_opts o = {0};
+    if (opts) o = *opts;
+    if (be == &si_cpu_backend && o.precision != SI_PREC_FP32) {
+        si_graph_free(g);
+        return si_error(SI_ERR_ARG, "the cpu backend runs fp32 only (--precision %s asked)",
+                        si_precision_name(o.precision));
+    }
+    if (o.slots <= 0) o.slots = 3;
+    if (o.workspace_bytes == 0) o.workspace_bytes = (size_t)256 << 20;
     if (max_batch < 1) {
         si_graph_free(g);
         return si_error(SI_ERR_ARG, "batch size must be at least 1");
@@ -25,6 +62,7 @@ si_status si_engine_create(si_graph *g, const char *backend, int max_batch, si_e
     e->g = g;
     e->be = be;
     e->max_batch = max_batch;
+    e->opts = o;
     e->host_in = si_xcalloc((size_t)g->n_inputs, sizeof *e->host_in);
     e->host_out = si_xcalloc((size_t)g->n_outputs, sizeof *e->host_out);
     if ((st = be->init(e)) != SI_OK) {
@@ -64,6 +102,24 @@ const float *si_engine_output(si_engine *e, int i, si_shape *shape) {
     SI_ASSERT(i >= 0 && i < e->g->n_outputs);
     if (shape) *shape = e->g->values[e->g->outputs[i]].shape;
     return e->host_out[i];
+}
+
+uint8_t *si_engine_pixels(si_engine *e, int slot) {
+    SI_ASSERT(e->n_slots > 0 && slot >= 0 && slot < e->n_slots);
+    return e->be->pixels(e, slot);
+}
+
+si_status si_engine_submit(si_engine *e, int slot, int rows) {
+    SI_ASSERT(e->n_slots > 0 && slot >= 0 && slot < e->n_slots);
+    if (rows < 1 || rows > e->max_batch)
+        return si_error(SI_ERR_ARG, "batch of %d rows, engine planned for 1..%d", rows,
+                        e->max_batch);
+    return e->be->submit(e, slot, rows);
+}
+
+si_status si_engine_collect(si_engine *e, int slot, const float **outs) {
+    SI_ASSERT(e->n_slots > 0 && slot >= 0 && slot < e->n_slots);
+    return e->be->collect(e, slot, outs);
 }
 
 int si_engine_output_dtype(const si_engine *e, int i) {

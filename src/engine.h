@@ -8,6 +8,30 @@
 
 typedef struct si_engine si_engine;
 
+typedef enum { SI_PREC_FP32 = 0, SI_PREC_FP16, SI_PREC_BF16 } si_precision;
+const char *si_precision_name(int p);
+/* "fp32", "fp16", "bf16" -> si_precision; -1 if none */
+int si_precision_parse(const char *s);
+
+typedef struct {
+    int precision;          /* si_precision; the CPU backend runs FP32 only */
+    int slots;              /* GPU: batches in flight, each with its stream and buffers (0: 3) */
+    size_t workspace_bytes; /* GPU: cuDNN/cuBLASLt workspace per slot (0: 256 MiB) */
+    bool pixels;            /* GPU: input 0 arrives as (B, H, W, 3) uint8 through the slots */
+    float mean[3], std[3];  /* with pixels: normalisation, (x/255 - mean) / std */
+    bool no_graphs;         /* GPU: launch op by op instead of replaying a CUDA Graph */
+    bool verbose;           /* GPU: print each conv's algorithm choice */
+} si_engine_opts;
+
+/* What a GPU backend allocated, in bytes (zeros on the CPU). */
+typedef struct {
+    size_t weights, activations, scratch, workspace, input, output; /* device, all slots */
+    size_t pinned;                                                  /* host, all slots */
+    size_t device_total;
+    size_t device_used_after_init; /* cudaMemGetInfo: the whole process on the device */
+    double init_seconds;           /* planning, uploads, algorithm search, capture, warm-up */
+} si_engine_memory;
+
 typedef struct {
     const char *name;
     /* Shapes are inferred for max_batch when init runs: allocate everything here. */
@@ -15,6 +39,15 @@ typedef struct {
     /* Runs the graph on `batch` rows of the inputs (batch <= max_batch). */
     si_status (*run)(si_engine *e, int batch);
     void (*release)(si_engine *e);
+    /* --- optional: the asynchronous slot ring of a GPU backend (NULL on the CPU) --- */
+    /* page-locked (max_batch, H, W, 3) uint8 input of a slot, to decode into */
+    uint8_t *(*pixels)(si_engine *e, int slot);
+    /* queues the slot's upload, preprocessing, model and download; returns at once */
+    si_status (*submit)(si_engine *e, int slot, int rows);
+    /* waits for the slot; outs[o] = its host outputs (max_batch rows), valid until resubmitted */
+    si_status (*collect)(si_engine *e, int slot, const float **outs);
+    /* replays the model alone on inputs already on the device (compute-only benchmarks) */
+    si_status (*run_compute)(si_engine *e);
 } si_backend;
 
 struct si_engine {
@@ -27,11 +60,19 @@ struct si_engine {
     size_t activation_bytes; /* planned activation memory for max_batch (arena + scratch) */
     size_t naive_bytes;      /* what one buffer per value would cost instead */
     double *node_seconds;    /* if set (n_nodes entries), backends add each node's time */
+    si_engine_opts opts;
+    int n_slots;          /* > 0: the backend has the slot ring (pixels, submit, collect) */
+    si_engine_memory mem; /* filled by GPU backends */
 };
 
 /* Creates an engine over g (ownership of g passes to the engine) on the named backend ("cpu").
  * On failure g is freed too. */
 si_status si_engine_create(si_graph *g, const char *backend, int max_batch, si_engine **out);
+/* The same with options (NULL: defaults). */
+si_status si_engine_create_opts(si_graph *g, const char *backend, int max_batch,
+                                const si_engine_opts *opts, si_engine **out);
+/* The backends this build has, comma separated ("cpu" or "cpu, cuda"). */
+const char *si_engine_backends(void);
 void si_engine_free(si_engine *e); /* accepts NULL */
 
 /* Host buffer for input i, (max_batch, ...) floats; borrowed. */
@@ -42,6 +83,14 @@ si_status si_engine_run(si_engine *e, int batch);
 const float *si_engine_output(si_engine *e, int i, si_shape *shape);
 int si_engine_output_dtype(const si_engine *e, int i); /* SI_DT_FLOAT or SI_DT_INT64 */
 
+/* The slot ring (e->n_slots > 0 only); see si_backend. */
+uint8_t *si_engine_pixels(si_engine *e, int slot);
+si_status si_engine_submit(si_engine *e, int slot, int rows);
+si_status si_engine_collect(si_engine *e, int slot, const float **outs);
+
 extern const si_backend si_cpu_backend;
+#ifdef SI_HAVE_CUDA
+extern const si_backend si_cuda_backend;
+#endif
 
 #endif

@@ -1,0 +1,727 @@
+// The CUDA backend's own kernels; see kernels.cuh. Each mirrors a CPU kernel in
+// src/cpu_kernels.c formula for formula (same activation bodies, same resize taps in double), so
+// FP32 results differ from the CPU's only by summation order.
+#include "cuda/kernels.cuh"
+
+#include <math.h>
+#include <string.h>
+
+size_t si_gtype_size(int t) {
+    return t == SI_GT_F32 ? 4 : 2;
+}
+
+// --- element types ----------------------------------------------------------------------------
+__device__ __forceinline__ float ld(const float *p, int64_t i) {
+    return p[i];
+}
+__device__ __forceinline__ float ld(const __half *p, int64_t i) {
+    return __half2float(p[i]);
+}
+__device__ __forceinline__ float ld(const __nv_bfloat16 *p, int64_t i) {
+    return __bfloat162float(p[i]);
+}
+__device__ __forceinline__ void st(float *p, int64_t i, float v) {
+    p[i] = v;
+}
+__device__ __forceinline__ void st(__half *p, int64_t i, float v) {
+    p[i] = __float2half_rn(v);
+}
+__device__ __forceinline__ void st(__nv_bfloat16 *p, int64_t i, float v) {
+    p[i] = __float2bfloat16_rn(v);
+}
+
+// The activation formulas of src/cpu_kernels.c's act_apply, kind for kind.
+__device__ __forceinline__ float act_apply(float v, const si_act &a) {
+    switch (a.kind) {
+    case SI_ACT_RELU: return v > 0.f ? v : 0.f;
+    case SI_ACT_CLIP: v = v < a.lo ? a.lo : v; return v > a.hi ? a.hi : v;
+    case SI_ACT_SIGMOID: return 1.f / (1.f + expf(-v));
+    case SI_ACT_HARDSIGMOID: {
+        float t = a.alpha * v + a.beta;
+        t = t > 1.f ? 1.f : t;
+        return t < 0.f ? 0.f : t;
+    }
+    case SI_ACT_HARDSWISH: {
+        float t = v * (1.f / 6.f) + 0.5f;
+        t = t > 1.f ? 1.f : t;
+        t = t < 0.f ? 0.f : t;
+        return v * t;
+    }
+    case SI_ACT_SILU: return v * (1.f / (1.f + expf(-v)));
+    case SI_ACT_LEAKYRELU: return v >= 0.f ? v : a.alpha * v;
+    default: return v;
+    }
+}
+
+__device__ __forceinline__ float binop(int op, float a, float b) {
+    switch (op) {
+    case SI_BIN_SUB: return a - b;
+    case SI_BIN_MUL: return a * b;
+    case SI_BIN_DIV: return a / b;
+    default: return a + b;
+    }
+}
+
+static int blocks_for(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    return (int)(b > 65535 * 16 ? 65535 * 16 : b < 1 ? 1 : b); // grid-stride loops cover the rest
+}
+
+// Dispatches a templated launch on a runtime element type.
+#define SI_DISPATCH(t, T, ...)                                                                     \
+    do {                                                                                           \
+        if ((t) == SI_GT_F16) {                                                                    \
+            typedef __half T;                                                                      \
+            __VA_ARGS__;                                                                           \
+        } else if ((t) == SI_GT_BF16) {                                                            \
+            typedef __nv_bfloat16 T;                                                               \
+            __VA_ARGS__;                                                                           \
+        } else {                                                                                   \
+            typedef float T;                                                                       \
+            __VA_ARGS__;                                                                           \
+        }                                                                                          \
+    } while (0)
+
+// --- the strided map --------------------------------------------------------------------------
+template <typename I> struct map_desc {
+    int nd;
+    I n;
+    I dims[SI_TV_MAXD];
+    I st[4][SI_TV_MAXD]; // y, a, b, c
+    I off[4];
+};
+
+template <typename TY, typename TA, typename I>
+__global__ void k_map(map_desc<I> d, int kind, int op, si_act act, TY *__restrict__ y,
+                      const TA *__restrict__ a, const TA *__restrict__ b,
+                      const TA *__restrict__ c) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < d.n; i += (I)gridDim.x * blockDim.x) {
+        I rem = i, oy = d.off[0], oa = d.off[1], ob = d.off[2], oc = d.off[3];
+        for (int k = d.nd - 1; k >= 0; k--) {
+            I q = rem / d.dims[k], x = rem - q * d.dims[k];
+            rem = q;
+            oy += x * d.st[0][k];
+            oa += x * d.st[1][k];
+            ob += x * d.st[2][k];
+            oc += x * d.st[3][k];
+        }
+        float v = ld(a, oa);
+        if (kind == SI_MAP_BINARY)
+            v = act_apply(binop(op, v, ld(b, ob)), act);
+        else if (kind == SI_MAP_FMA)
+            v = v * ld(b, ob) + ld(c, oc);
+        else if (kind == SI_MAP_ACT)
+            v = act_apply(v, act);
+        st(y, oy, v);
+    }
+}
+
+template <typename TY, typename TA, typename I>
+static cudaError_t launch_map(cudaStream_t s, const map_desc<int64_t> &d64, int kind, int op,
+                              si_act act, void *y, const void *a, const void *b, const void *c) {
+    map_desc<I> d;
+    d.nd = d64.nd;
+    d.n = (I)d64.n;
+    for (int k = 0; k < d64.nd; k++) {
+        d.dims[k] = (I)d64.dims[k];
+        for (int v = 0; v < 4; v++) d.st[v][k] = (I)d64.st[v][k];
+    }
+    for (int v = 0; v < 4; v++) d.off[v] = (I)d64.off[v];
+    k_map<TY, TA, I><<<blocks_for(d.n, 256), 256, 0, s>>>(d, kind, op, act, (TY *)y, (const TA *)a,
+                                                          (const TA *)b, (const TA *)c);
+    return cudaGetLastError();
+}
+
+cudaError_t si_k_map(cudaStream_t s, int kind, int op, si_act act, int ty, void *y, si_tview vy,
+                     int ta, const void *a, si_tview va, const void *b, si_tview vb, const void *c,
+                     si_tview vc) {
+    const si_tview *v[4] = {&vy, &va, &vb, &vc};
+    int used = kind == SI_MAP_FMA ? 4 : kind == SI_MAP_BINARY ? 3 : 2;
+    // keep the dims of y that are not 1; inputs broadcast (stride 0) where their dim is 1
+    map_desc<int64_t> d;
+    memset(&d, 0, sizeof d);
+    int nd = 0;
+    int64_t n = 1;
+    for (int k = 0; k < vy.nd; k++) {
+        n *= vy.dims[k];
+        if (vy.dims[k] == 1) continue;
+        d.dims[nd] = vy.dims[k];
+        for (int w = 0; w < 4; w++) d.st[w][nd] = w < used && v[w]->dims[k] != 1 ? v[w]->st[k] : 0;
+        nd++;
+    }
+    for (int w = 0; w < 4; w++) d.off[w] = w < used ? v[w]->off : 0;
+    if (n == 0) return cudaSuccess;
+    // walk y in memory order: sort dims by y's stride, largest first (insertion sort, stable)
+    for (int i = 1; i < nd; i++)
+        for (int j = i; j > 0 && d.st[0][j - 1] < d.st[0][j]; j--) {
+            int64_t t = d.dims[j];
+            d.dims[j] = d.dims[j - 1];
+            d.dims[j - 1] = t;
+            for (int w = 0; w < 4; w++) {
+                t = d.st[w][j];
+                d.st[w][j] = d.st[w][j - 1];
+                d.st[w][j - 1] = t;
+            }
+        }
+    // merge neighbours that are one run in every view
+    int m = 0;
+    for (int k = 0; k < nd; k++) {
+        bool merge = m > 0;
+        for (int w = 0; merge && w < 4; w++) merge = d.st[w][m - 1] == d.st[w][k] * d.dims[k];
+        if (merge) {
+            d.dims[m - 1] *= d.dims[k];
+            for (int w = 0; w < 4; w++) d.st[w][m - 1] = d.st[w][k];
+        } else {
+            d.dims[m] = d.dims[k];
+            for (int w = 0; w < 4; w++) d.st[w][m] = d.st[w][k];
+            m++;
+        }
+    }
+    if (m == 0) { // a scalar
+        d.dims[0] = 1;
+        m = 1;
+    }
+    d.nd = m;
+    d.n = n;
+    // 32-bit indexing when every offset fits
+    int64_t reach = n;
+    for (int w = 0; w < 4; w++) {
+        int64_t r = d.off[w];
+        for (int k = 0; k < m; k++)
+            r += (d.dims[k] - 1) * (d.st[w][k] < 0 ? -d.st[w][k] : d.st[w][k]);
+        if (r > reach) reach = r;
+    }
+    bool small = reach < INT32_MAX;
+    cudaError_t e = cudaSuccess;
+#define SI_MAP_LAUNCH(TY_, TA_)                                                                    \
+    e = small ? launch_map<TY_, TA_, int32_t>(s, d, kind, op, act, y, a, b, c)                     \
+              : launch_map<TY_, TA_, int64_t>(s, d, kind, op, act, y, a, b, c)
+    if (ty == ta) {
+        SI_DISPATCH(ty, T, SI_MAP_LAUNCH(T, T));
+    } else if (ty == SI_GT_F32) {
+        SI_DISPATCH(ta, T, SI_MAP_LAUNCH(float, T));
+    } else if (ta == SI_GT_F32) {
+        SI_DISPATCH(ty, T, SI_MAP_LAUNCH(T, float));
+    } else {
+        return cudaErrorInvalidValue;
+    }
+#undef SI_MAP_LAUNCH
+    return e;
+}
+
+// --- conv epilogue and channel broadcasts: two elements per thread, 32-bit indices ---------
+template <typename T> struct vec2;
+template <> struct vec2<float> { typedef float2 type; };
+template <> struct vec2<__half> { typedef __half2 type; };
+template <> struct vec2<__nv_bfloat16> { typedef __nv_bfloat162 type; };
+__device__ __forceinline__ float2 ld2(const float2 v) {
+    return v;
+}
+__device__ __forceinline__ float2 ld2(const __half2 v) {
+    return __half22float2(v);
+}
+__device__ __forceinline__ float2 ld2(const __nv_bfloat162 v) {
+    return __bfloat1622float2(v);
+}
+__device__ __forceinline__ void st2(float2 *p, float2 v) {
+    *p = v;
+}
+__device__ __forceinline__ void st2(__half2 *p, float2 v) {
+    *p = __float22half2_rn(v);
+}
+__device__ __forceinline__ void st2(__nv_bfloat162 *p, float2 v) {
+    *p = __float22bfloat162_rn(v);
+}
+
+// y = act(y + bias[c] + z), pairs of channels (k even)
+template <typename T, typename I>
+__global__ void k_bias_act2(T *__restrict__ y, I n2, int k2, const T *__restrict__ bias,
+                            const T *__restrict__ z, si_act act) {
+    typedef typename vec2<T>::type V;
+    V *yv = (V *)y;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n2; i += (I)gridDim.x * blockDim.x) {
+        float2 v = ld2(yv[i]);
+        if (bias) {
+            float2 b = ld2(((const V *)bias)[i % k2]);
+            v.x += b.x;
+            v.y += b.y;
+        }
+        if (z) {
+            float2 r = ld2(((const V *)z)[i]);
+            v.x += r.x;
+            v.y += r.y;
+        }
+        v.x = act_apply(v.x, act);
+        v.y = act_apply(v.y, act);
+        st2(&yv[i], v);
+    }
+}
+
+template <typename T>
+__global__ void k_bias_act(T *__restrict__ y, int64_t n, int k, const T *__restrict__ bias,
+                           const T *__restrict__ z, si_act act) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float v = ld(y, i);
+        if (bias) v += ld(bias, i % k);
+        if (z) v += ld(z, i);
+        st(y, i, act_apply(v, act));
+    }
+}
+
+cudaError_t si_k_bias_act(cudaStream_t s, int t, void *y, int64_t n, int k, const void *bias,
+                          const void *z, si_act act) {
+    if (k % 2 == 0 && n / 2 < INT32_MAX) {
+        int n2 = (int)(n / 2);
+        SI_DISPATCH(t, T,
+                    k_bias_act2<T, int><<<blocks_for(n2, 256), 256, 0, s>>>(
+                        (T *)y, n2, k / 2, (const T *)bias, (const T *)z, act));
+        return cudaGetLastError();
+    }
+    SI_DISPATCH(t, T,
+                k_bias_act<T><<<blocks_for(n, 256), 256, 0, s>>>((T *)y, n, k, (const T *)bias,
+                                                                 (const T *)z, act));
+    return cudaGetLastError();
+}
+
+template <typename T>
+__global__ void k_chan_binary2(int op, si_act act, T *__restrict__ y, const T *__restrict__ a,
+                               const T *__restrict__ b, int n2, int hwc2, int c2, int bs2) {
+    typedef typename vec2<T>::type V;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n2; i += gridDim.x * blockDim.x) {
+        int img = i / hwc2, ch = i % c2;
+        float2 u = ld2(((const V *)a)[i]), w = ld2(((const V *)b)[img * bs2 + ch]);
+        u.x = act_apply(binop(op, u.x, w.x), act);
+        u.y = act_apply(binop(op, u.y, w.y), act);
+        st2(&((V *)y)[i], u);
+    }
+}
+
+cudaError_t si_k_chan_binary(cudaStream_t s, int t, int op, si_act act, void *y, const void *a,
+                             const void *b, int64_t n, int64_t hw, int c, int64_t bs) {
+    if (c % 2 || n / 2 >= INT32_MAX) return cudaErrorInvalidValue; // the caller checked
+    int n2 = (int)(n / 2);
+    SI_DISPATCH(t, T,
+                k_chan_binary2<T>
+                <<<blocks_for(n2, 256), 256, 0, s>>>(op, act, (T *)y, (const T *)a, (const T *)b,
+                                                     n2, (int)(hw * c / 2), c / 2, (int)(bs / 2)));
+    return cudaGetLastError();
+}
+
+// --- pooling (NHWC) ---------------------------------------------------------------------------
+__device__ __forceinline__ void tap_range(int start, int kn, int d, int lo, int hi, int *k0,
+                                          int *k1) {
+    int a = start >= lo ? 0 : (lo - start + d - 1) / d;
+    int b = start >= hi ? 0 : (hi - start + d - 1) / d;
+    if (b > kn) b = kn;
+    if (a > b) a = b;
+    *k0 = a;
+    *k1 = b;
+}
+
+template <typename T>
+__global__ void k_pool(si_pool_shape p, int avg, int count_include_pad, const T *__restrict__ x,
+                       T *__restrict__ y) {
+    int64_t n = (int64_t)p.n * p.oh * p.ow * p.c;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int c = (int)(i % p.c);
+        int64_t r = i / p.c;
+        int ox = (int)(r % p.ow);
+        r /= p.ow;
+        int oy = (int)(r % p.oh);
+        int b = (int)(r / p.oh);
+        const T *xb = x + (int64_t)b * p.h * p.w * p.c + c;
+        int iy0 = oy * p.sh - p.pt, ix0 = ox * p.sw - p.pl;
+        int ky0, ky1, kx0, kx1;
+        tap_range(iy0, p.kh, p.dh, 0, p.h, &ky0, &ky1);
+        tap_range(ix0, p.kw, p.dw, 0, p.w, &kx0, &kx1);
+        float v;
+        if (avg) {
+            float acc = 0.f;
+            for (int ky = ky0; ky < ky1; ky++)
+                for (int kx = kx0; kx < kx1; kx++)
+                    acc += ld(xb, ((int64_t)(iy0 + ky * p.dh) * p.w + ix0 + kx * p.dw) * p.c);
+            int cnt;
+            if (count_include_pad) {
+                int py0, py1, px0, px1;
+                tap_range(iy0, p.kh, p.dh, -p.pt, p.h + p.pb, &py0, &py1);
+                tap_range(ix0, p.kw, p.dw, -p.pl, p.w + p.pr, &px0, &px1);
+                cnt = (py1 - py0) * (px1 - px0);
+            } else {
+                cnt = (ky1 - ky0) * (kx1 - kx0);
+            }
+            v = cnt > 0 ? acc / (float)cnt : 0.f;
+        } else {
+            v = -INFINITY;
+            for (int ky = ky0; ky < ky1; ky++)
+                for (int kx = kx0; kx < kx1; kx++) {
+                    float u = ld(xb, ((int64_t)(iy0 + ky * p.dh) * p.w + ix0 + kx * p.dw) * p.c);
+                    if (u > v || isnan(u)) v = u;
+                }
+        }
+        st(y, i, v);
+    }
+}
+
+cudaError_t si_k_maxpool(cudaStream_t s, int t, const si_pool_shape *p, const void *x, void *y) {
+    int64_t n = (int64_t)p->n * p->oh * p->ow * p->c;
+    SI_DISPATCH(t, T, k_pool<T><<<blocks_for(n, 256), 256, 0, s>>>(*p, 0, 0, (const T *)x, (T *)y));
+    return cudaGetLastError();
+}
+
+cudaError_t si_k_avgpool(cudaStream_t s, int t, const si_pool_shape *p, int count_include_pad,
+                         const void *x, void *y) {
+    int64_t n = (int64_t)p->n * p->oh * p->ow * p->c;
+    SI_DISPATCH(t, T,
+                k_pool<T><<<blocks_for(n, 256), 256, 0, s>>>(*p, 1, count_include_pad, (const T *)x,
+                                                             (T *)y));
+    return cudaGetLastError();
+}
+
+// (n, hw, c): a block per (32 channels, image); 8 rows of threads split the pixels
+template <typename T>
+__global__ void k_gap(int64_t hw, int c, const T *__restrict__ x, T *__restrict__ y) {
+    __shared__ float part[8][33];
+    int cc = blockIdx.x * 32 + threadIdx.x, b = blockIdx.y;
+    float acc = 0.f;
+    if (cc < c)
+        for (int64_t p = threadIdx.y; p < hw; p += 8) acc += ld(x, ((int64_t)b * hw + p) * c + cc);
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && cc < c) {
+        float s = 0.f;
+        for (int k = 0; k < 8; k++) s += part[k][threadIdx.x];
+        st(y, (int64_t)b * c + cc, s / (float)hw);
+    }
+}
+
+cudaError_t si_k_global_avgpool(cudaStream_t s, int t, int n, int64_t hw, int c, const void *x,
+                                void *y) {
+    dim3 grid((c + 31) / 32, n), block(32, 8);
+    SI_DISPATCH(t, T, k_gap<T><<<grid, block, 0, s>>>(hw, c, (const T *)x, (T *)y));
+    return cudaGetLastError();
+}
+
+// --- row-major ops ----------------------------------------------------------------------------
+// a warp per (outer, inner) pair: max, sum of exponentials, scale
+template <typename T>
+__global__ void k_softmax(const T *__restrict__ x, int64_t outer, int64_t len, int64_t inner,
+                          T *__restrict__ y) {
+    int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    int lane = threadIdx.x % 32;
+    if (w >= outer * inner) return;
+    int64_t o = w / inner, i = w % inner;
+    const T *xb = x + o * len * inner + i;
+    T *yb = y + o * len * inner + i;
+    float mx = -INFINITY;
+    for (int64_t j = lane; j < len; j += 32) mx = fmaxf(mx, ld(xb, j * inner));
+    for (int k = 16; k > 0; k /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
+    float sum = 0.f;
+    for (int64_t j = lane; j < len; j += 32) sum += expf(ld(xb, j * inner) - mx);
+    for (int k = 16; k > 0; k /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, k);
+    float r = 1.f / sum;
+    for (int64_t j = lane; j < len; j += 32) st(yb, j * inner, expf(ld(xb, j * inner) - mx) * r);
+}
+
+cudaError_t si_k_softmax(cudaStream_t s, int t, const void *x, int64_t outer, int64_t len,
+                         int64_t inner, void *y) {
+    int64_t threads = outer * inner * 32;
+    if (threads == 0 || len == 0) return cudaSuccess;
+    SI_DISPATCH(t, T,
+                k_softmax<T><<<(unsigned)((threads + 255) / 256), 256, 0, s>>>((const T *)x, outer,
+                                                                               len, inner, (T *)y));
+    return cudaGetLastError();
+}
+
+struct reduce_desc {
+    int op, nk, nr;
+    int64_t ny, count;
+    int64_t kd[SI_TV_MAXD], ks[SI_TV_MAXD], rd[SI_TV_MAXD], rs[SI_TV_MAXD];
+};
+
+template <typename T> __global__ void k_reduce(reduce_desc d, const T *__restrict__ x, T *y) {
+    for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < d.ny;
+         o += (int64_t)gridDim.x * blockDim.x) {
+        int64_t rem = o, base = 0;
+        for (int k = d.nk - 1; k >= 0; k--) {
+            base += rem % d.kd[k] * d.ks[k];
+            rem /= d.kd[k];
+        }
+        double acc = d.op == SI_REDUCE_MAX ? -INFINITY : d.op == SI_REDUCE_MIN ? INFINITY : 0.0;
+        for (int64_t r = 0; r < d.count; r++) {
+            int64_t rr = r, off = base;
+            for (int k = d.nr - 1; k >= 0; k--) {
+                off += rr % d.rd[k] * d.rs[k];
+                rr /= d.rd[k];
+            }
+            double v = ld(x, off);
+            if (d.op == SI_REDUCE_MAX)
+                acc = v > acc || v != v ? v : acc;
+            else if (d.op == SI_REDUCE_MIN)
+                acc = v < acc || v != v ? v : acc;
+            else
+                acc += v;
+        }
+        if (d.op == SI_REDUCE_MEAN) acc = d.count ? acc / (double)d.count : NAN;
+        st(y, o, (float)acc);
+    }
+}
+
+cudaError_t si_k_reduce(cudaStream_t s, int t, int op, int ndim, const int64_t *x_dims,
+                        const void *x, const uint8_t *reduce, void *y) {
+    reduce_desc d;
+    memset(&d, 0, sizeof d);
+    d.op = op;
+    int64_t stride[SI_TV_MAXD], acc = 1;
+    for (int k = ndim - 1; k >= 0; k--) {
+        stride[k] = acc;
+        acc *= x_dims[k];
+    }
+    d.ny = 1;
+    d.count = 1;
+    for (int k = 0; k < ndim; k++) {
+        if (reduce[k]) {
+            d.rd[d.nr] = x_dims[k];
+            d.rs[d.nr++] = stride[k];
+            d.count *= x_dims[k];
+        } else {
+            d.kd[d.nk] = x_dims[k];
+            d.ks[d.nk++] = stride[k];
+            d.ny *= x_dims[k];
+        }
+    }
+    if (d.ny == 0) return cudaSuccess;
+    SI_DISPATCH(t, T, k_reduce<T><<<blocks_for(d.ny, 128), 128, 0, s>>>(d, (const T *)x, (T *)y));
+    return cudaGetLastError();
+}
+
+template <typename T>
+__global__ void k_gather(const T *__restrict__ x, int64_t outer, int64_t len, int64_t inner,
+                         const int64_t *__restrict__ idx, int64_t n, T *__restrict__ y) {
+    int64_t total = outer * n * inner;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t k = i % inner, j = i / inner % n, o = i / (inner * n);
+        int64_t v = idx[j];
+        if (v < 0) v += len;
+        v = v < 0 ? 0 : v >= len ? len - 1 : v; // the graph checked constant indices at load
+        y[i] = x[(o * len + v) * inner + k];
+    }
+}
+
+cudaError_t si_k_gather(cudaStream_t s, int t, const void *x, int64_t outer, int64_t len,
+                        int64_t inner, const int64_t *idx_dev, int64_t n, void *y) {
+    int64_t total = outer * n * inner;
+    if (total == 0) return cudaSuccess;
+    SI_DISPATCH(t, T,
+                k_gather<T><<<blocks_for(total, 256), 256, 0, s>>>((const T *)x, outer, len, inner,
+                                                                   idx_dev, n, (T *)y));
+    return cudaGetLastError();
+}
+
+struct pad_desc {
+    int mode, nd;
+    float value;
+    int64_t total;
+    int64_t yd[SI_TV_MAXD], xs[SI_TV_MAXD], crop[SI_TV_MAXD], lead[SI_TV_MAXD], len[SI_TV_MAXD];
+};
+
+__device__ __forceinline__ int64_t pad_src(int mode, int64_t s, int64_t len) {
+    if (s >= 0 && s < len) return s;
+    if (len <= 0 || mode == SI_PAD_CONSTANT) return -1;
+    if (mode == SI_PAD_EDGE) return s < 0 ? 0 : len - 1;
+    if (mode == SI_PAD_WRAP) return (s % len + len) % len;
+    if (len == 1) return 0;
+    int64_t period = 2 * (len - 1), r = (s % period + period) % period;
+    return r < len ? r : period - r;
+}
+
+template <typename T> __global__ void k_pad(pad_desc d, const T *__restrict__ x, T *y) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < d.total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t rem = i, off = 0;
+        bool fill = false;
+        for (int k = d.nd - 1; k >= 0; k--) {
+            int64_t s = pad_src(d.mode, rem % d.yd[k] - d.lead[k], d.len[k]);
+            rem /= d.yd[k];
+            if (s < 0) fill = true;
+            off += (d.crop[k] + s) * d.xs[k];
+        }
+        if (fill)
+            st(y, i, d.value);
+        else
+            y[i] = x[off];
+    }
+}
+
+cudaError_t si_k_pad(cudaStream_t s, int t, int mode, int ndim, const int64_t *x_dims,
+                     const void *x, const int64_t *pads, float value, const int64_t *y_dims,
+                     void *y) {
+    pad_desc d;
+    memset(&d, 0, sizeof d);
+    d.mode = mode;
+    d.nd = ndim;
+    d.value = value;
+    d.total = 1;
+    int64_t acc = 1;
+    for (int k = ndim - 1; k >= 0; k--) {
+        d.xs[k] = acc;
+        acc *= x_dims[k];
+    }
+    for (int k = 0; k < ndim; k++) {
+        int64_t b = pads[k], e = pads[ndim + k];
+        d.crop[k] = b < 0 ? -b : 0;
+        d.lead[k] = b > 0 ? b : 0;
+        d.len[k] = x_dims[k] - d.crop[k] - (e < 0 ? -e : 0);
+        if (d.len[k] < 0) d.len[k] = 0;
+        d.yd[k] = y_dims[k];
+        d.total *= y_dims[k];
+    }
+    if (d.total == 0) return cudaSuccess;
+    SI_DISPATCH(t, T, k_pad<T><<<blocks_for(d.total, 256), 256, 0, s>>>(d, (const T *)x, (T *)y));
+    return cudaGetLastError();
+}
+
+// Resize: src/cpu_kernels.c's resize_coord and resize_taps, in double as there.
+__device__ double resize_coord(int coord, int o, double scale, int in, int out) {
+    double xo = o, lr = scale * in;
+    switch (coord) {
+    case SI_COORD_ASYMMETRIC: return xo / scale;
+    case SI_COORD_ALIGN_CORNERS: return lr == 1.0 ? 0.0 : xo * (in - 1) / (lr - 1.0);
+    case SI_COORD_PYTORCH_HALF_PIXEL: return lr > 1.0 ? (xo + 0.5) / scale - 0.5 : 0.0;
+    case SI_COORD_TF_HALF_PIXEL_FOR_NN: return (xo + 0.5) / scale;
+    case SI_COORD_HALF_PIXEL_SYMMETRIC: {
+        double off = in / 2.0 * (1.0 - out / lr);
+        return off + (xo + 0.5) / scale - 0.5;
+    }
+    default: return (xo + 0.5) / scale - 0.5;
+    }
+}
+
+__device__ __forceinline__ int clamp_index(double v, int in) {
+    if (!(v >= 0.0)) return 0;
+    return v > in - 1 ? in - 1 : (int)v;
+}
+
+__device__ int resize_taps(const si_resize_params &p, int o, double scale, int in, int out,
+                           int *idx, float *w) {
+    double xo = resize_coord(p.coord, o, scale, in, out), f = floor(xo), t = xo - f;
+    if (p.mode == SI_RESIZE_NEAREST) {
+        double r;
+        switch (p.nearest) {
+        case SI_NEAREST_ROUND_PREFER_CEIL: r = t >= 0.5 ? f + 1.0 : f; break;
+        case SI_NEAREST_FLOOR: r = f; break;
+        case SI_NEAREST_CEIL: r = t > 0.0 ? f + 1.0 : f; break;
+        default: r = t > 0.5 ? f + 1.0 : f; break;
+        }
+        idx[0] = clamp_index(r, in);
+        w[0] = 1.f;
+        return 1;
+    }
+    if (p.mode == SI_RESIZE_LINEAR) {
+        idx[0] = clamp_index(f, in);
+        idx[1] = clamp_index(f + 1.0, in);
+        w[0] = (float)(1.0 - t);
+        w[1] = (float)t;
+        return 2;
+    }
+    double A = p.cubic_a, u = 1.0 - t, c[4], sum = 0.0;
+    c[0] = ((A * (t + 1) - 5 * A) * (t + 1) + 8 * A) * (t + 1) - 4 * A;
+    c[1] = ((A + 2) * t - (A + 3)) * t * t + 1;
+    c[2] = ((A + 2) * u - (A + 3)) * u * u + 1;
+    c[3] = ((A * (u + 1) - 5 * A) * (u + 1) + 8 * A) * (u + 1) - 4 * A;
+    for (int i = 0; i < 4; i++) {
+        double s = f - 1.0 + i;
+        if (p.exclude_outside && (s < 0.0 || s > in - 1)) c[i] = 0.0;
+        sum += c[i];
+        idx[i] = clamp_index(s, in);
+    }
+    if (p.exclude_outside && sum != 0.0)
+        for (int i = 0; i < 4; i++) c[i] /= sum;
+    for (int i = 0; i < 4; i++) w[i] = (float)c[i];
+    return 4;
+}
+
+template <typename T>
+__global__ void k_resize(si_resize_params p, int64_t nc, int ih, int iw, int oh, int ow, float sh,
+                         float sw, const T *__restrict__ x, T *__restrict__ y) {
+    int64_t total = nc * oh * ow;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int ox = (int)(i % ow), oy = (int)(i / ow % oh);
+        int64_t pl = i / ((int64_t)ow * oh);
+        int yi[4], xi[4];
+        float yw[4], xw[4];
+        int nt = resize_taps(p, oy, sh, ih, oh, yi, yw);
+        resize_taps(p, ox, sw, iw, ow, xi, xw);
+        const T *xp = x + pl * ih * iw;
+        float acc;
+        if (nt == 1) {
+            acc = ld(xp, (int64_t)yi[0] * iw + xi[0]);
+        } else if (nt == 2) {
+            const T *ra = xp + (int64_t)yi[0] * iw, *rb = xp + (int64_t)yi[1] * iw;
+            acc = yw[0] * (xw[0] * ld(ra, xi[0]) + xw[1] * ld(ra, xi[1])) +
+                  yw[1] * (xw[0] * ld(rb, xi[0]) + xw[1] * ld(rb, xi[1]));
+        } else {
+            acc = 0.f;
+            for (int k = 0; k < 4; k++) {
+                const T *row = xp + (int64_t)yi[k] * iw;
+                acc += yw[k] * (xw[0] * ld(row, xi[0]) + xw[1] * ld(row, xi[1]) +
+                                xw[2] * ld(row, xi[2]) + xw[3] * ld(row, xi[3]));
+            }
+        }
+        st(y, i, acc);
+    }
+}
+
+cudaError_t si_k_resize(cudaStream_t s, int t, const si_resize_params *p, int64_t nc, int ih,
+                        int iw, int oh, int ow, float scale_h, float scale_w, const void *x,
+                        void *y) {
+    int64_t total = nc * oh * ow;
+    if (total == 0 || ih <= 0 || iw <= 0) return cudaSuccess;
+    SI_DISPATCH(t, T,
+                k_resize<T><<<blocks_for(total, 256), 256, 0, s>>>(*p, nc, ih, iw, oh, ow, scale_h,
+                                                                   scale_w, (const T *)x, (T *)y));
+    return cudaGetLastError();
+}
+
+// --- pixels and fills -------------------------------------------------------------------------
+struct norm3 {
+    float scale[3], shift[3];
+};
+
+template <typename T>
+__global__ void k_normalize(const uint8_t *__restrict__ src, int64_t n, norm3 p,
+                            T *__restrict__ y) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int c = (int)(i % 3);
+        st(y, i, src[i] * p.scale[c] + p.shift[c]);
+    }
+}
+
+cudaError_t si_k_normalize_nhwc(cudaStream_t s, int t, const uint8_t *src, int64_t pixels,
+                                const float scale[3], const float shift[3], void *y) {
+    norm3 p;
+    for (int c = 0; c < 3; c++) {
+        p.scale[c] = scale[c];
+        p.shift[c] = shift[c];
+    }
+    int64_t n = pixels * 3;
+    if (n == 0) return cudaSuccess;
+    SI_DISPATCH(t, T, k_normalize<T><<<blocks_for(n, 256), 256, 0, s>>>(src, n, p, (T *)y));
+    return cudaGetLastError();
+}
+
+template <typename T> __global__ void k_fill(T *y, int64_t n, float v) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        st(y, i, v);
+}
+
+cudaError_t si_k_fill(cudaStream_t s, int t, void *y, int64_t n, float v) {
+    if (n == 0) return cudaSuccess;
+    SI_DISPATCH(t, T, k_fill<T><<<blocks_for(n, 256), 256, 0, s>>>((T *)y, n, v));
+    return cudaGetLastError();
+}
