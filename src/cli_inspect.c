@@ -195,11 +195,18 @@ int si_cli_bench(int argc, char **argv) {
                                          {"warmup", required_argument, 0, 'w'},
                                          {"backend", required_argument, 0, 'B'},
                                          {"profile", no_argument, 0, 'p'},
+                                         {"precision", required_argument, 0, 'P'},
+                                         {"compute-only", no_argument, 0, 'C'},
+                                         {"slots", required_argument, 0, 'S'},
+                                         {"workspace", required_argument, 0, 'W'},
+                                         {"no-graphs", no_argument, 0, 'G'},
+                                         {"verbose", no_argument, 0, 'v'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *model = NULL, *backend = "cpu";
+    const char *model = NULL, *backend = "cpu", *prec = NULL;
     int batch = 32, threads = 0, iters = 10, warmup = 2, c;
-    bool profile = false;
+    bool profile = false, compute_only = false;
+    si_engine_opts eo = {.slots = 1};
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":m:b:t:n:w:h", opts, NULL)) != -1) {
@@ -210,11 +217,31 @@ int si_cli_bench(int argc, char **argv) {
         case 'm': model = optarg; continue;
         case 'B': backend = optarg; continue;
         case 'p': profile = true; continue;
+        case 'P': prec = optarg; continue;
+        case 'C': compute_only = true; continue;
+        case 'G': eo.no_graphs = true; continue;
+        case 'v': eo.verbose = true; continue;
+        case 'S':
+            if (num_ok && v >= 1 && v <= 16) {
+                eo.slots = (int)v;
+                continue;
+            }
+            break;
+        case 'W':
+            if (num_ok && v >= 1) {
+                eo.workspace_bytes = (size_t)v << 20;
+                continue;
+            }
+            break;
         case 'h':
             printf("usage: shardinfer bench --model M.onnx [--batch 32] [--threads N] "
-                   "[--iters 10] [--warmup 2] [--backend cpu] [--profile]\n"
+                   "[--iters 10] [--warmup 2] [--backend cpu|cuda] [--precision fp32|fp16|bf16]\n"
+                   "                       [--compute-only] [--workspace MB] [--no-graphs] "
+                   "[--profile] [--verbose]\n"
                    "  times the engine alone on seeded random input and prints the median;\n"
-                   "  --profile adds the time per op type\n");
+                   "  with cuda each run uploads the inputs and downloads the outputs, unless\n"
+                   "  --compute-only (the model's CUDA Graph alone); --profile adds the time per\n"
+                   "  op type (on the GPU it launches op by op and waits after each)\n");
             return SI_EXIT_OK;
         case 'b':
             if (num_ok && v >= 1) {
@@ -252,11 +279,20 @@ int si_cli_bench(int argc, char **argv) {
     }
     if (threads) omp_set_num_threads(threads);
     threads = omp_get_max_threads();
+    if (prec && (eo.precision = si_precision_parse(prec)) < 0) {
+        fprintf(stderr, "shardinfer bench: --precision '%s': fp32, fp16 or bf16\n", prec);
+        return SI_EXIT_USAGE;
+    }
+    if (!prec && !strcmp(backend, "cuda")) eo.precision = SI_PREC_FP16;
+    if (compute_only && strcmp(backend, "cuda")) {
+        fprintf(stderr, "shardinfer bench: --compute-only is for --backend cuda\n");
+        return SI_EXIT_USAGE;
+    }
     double t0 = si_now();
     si_graph *g;
     si_engine *e = NULL;
     si_status st = si_graph_load(model, NULL, &g);
-    if (st == SI_OK) st = si_engine_create(g, backend, batch, &e);
+    if (st == SI_OK) st = si_engine_create_opts(g, backend, batch, &eo, &e);
     if (st != SI_OK) {
         si_log_error("%s", si_error_msg());
         return SI_EXIT_FAIL;
@@ -278,7 +314,7 @@ int si_cli_bench(int argc, char **argv) {
     double first = 0;
     for (int i = 0; i < warmup + iters && st == SI_OK; i++) {
         double t = si_now();
-        st = si_engine_run(e, batch);
+        st = compute_only && i > 0 ? e->be->run_compute(e) : si_engine_run(e, batch);
         double dt = (si_now() - t) * 1e3;
         if (i == 0) first = (si_now() - t0) * 1e3;
         if (i >= warmup) ms[i - warmup] = dt;
@@ -293,10 +329,16 @@ int si_cli_bench(int argc, char **argv) {
     }
     qsort(ms, (size_t)iters, sizeof *ms, cmp_double);
     double med = ms[iters / 2];
-    printf("bench: model=%s batch=%d threads=%d backend=%s median_ms=%.3f min_ms=%.3f "
-           "max_ms=%.3f images_per_s=%.1f first_result_ms=%.1f arena_mb=%.1f\n",
-           model, batch, threads, backend, med, ms[0], ms[iters - 1], batch * 1e3 / med, first,
-           (double)e->activation_bytes / 1e6);
+    printf("bench: model=%s batch=%d threads=%d backend=%s precision=%s%s median_ms=%.3f "
+           "min_ms=%.3f max_ms=%.3f images_per_s=%.1f first_result_ms=%.1f arena_mb=%.1f\n",
+           model, batch, threads, backend, si_precision_name(eo.precision),
+           compute_only ? " compute_only=1" : "", med, ms[0], ms[iters - 1], batch * 1e3 / med,
+           first, (double)e->activation_bytes / 1e6);
+    if (e->n_slots)
+        printf("bench: init_s=%.2f (plan, weights, algorithm search, graph capture, warm-up) "
+               "device_planned_mb=%.1f device_in_use_mb=%.1f\n",
+               e->mem.init_seconds, (double)e->mem.device_total / 1048576.0,
+               (double)e->mem.device_used_after_init / 1048576.0);
     if (e->node_seconds) { /* time per (fused) op type and conv kind, largest first */
         const si_graph *pg = e->g;
         int nn = pg->n_nodes;

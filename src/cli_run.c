@@ -29,6 +29,9 @@
 #include "pipeline.h"
 #include "progress.h"
 #include "signals.h"
+#ifdef SI_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 static const char run_usage[] =
     "usage: [mpirun -np R] shardinfer run --model M.onnx --input SET --output RESULT.h5\n"
@@ -70,7 +73,13 @@ static const char run_usage[] =
     "  --progress-interval S  seconds between progress lines (default 5)\n"
     "  --max-errors N|F%  fail the run (exit 5) when more than N images, or F percent of them,\n"
     "                     fail; the result is still written (default: no limit)\n"
-    "  --backend NAME     cpu (default)\n"
+    "  --backend NAME     cpu (default) or cuda: one GPU per rank, chosen by the node-local\n"
+    "                     rank (SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, or MPI's shared-memory\n"
+    "                     communicator) among the devices CUDA_VISIBLE_DEVICES leaves visible\n"
+    "  --precision P      fp16 (cuda default), bf16 or fp32 (the cpu runs fp32)\n"
+    "  --slots S          cuda: batches in flight, each with its stream and buffers (default 3)\n"
+    "  --workspace MB     cuda: cuDNN/cuBLASLt workspace per slot (default 256)\n"
+    "  --no-graphs        cuda: launch op by op instead of replaying the captured CUDA Graph\n"
     "  --overwrite        replace an existing RESULT.h5 (or an interrupted run's partial one)\n"
     "  --quiet | --verbose\n"
     "Exit codes: 0 done, 1 failed, 2 usage, 4 verification, 5 --max-errors, 6 interrupted by a\n"
@@ -90,6 +99,8 @@ typedef struct {
     double flush_interval, progress_interval, drain_timeout;
     si_progress_mode progress;
     int slow_rank, slow_ms; /* --test-slow-rank R:MS */
+    si_engine_opts eo;      /* --precision, --slots, --workspace, --no-graphs */
+    const char *precision;
 } run_args;
 
 static const char *usage_error(char *buf, size_t cap, const char *fmt, const char *arg) {
@@ -123,7 +134,11 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
         O_PROGINT,
         O_SLOW,
         O_WRITER,
-        O_DRAIN
+        O_DRAIN,
+        O_PRECISION,
+        O_SLOTS,
+        O_WORKSPACE,
+        O_NOGRAPHS
     };
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"input", required_argument, 0, 'i'},
@@ -163,6 +178,10 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
                                          {"test-slow-rank", required_argument, 0, O_SLOW},
                                          {"writer", required_argument, 0, O_WRITER},
                                          {"drain-timeout", required_argument, 0, O_DRAIN},
+                                         {"precision", required_argument, 0, O_PRECISION},
+                                         {"slots", required_argument, 0, O_SLOTS},
+                                         {"workspace", required_argument, 0, O_WORKSPACE},
+                                         {"no-graphs", no_argument, 0, O_NOGRAPHS},
                                          {0, 0, 0, 0}};
     long v;
     double d;
@@ -290,6 +309,22 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
             a->chunk = v;
             break;
         case O_RESUME: a->resume = true; break;
+        case O_PRECISION:
+            if (si_precision_parse(optarg) < 0)
+                return usage_error(buf, cap, "--precision '%s': fp16, bf16 or fp32", optarg);
+            a->precision = optarg;
+            break;
+        case O_SLOTS:
+            if (!si_cli_parse_int(optarg, 1, 16, &v))
+                return usage_error(buf, cap, "--slots '%s': expected an integer 1..16", optarg);
+            a->eo.slots = (int)v;
+            break;
+        case O_WORKSPACE:
+            if (!si_cli_parse_int(optarg, 1, 1 << 20, &v))
+                return usage_error(buf, cap, "--workspace '%s': expected MiB, 1..1048576", optarg);
+            a->eo.workspace_bytes = (size_t)v << 20;
+            break;
+        case O_NOGRAPHS: a->eo.no_graphs = true; break;
         case O_DRAIN:
             if (!parse_double(optarg, 0.1, 86400, &a->drain_timeout))
                 return usage_error(buf, cap, "--drain-timeout '%s': expected seconds > 0", optarg);
@@ -349,8 +384,25 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
                  a->pc.batch);
         return buf;
     }
+    bool cuda = !strcmp(a->backend, "cuda");
+#ifdef SI_HAVE_CUDA
+    if (strcmp(a->backend, "cpu") && !cuda)
+        return usage_error(buf, cap, "--backend '%s': available backends: cpu, cuda", a->backend);
+#else
     if (strcmp(a->backend, "cpu"))
-        return usage_error(buf, cap, "--backend '%s': available backends: cpu", a->backend);
+        return usage_error(buf, cap,
+                           "--backend '%s': this build has the cpu backend only (CUDA was not "
+                           "found when it was built)",
+                           a->backend);
+#endif
+    a->eo.precision = a->precision ? si_precision_parse(a->precision)
+                      : cuda       ? SI_PREC_FP16
+                                   : SI_PREC_FP32;
+    if (!cuda && a->eo.precision != SI_PREC_FP32)
+        return usage_error(buf, cap, "--precision %s: the cpu backend runs fp32 only",
+                           a->precision);
+    if (!cuda && (a->eo.slots || a->eo.workspace_bytes || a->eo.no_graphs))
+        return "--slots, --workspace and --no-graphs are for --backend cuda";
     return NULL;
 }
 
@@ -421,6 +473,7 @@ typedef struct {
     double *elapsed;
     si_rank_stats *final; /* rank 0: every rank's final statistics */
     bool stop_seen, flushed_on_signal;
+    int gpu; /* --backend cuda: this rank's device */
 } job;
 
 static uint64_t peak_rss_kb(void) {
@@ -581,6 +634,23 @@ static void print_summary(const si_mpi *m, const si_rank_stats *ranks, uint64_t 
                (double)s->peak_rss_kb / 1024.0);
     }
     printf("  slowest rank: %d (%.2f s)\n", slowest, ranks[slowest].t_total);
+    /* steady state: each rank's images after its first chunk, over the time after it */
+    double steady = 0, first = 0, init = 0;
+    for (int r = 0; r < m->size; r++) {
+        const si_rank_stats *s = &ranks[r];
+        double dt = s->t_total - s->t_first;
+        uint64_t after = s->chunks > 1 ? (s->images + s->failed) * (s->chunks - 1) / s->chunks : 0;
+        if (dt > 0 && after > 0) steady += (double)after / dt;
+        if (s->t_first > first) first = s->t_first;
+        if (s->t_init > init) init = s->t_init;
+    }
+    printf("  time to first result %.3f s after %.2f s of engine set-up; steady state %.1f "
+           "images/s (every rank after its first chunk)\n",
+           first, init, steady);
+    for (int r = 0; r < m->size; r++)
+        if (ranks[r].gpu >= 0)
+            printf("  rank %d: GPU %d, %.1f MiB of device memory in use at the end\n", r,
+                   ranks[r].gpu, (double)ranks[r].gpu_mem_kb / 1024.0);
     printf("  %s: %s\n", complete ? "results" : "partial results", output);
     fflush(stdout);
 }
@@ -653,9 +723,37 @@ int si_cli_run(int argc, char **argv) {
         if (st == SI_OK) st = si_sha256_file(a.model, sha);
     }
     if ((st = si_mpi_agree(&m, st)) != SI_OK) goto out;
-    st = si_engine_create(g, a.backend, a.pc.batch, &e);
+#ifdef SI_HAVE_CUDA
+    if (!strcmp(a.backend, "cuda")) { /* one GPU per rank, by node-local rank */
+        const char *lr = getenv("SLURM_LOCALID");
+        if (!lr) lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+        int local = lr ? atoi(lr) : m.local_rank;
+        char info[256] = "";
+        st = si_cuda_select_device(local, &J.gpu, info, sizeof info);
+        if (st == SI_OK)
+            si_log_info("rank %d (host %s, node-local rank %d): GPU %d, %s", m.rank, host, local,
+                        J.gpu, info);
+        if (st == SI_OK && local >= si_cuda_device_count() && m.rank == 0)
+            si_log_warn("more ranks on a node than visible GPUs (%d): ranks share GPUs",
+                        si_cuda_device_count());
+        if ((st = si_mpi_agree(&m, st)) != SI_OK) goto out;
+        memcpy(a.eo.mean, a.pc.mean, sizeof a.eo.mean);
+        memcpy(a.eo.std, a.pc.std, sizeof a.eo.std);
+        a.eo.pixels = true;
+    }
+#endif
+    st = si_engine_create_opts(g, a.backend, a.pc.batch, &a.eo, &e);
     g = NULL; /* owned by the engine now, or freed */
     if ((st = si_mpi_agree(&m, st)) != SI_OK) goto out;
+    if (e->n_slots && m.rank == 0)
+        si_log_info("cuda: %s, batch %d, %d slots: planned %.1f MiB of GPU memory per rank "
+                    "(weights %.1f, activations %.1f, workspace %.1f, staging %.1f); engine ready "
+                    "in %.2f s (algorithm search, graph capture, warm-up)",
+                    si_precision_name(a.eo.precision), a.pc.batch, e->n_slots,
+                    (double)e->mem.device_total / 1048576.0, (double)e->mem.weights / 1048576.0,
+                    (double)e->mem.activations / 1048576.0, (double)e->mem.workspace / 1048576.0,
+                    (double)(e->mem.input + e->mem.output + e->mem.scratch) / 1048576.0,
+                    e->mem.init_seconds);
 
     const si_post_plan *plan = &a.pc.plan;
     uint64_t n = si_source_count(set);
@@ -773,6 +871,14 @@ int si_cli_run(int argc, char **argv) {
     if (st != SI_OK) job_fail(&J, st, "the pipeline failed");
     si_log_debug("decode buffer: %s", mine.pinned ? "pinned (CUDA host memory)" : "pageable");
     mine.peak_rss_kb = peak_rss_kb();
+    mine.t_init = e->mem.init_seconds;
+    mine.gpu = e->n_slots ? J.gpu : -1;
+#ifdef SI_HAVE_CUDA
+    if (e->n_slots) {
+        size_t used = 0, total = 0;
+        if (si_cuda_mem_info(&used, &total) == SI_OK) mine.gpu_mem_kb = used / 1024;
+    }
+#endif
     if (m.rank != 0) {
         si_gather_finish(gather, &mine, sizeof mine);
     } else {

@@ -14,6 +14,7 @@
 #ifdef SI_HAVE_CUDA
 #include "cuda/cuda.h"
 #endif
+#include "trace.h"
 
 const char *const si_stage_names[SI_STAGES] = {"read", "decode", "compute",
                                                "post", "write",  "starved"};
@@ -108,6 +109,16 @@ typedef struct {
     bool chunk_start, chunk_end;
 } rslot;
 
+/* A batch in a GPU slot: what post needs once its results are back. */
+typedef struct {
+    int32_t *rowmap; /* [B] */
+    int rows;
+    uint64_t b0;
+    si_chunk *c;
+    bool last;
+} flight;
+#define MAX_SLOTS 16
+
 typedef struct {
     float *out[SI_MAX_OUTPUTS]; /* [B * out_numel[o]]: the packed rows' outputs */
     int32_t *rowmap;            /* [B]: row -> position in the batch */
@@ -193,8 +204,10 @@ static void *reader_main(void *arg) {
             sl->chunk_start = done == 0;
             sl->chunk_end = done + sl->n == len;
             for (uint32_t j = 0; j < sl->n; j++) sl->status[j] = SI_IMG_OK;
+            si_trace_push("read");
             double t = si_now();
             read_batch(R->set, sl->first, sl->n, &sl->buf, sl->off, sl->status, sl->msg, &one);
+            si_trace_pop();
             done += sl->n;
             lock(R);
             R->st.busy[SI_STAGE_READ] += si_now() - t;
@@ -226,6 +239,7 @@ static void *post_main(void *arg) {
         }
         pslot *sl = &R->ps[R->p_head];
         unlock(R);
+        si_trace_push("postprocess");
         double t = si_now();
         si_chunk *c = sl->c;
         const int rows = sl->rows;
@@ -254,6 +268,7 @@ static void *post_main(void *arg) {
             else if (c->detect && R->n_dets[r] > 0)
                 si_chunk_add_dets(c, j, R->dets + (size_t)r * p->max_dets, R->n_dets[r]);
         }
+        si_trace_pop();
         lock(R);
         R->st.busy[SI_STAGE_POST] += si_now() - t;
         if (sl->last) {
@@ -378,6 +393,44 @@ static si_status wait_for(run *R, ready_fn ready, int stage) {
     return st;
 }
 
+/* Hands a computed batch to the post thread (waiting for a free post slot): outs[o] holds
+ * rows * out_numel[o] floats. */
+static si_status to_post(run *R, const float *const *outs, const flight *f) {
+    const si_post_plan *p = &R->cfg->plan;
+    si_status st = wait_for(R, have_post, -1);
+    if (st != SI_OK) return st;
+    pslot *ps = &R->ps[(R->p_head + R->p_count) % POST_SLOTS]; /* free: only main adds */
+    for (int o = 0; o < p->n_outputs && f->rows > 0; o++)
+        memcpy(ps->out[o], outs[o], sizeof(float) * (size_t)f->rows * (size_t)p->out_numel[o]);
+    memcpy(ps->rowmap, f->rowmap, sizeof(int32_t) * (size_t)f->rows);
+    ps->rows = f->rows;
+    ps->b0 = f->b0;
+    ps->c = f->c;
+    ps->last = f->last;
+    lock(R);
+    R->p_count++;
+    signal_all(R);
+    unlock(R);
+    return SI_OK;
+}
+
+/* GPU: waits for the oldest batch in flight and hands it to post. */
+static si_status retire(run *R, si_engine *e, flight *fl, uint64_t *k_ret) {
+    int slot = (int)(*k_ret % (uint64_t)e->n_slots);
+    flight *f = &fl[slot];
+    const float *outs[SI_MAX_OUTPUTS] = {0};
+    si_status st = SI_OK;
+    if (f->rows > 0) {
+        double t = si_now();
+        st = si_engine_collect(e, slot, outs);
+        R->st.busy[SI_STAGE_COMPUTE] += si_now() - t;
+        if (st != SI_OK) return st;
+    }
+    if ((st = to_post(R, outs, f)) != SI_OK) return st;
+    (*k_ret)++;
+    return service(R);
+}
+
 si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source *set,
                           const si_pipeline_hooks *h, si_rank_stats *stats) {
     const int B = cfg->batch;
@@ -413,15 +466,26 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
 
     const size_t plane = (size_t)cfg->pre.crop_h * cfg->pre.crop_w;
     const int nthreads = omp_get_max_threads();
+    /* with a GPU backend, batch k decodes straight into slot k % S's pinned input and is in
+     * flight (upload, model, download) while the next ones decode */
+    const int S = e->n_slots;
+    SI_ASSERT(S <= MAX_SLOTS);
+    flight fl[MAX_SLOTS];
+    for (int k = 0; k < S; k++) fl[k].rowmap = si_xmalloc(sizeof(int32_t) * (size_t)B);
+    uint64_t k_ret = 0; /* batches retired from the slots */
     /* (B, H, W, 3) uint8 crops: the staging buffer the GPU path uploads as it is, pinned when a
      * CUDA device is there */
     size_t pixels_bytes = plane * 3 * (size_t)B;
     uint8_t *pixels = NULL;
+    bool pixels_pinned = false;
 #ifdef SI_HAVE_CUDA
-    pixels = si_cuda_host_alloc(pixels_bytes);
-    R->st.pinned = pixels != NULL;
+    if (S == 0) {
+        pixels = si_cuda_host_alloc(pixels_bytes);
+        pixels_pinned = pixels != NULL;
+    }
 #endif
-    if (!pixels) pixels = si_xmalloc(pixels_bytes);
+    R->st.pinned = pixels_pinned || S > 0; /* a GPU backend's slots are pinned */
+    if (!pixels && S == 0) pixels = si_xmalloc(pixels_bytes);
     int32_t *rowmap = si_xmalloc(sizeof(int32_t) * (size_t)B);
     si_decoder **dec = si_xcalloc((size_t)nthreads, sizeof *dec);
     for (int t = 0; t < nthreads; t++)
@@ -441,7 +505,8 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
 
     si_status st = SI_OK;
     si_chunk *cur = NULL;
-    for (uint64_t k = 0;; k++) {
+    uint64_t k = 0; /* batches started */
+    for (;; k++) {
         if ((st = wait_for(R, have_read, SI_STAGE_STARVED)) != SI_OK) break;
         lock(R);
         bool end = R->r_filled == 0;
@@ -449,6 +514,10 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
         if (end) break;
         rslot *sl = &R->rs[k % READ_SLOTS];
         if (sl->chunk_start) {
+            /* batches in flight hold chunks: finish them before waiting for one */
+            while (S > 0 && k_ret < k && !have_chunk(R))
+                if ((st = retire(R, e, fl, &k_ret)) != SI_OK) break;
+            if (st != SI_OK) break;
             if ((st = wait_for(R, have_chunk, -1)) != SI_OK) break;
             lock(R);
             cur = R->free_c[--R->n_free];
@@ -469,6 +538,14 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
             if (status[j] != SI_IMG_OK) memcpy(msgs[j], sl->msg[j], SI_MSG_LEN);
         }
 
+        uint8_t *px_out = pixels;
+        if (S > 0) { /* the slot must be free: its previous batch done */
+            while (k - k_ret >= (uint64_t)S)
+                if ((st = retire(R, e, fl, &k_ret)) != SI_OK) break;
+            if (st != SI_OK) break;
+            px_out = si_engine_pixels(e, (int)(k % (uint64_t)S));
+        }
+        si_trace_push("decode");
         double t = si_now();
         if (pixels_in) { /* pre-decoded images: resize and crop only */
 #pragma omp parallel for schedule(dynamic, 1)
@@ -482,7 +559,7 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
                         rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = px[i];
                 }
                 if (si_decoder_resize_crop(dec[omp_get_thread_num()], rgb, pw, ph, &cfg->pre,
-                                           pixels + plane * 3 * j) != SI_OK) {
+                                           px_out + plane * 3 * j) != SI_OK) {
                     status[j] = SI_IMG_UNSUPPORTED;
                     snprintf(msgs[j], SI_MSG_LEN, "%s", si_error_msg());
                 }
@@ -494,7 +571,7 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
                 msgs[j][0] = 0;
                 status[j] = (int32_t)si_decode_crop(dec[omp_get_thread_num()], buf.data + off[j],
                                                     off[j + 1] - off[j], &cfg->pre,
-                                                    pixels + plane * 3 * j, msgs[j], SI_MSG_LEN);
+                                                    px_out + plane * 3 * j, msgs[j], SI_MSG_LEN);
             }
         int rows = 0;
         for (uint32_t j = 0; j < n; j++) {
@@ -508,45 +585,75 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
                 free(id);
             }
         }
-        float *x = si_engine_input(e, 0);
+        if (S > 0) { /* pack the good rows to the front of the slot's input, as decoded */
+            for (int r = 0; r < rows; r++)
+                if (rowmap[r] != r)
+                    memcpy(px_out + plane * 3 * (size_t)r, px_out + plane * 3 * (size_t)rowmap[r],
+                           plane * 3);
+        } else {
+            float *x = si_engine_input(e, 0);
 #pragma omp parallel for schedule(static)
-        for (int r = 0; r < rows; r++)
-            si_normalize_chw(pixels + plane * 3 * (size_t)rowmap[r], cfg->pre.crop_h,
-                             cfg->pre.crop_w, cfg->mean, cfg->std, x + plane * 3 * (size_t)r);
+            for (int r = 0; r < rows; r++)
+                si_normalize_chw(pixels + plane * 3 * (size_t)rowmap[r], cfg->pre.crop_h,
+                                 cfg->pre.crop_w, cfg->mean, cfg->std, x + plane * 3 * (size_t)r);
+        }
         R->st.busy[SI_STAGE_DECODE] += si_now() - t;
+        si_trace_pop();
         lock(R); /* the read slot goes back to the reader */
         R->r_filled--;
         signal_all(R);
         unlock(R);
 
+        if (S > 0) {
+            flight *f = &fl[k % (uint64_t)S];
+            f->rows = rows;
+            f->b0 = b0;
+            f->c = cur;
+            f->last = chunk_end;
+            memcpy(f->rowmap, rowmap, sizeof(int32_t) * (size_t)rows);
+            if (rows > 0) {
+                t = si_now();
+                st = si_engine_submit(e, (int)(k % (uint64_t)S), rows);
+                R->st.busy[SI_STAGE_COMPUTE] += si_now() - t;
+                if (st != SI_OK) break;
+            }
+            if (cfg->slow_ms > 0) {
+                struct timespec ts = {cfg->slow_ms / 1000, (long)(cfg->slow_ms % 1000) * 1000000L};
+                nanosleep(&ts, NULL);
+            }
+            if ((st = service(R)) != SI_OK) break;
+            continue;
+        }
         if (rows > 0) {
+            si_trace_push("compute");
             t = si_now();
-            if ((st = si_engine_run(e, rows)) != SI_OK) break;
+            st = si_engine_run(e, rows);
             R->st.busy[SI_STAGE_COMPUTE] += si_now() - t;
+            si_trace_pop();
+            if (st != SI_OK) break;
         }
         if (cfg->slow_ms > 0) {
             struct timespec ts = {cfg->slow_ms / 1000, (long)(cfg->slow_ms % 1000) * 1000000L};
             nanosleep(&ts, NULL);
         }
-        if ((st = wait_for(R, have_post, -1)) != SI_OK) break;
-        pslot *ps = &R->ps[(R->p_head + R->p_count) % POST_SLOTS]; /* free: only main adds */
+        const float *outs[SI_MAX_OUTPUTS] = {0};
         for (int o = 0; o < p->n_outputs && rows > 0; o++) {
             si_shape sh;
-            const float *y = si_engine_output(e, o, &sh);
+            outs[o] = si_engine_output(e, o, &sh);
             SI_ASSERT(sh.ndim >= 1 && sh.dims[0] == rows);
-            memcpy(ps->out[o], y, sizeof(float) * (size_t)rows * (size_t)p->out_numel[o]);
         }
-        memcpy(ps->rowmap, rowmap, sizeof(int32_t) * (size_t)rows);
-        ps->rows = rows;
-        ps->b0 = b0;
-        ps->c = cur;
-        ps->last = chunk_end;
-        lock(R);
-        R->p_count++;
-        signal_all(R);
-        unlock(R);
+        flight f = {rowmap, rows, b0, cur, chunk_end};
+        if ((st = to_post(R, outs, &f)) != SI_OK) break;
         if ((st = service(R)) != SI_OK) break;
     }
+    /* the batches still in the GPU's slots, oldest first */
+    while (st == SI_OK && S > 0 && k_ret < k) st = retire(R, e, fl, &k_ret);
+    if (S > 0 && st != SI_OK) /* nothing may still write into the slots' buffers */
+        for (int q = 0; q < S; q++) {
+            const float *outs[SI_MAX_OUTPUTS];
+            if (k_ret + (uint64_t)q < k && fl[(k_ret + (uint64_t)q) % (uint64_t)S].rows > 0)
+                (void)si_engine_collect(e, (int)((k_ret + (uint64_t)q) % (uint64_t)S), outs);
+        }
     lock(R);
     R->post_closed = true;
     if (st != SI_OK) R->abort = true;
@@ -561,29 +668,30 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
     pthread_join(post, NULL);
     snapshot(R, stats);
 
-    for (int k = 0; k < READ_SLOTS; k++) {
-        si_bytes_free(&R->rs[k].buf);
-        free(R->rs[k].off);
-        free(R->rs[k].status);
-        free(R->rs[k].msg);
+    for (int q = 0; q < READ_SLOTS; q++) {
+        si_bytes_free(&R->rs[q].buf);
+        free(R->rs[q].off);
+        free(R->rs[q].status);
+        free(R->rs[q].msg);
     }
-    for (int k = 0; k < POST_SLOTS; k++) {
-        for (int o = 0; o < p->n_outputs; o++) free(R->ps[k].out[o]);
-        free(R->ps[k].rowmap);
+    for (int q = 0; q < POST_SLOTS; q++) {
+        for (int o = 0; o < p->n_outputs; o++) free(R->ps[q].out[o]);
+        free(R->ps[q].rowmap);
     }
-    for (int k = 0; k < CHUNK_SLOTS; k++) si_chunk_free(&R->chunks[k]);
+    for (int q = 0; q < CHUNK_SLOTS; q++) si_chunk_free(&R->chunks[q]);
     pthread_cond_destroy(&R->cv);
     pthread_mutex_destroy(&R->mu);
     for (int t = 0; t < nthreads; t++) si_decoder_destroy(dec[t]);
     free(dec);
 #ifdef SI_HAVE_CUDA
-    if (R->st.pinned)
+    if (pixels_pinned)
         si_cuda_host_free(pixels);
     else
 #endif
         free(pixels);
     free(gray_rgb);
     free(rowmap);
+    for (int q = 0; q < S; q++) free(fl[q].rowmap);
     free(empty);
     free(R->scratch);
     free(R->dets);

@@ -44,6 +44,9 @@ typedef struct {
     uint64_t images, failed, chunks, bytes_read;
     uint64_t peak_rss_kb; /* filled by the caller */
     bool pinned;          /* the decode buffer is page-locked (a CUDA device is present) */
+    double t_init;        /* the engine's set-up before the pipeline started (GPU: warm-up) */
+    int gpu;              /* the rank's GPU, -1 on the CPU */
+    uint64_t gpu_mem_kb;  /* device memory in use at the end (cudaMemGetInfo) */
 } si_rank_stats;
 
 typedef struct {
