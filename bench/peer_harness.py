@@ -7,7 +7,7 @@ their top-1 classes agree on the images both scored.
 
   bench/peer_harness.py --set SET.h5 --arch resnet50 --ranks G [--batch 256] [--workers W]
       [--shardinfer build/shardinfer] [--torch-python .venv-torch/bin/python] [--exact]
-      [--work DIR] [--device auto|cuda|cpu] [--threads T]
+      [--work DIR] [--device auto|cuda|cpu] [--threads T] [--si-args '--backend cuda']
 
 --exact gives shardinfer --exact-preprocess (full-size decode, bit-exact with torchvision on
 Pillow), so that the comparison of classes is exact too; without it shardinfer decodes large
@@ -53,6 +53,8 @@ def main():
     ap.add_argument("--torch-python", default=sys.executable)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--exact", action="store_true")
+    ap.add_argument("--si-args", default="",
+                    help="more shardinfer run options, e.g. '--backend cuda --precision fp16'")
     ap.add_argument("--work", default="/tmp/peer_harness")
     ap.add_argument("--min-agreement", type=float, default=None,
                     help="exit 1 when top-1 agreement (percent) or equal statuses fall below it")
@@ -86,6 +88,7 @@ def main():
         cmd.append("--exact-preprocess")
     if a.threads:
         cmd += ["--threads", str(a.threads)]
+    cmd += a.si_args.split()
     p, s_wall = run(cmd, env)
     print(next(l for l in p.stdout.splitlines() if l.startswith("shardinfer:")))
 

@@ -12,11 +12,22 @@
 #include <sys/stat.h>
 
 #include "src/engine.h"
+#ifdef SI_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 static double rel_tol = 1e-3, abs_tol = 1e-7, max_rel = -1;
+/* --backend/--precision: what runs the cases; --vs-cpu TOL: also run them on the CPU backend and
+ * hold max|out - cpu| / max|cpu| to TOL (GPU parity); --no-ref: skip the .pb references */
+static const char *backend = "cpu";
+static int precision = SI_PREC_FP32;
+static double vs_cpu = -1;
+static bool no_ref;
+static double worst_parity;
+static char worst_parity_case[256];
 static const char *prefix = ""; /* directory mode: only cases whose names start with it */
-static char **expected;
-static int n_expected;
+static char **expected, **skipped;
+static int n_expected, n_skipped;
 static int passed, failed, unsupported_ok;
 
 static bool is_dir(const char *p) {
@@ -48,6 +59,53 @@ static int load_set(const char *dir, const char *kind, si_tensor *t, int cap) {
 static const char *base(const char *p) {
     const char *s = strrchr(p, '/');
     return s ? s + 1 : p;
+}
+
+/* The same case on the CPU backend: max|e's output - cpu| / max|cpu| per output, against vs_cpu.
+ * Returns 0 when every output is within it. */
+static int parity(const si_model_proto *m, const si_graph_opts *opts, si_tensor **data_in,
+                  int ndata, int batch, si_engine *e, const char *name) {
+    si_graph *g;
+    si_engine *c = NULL;
+    if (si_graph_build(m, opts, &g) != SI_OK || si_engine_create(g, "cpu", batch, &c) != SI_OK) {
+        printf("FAIL %s: the CPU twin: %s\n", name, si_error_msg());
+        return 1;
+    }
+    int rc = 0;
+    for (int i = 0; i < ndata; i++)
+        memcpy(si_engine_input(c, i), data_in[i]->data, sizeof(float) * (size_t)data_in[i]->numel);
+    if (si_engine_run(c, batch) != SI_OK) {
+        printf("FAIL %s: the CPU twin: %s\n", name, si_error_msg());
+        si_engine_free(c);
+        return 1;
+    }
+    for (int o = 0; o < e->g->n_outputs; o++) {
+        si_shape sa, sb;
+        const float *a = si_engine_output(e, o, &sa), *b = si_engine_output(c, o, &sb);
+        if (si_engine_output_dtype(e, o) != SI_DT_FLOAT) continue; /* shapes: computed on host */
+        int64_t n = si_shape_numel(&sb);
+        double md = 0, mr = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double d = a[i] == b[i] ? 0 : fabs((double)a[i] - b[i]); /* infinities agree too */
+            if (isnan(b[i]) || isnan(a[i])) d = isnan(a[i]) && isnan(b[i]) ? 0 : INFINITY;
+            if (!(d <= md)) md = d;
+            if (isfinite(b[i]) && fabs(b[i]) > mr) mr = fabs(b[i]);
+        }
+        double rel = mr > 0 ? md / mr : md;
+        printf("  parity %s output %d: max|%s - cpu| / max|cpu| = %.3g (bound %.1g)\n", name, o,
+               backend, rel, vs_cpu);
+        if (!(rel <= worst_parity)) {
+            worst_parity = rel;
+            snprintf(worst_parity_case, sizeof worst_parity_case, "%s", name);
+        }
+        if (!(rel <= vs_cpu)) {
+            printf("FAIL %s: output %d differs from the CPU backend: %.3g > %.1g\n", name, o, rel,
+                   vs_cpu);
+            rc = 1;
+        }
+    }
+    si_engine_free(c);
+    return rc;
 }
 
 /* Returns 0 pass, 1 fail, 2 unsupported. */
@@ -116,7 +174,8 @@ static int run_set(si_model_proto *m, const char *setdir, const char *name) {
         si_graph_free(g);
         goto done;
     }
-    if ((st = si_engine_create(g, "cpu", batch, &e)) != SI_OK) {
+    si_engine_opts eo = {.precision = precision, .slots = 1};
+    if ((st = si_engine_create_opts(g, backend, batch, &eo, &e)) != SI_OK) {
         printf("%s %s: %s\n",
                st == SI_ERR_UNSUPPORTED && expect_unsupported(name) ? "UNSUPPORTED (expected)"
                                                                     : "FAIL",
@@ -137,6 +196,12 @@ static int run_set(si_model_proto *m, const char *setdir, const char *name) {
     }
     if ((st = si_engine_run(e, batch)) != SI_OK) {
         printf("FAIL %s: %s\n", name, si_error_msg());
+        goto done;
+    }
+    if (vs_cpu >= 0 && parity(m, &opts, data_in, ndata, batch, e, name) != 0) goto done;
+    if (no_ref) {
+        rc = 0;
+        printf("PASS %s\n", name);
         goto done;
     }
     if (nref != e->g->n_outputs) {
@@ -217,6 +282,12 @@ static void run_case(const char *dir) {
     char p[4096];
     snprintf(p, sizeof p, "%s/model.onnx", dir);
     const char *name = base(dir);
+    for (int i = 0; i < n_skipped; i++)
+        if (!strcmp(skipped[i], name)) {
+            printf("SKIP %s (listed in --skip)\n", name);
+            unsupported_ok++;
+            return;
+        }
     si_model_proto *m;
     if (si_model_proto_load(p, &m) != SI_OK) {
         printf("FAIL %s: %s\n", name, si_error_msg());
@@ -289,7 +360,13 @@ static void run_path(const char *path) {
     free(names);
 }
 
+static void load_list(const char *file, char ***list, int *n);
 static void load_expected(const char *file) {
+    load_list(file, &expected, &n_expected);
+}
+
+/* Reads case names, one per line (the rest of a line is the reason; # comments). */
+static void load_list(const char *file, char ***list, int *n) {
     FILE *f = fopen(file, "r");
     if (!f) {
         fprintf(stderr, "cannot open %s\n", file);
@@ -301,8 +378,8 @@ static void load_expected(const char *file) {
         while (*s == ' ') s++;
         if (*s == '#' || *s == '\n' || !*s) continue;
         s[strcspn(s, " \t\n")] = 0; /* the case name; the rest of the line is the reason */
-        expected = si_xrealloc(expected, sizeof *expected * (size_t)(n_expected + 1));
-        expected[n_expected++] = si_xstrdup(s);
+        *list = si_xrealloc(*list, sizeof **list * (size_t)(*n + 1));
+        (*list)[(*n)++] = si_xstrdup(s);
     }
     fclose(f);
 }
@@ -310,6 +387,10 @@ static void load_expected(const char *file) {
 int main(int argc, char **argv) {
     int first = 1;
     for (; first < argc && !strncmp(argv[first], "--", 2); first++) {
+        if (!strcmp(argv[first], "--no-ref")) {
+            no_ref = true;
+            continue;
+        }
         if (first + 1 >= argc) break;
         if (!strcmp(argv[first], "--rtol"))
             rel_tol = atof(argv[++first]);
@@ -321,6 +402,15 @@ int main(int argc, char **argv) {
             prefix = argv[++first];
         else if (!strcmp(argv[first], "--expect-unsupported"))
             load_expected(argv[++first]);
+        else if (!strcmp(argv[first], "--skip"))
+            load_list(argv[++first], &skipped, &n_skipped);
+        else if (!strcmp(argv[first], "--backend"))
+            backend = argv[++first];
+        else if (!strcmp(argv[first], "--precision"))
+            precision = si_precision_parse(argv[++first]);
+        else if (!strcmp(argv[first], "--vs-cpu"))
+            vs_cpu = atof(argv[++first]);
+
         else {
             fprintf(stderr, "unknown option %s\n", argv[first]);
             return 2;
@@ -328,12 +418,23 @@ int main(int argc, char **argv) {
     }
     if (first >= argc) {
         fprintf(stderr, "usage: run_onnx_cases [--rtol R] [--atol A] [--max-rel R] "
-                        "[--prefix P] [--expect-unsupported FILE] DIR...\n");
+                        "[--prefix P] [--expect-unsupported FILE] [--backend B] "
+                        "[--precision P] [--vs-cpu TOL] [--no-ref] [--skip FILE] DIR...\n");
         return 2;
     }
+#ifdef SI_HAVE_CUDA
+    if (!strcmp(backend, "cuda") && si_cuda_device_count() == 0) {
+        printf("no CUDA device: skipped\n");
+        return 77;
+    }
+#endif
     for (int i = first; i < argc; i++) run_path(argv[i]);
+    if (vs_cpu >= 0)
+        printf("largest %s vs cpu error: %.3g (%s)\n", backend, worst_parity, worst_parity_case);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, unsupported_ok);
     for (int i = 0; i < n_expected; i++) free(expected[i]);
     free(expected);
+    for (int i = 0; i < n_skipped; i++) free(skipped[i]);
+    free(skipped);
     return failed || passed == 0 ? 1 : 0;
 }

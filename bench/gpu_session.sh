@@ -1,0 +1,99 @@
+#!/bin/bash
+# The CUDA backend's checks and benchmarks on the GPU machine, in one command (issue 5):
+#   . .devrt/env.sh && bench/gpu_session.sh BIN_DIR CASES_DIR SET150.h5 OUT_DIR [N_IMAGES]
+# BIN_DIR holds shardinfer, run_onnx_cases and test_gpu_engine built here; CASES_DIR the ONNX
+# node tests and onnxruntime cases (build/testdata/cases); SET150.h5 the 150 photos of
+# datasets/make_bench_set.py packed by `shardinfer pack`. Logs go to OUT_DIR; a table is last.
+set -u
+BIN=$(realpath "$1"); CASES=$(realpath "$2"); SET150=$(realpath "$3"); OUT=$4; N=${5:-20000}
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$OUT"; M=/tmp/si_models; W=/tmp/si_work; mkdir -p $M $W
+PY=python3
+step() { echo "== $1: $(date +%T)"; }
+row() { printf '%-60s %s\n' "$1" "$2" | tee -a "$OUT/table.txt"; }
+: > "$OUT/table.txt"
+SAN=""; command -v compute-sanitizer >/dev/null && SAN="compute-sanitizer --tool memcheck --error-exitcode 9"
+
+step "op parity and ONNX node tests on the GPU"
+timeout 200 $BIN/run_onnx_cases --backend cuda --precision fp32 --prefix test_ \
+  --expect-unsupported $HERE/tests/onnx_node_unsupported.txt $CASES > $OUT/gpu_onnx_node_tests.log 2>&1
+row "gpu_onnx_node_tests (fp32, ONNX refs)" "rc=$? $(tail -1 $OUT/gpu_onnx_node_tests.log)"
+timeout 200 $BIN/run_onnx_cases --backend cuda --precision fp32 --vs-cpu 1e-5 --no-ref \
+  --expect-unsupported $HERE/tests/onnx_node_unsupported.txt $CASES > $OUT/gpu_parity_fp32.log 2>&1
+row "gpu_parity_fp32 (vs cpu, 1e-5)" "rc=$? $(tail -2 $OUT/gpu_parity_fp32.log | tr '\n' ' ')"
+timeout 200 $BIN/run_onnx_cases --backend cuda --precision fp16 --vs-cpu 2e-2 --no-ref \
+  --expect-unsupported $HERE/tests/onnx_node_unsupported.txt \
+  --skip $HERE/tests/onnx_gpu_fp16_skip.txt $CASES > $OUT/gpu_parity_fp16.log 2>&1
+row "gpu_parity_fp16 (vs cpu, 2e-2)" "rc=$? $(tail -2 $OUT/gpu_parity_fp16.log | tr '\n' ' ')"
+
+step "whole models"
+timeout 200 $PY $HERE/tests/export_models.py --output-dir $M \
+  --models resnet50,mobilenet_v2,efficientnet_b0 > $OUT/export.log 2>&1 || row export "failed"
+timeout 200 $BIN/run_onnx_cases --backend cuda --precision fp32 --max-rel 1e-4 --vs-cpu 1e-4 $M \
+  > $OUT/gpu_models_fp32.log 2>&1
+row "gpu_models_fp32 (vs onnxruntime and cpu, 1e-4)" "rc=$? $(tail -2 $OUT/gpu_models_fp32.log | tr '\n' ' ')"
+timeout 200 $BIN/run_onnx_cases --backend cuda --precision fp16 --no-ref --vs-cpu 1e-2 $M \
+  > $OUT/gpu_models_fp16.log 2>&1
+row "gpu_models_fp16 (vs cpu, 1e-2)" "rc=$? $(tail -2 $OUT/gpu_models_fp16.log | tr '\n' ' ')"
+timeout 300 $BIN/test_gpu_engine $M/mobilenet_v2/model.onnx > $OUT/test_gpu_engine.log 2>&1
+row "test_gpu_engine" "rc=$? $(tail -1 $OUT/test_gpu_engine.log)"
+if [ -n "$SAN" ]; then
+  SI_TEST_UNDER_SANITIZER=1 timeout 300 $SAN $BIN/test_gpu_engine $M/mobilenet_v2/model.onnx \
+    > $OUT/test_gpu_engine_memcheck.log 2>&1
+  row "test_gpu_engine under compute-sanitizer memcheck" "rc=$? $(grep 'ERROR SUMMARY' $OUT/test_gpu_engine_memcheck.log)"
+  SI_TEST_UNDER_SANITIZER=1 timeout 300 $SAN $BIN/run_onnx_cases --backend cuda --precision fp32 \
+    --prefix si_ --atol 1e-5 $CASES > $OUT/ort_cases_memcheck.log 2>&1
+  row "onnxruntime op cases (cuda) under memcheck" "rc=$? $(grep 'ERROR SUMMARY' $OUT/ort_cases_memcheck.log)"
+fi
+
+step "compute only, batch 256: shardinfer vs PyTorch"
+for m in resnet50 mobilenet_v2 efficientnet_b0; do
+  timeout 100 $BIN/shardinfer bench --model $M/$m/model.onnx --backend cuda --batch 256 \
+    --compute-only --iters 30 >> $OUT/bench_compute.log 2>&1
+done
+timeout 200 $PY $HERE/bench/torch_compute.py > $OUT/torch_compute.log 2>&1
+for m in resnet50 mobilenet_v2 efficientnet_b0; do
+  s=$(grep "model=$M/$m/" $OUT/bench_compute.log | grep -o 'images_per_s=[0-9.]*' | cut -d= -f2)
+  t=$(grep "model=$m " $OUT/torch_compute.log | grep -o 'images_per_s=[0-9.]*' | cut -d= -f2)
+  row "compute $m b256 fp16: shardinfer / torch img/s" "$s / $t = $($PY -c "print(f'{${s:-0}/${t:-1}:.2f}x')")"
+done
+for m in mobilenet_v2 efficientnet_b0; do
+  timeout 100 $BIN/shardinfer bench --model $M/$m/model.onnx --backend cuda --batch 256 \
+    --iters 5 --profile > $OUT/profile_$m.log 2>&1
+done
+
+step "end to end: JPEGs in HDF5 -> scores in HDF5, resnet50, vs the PyTorch pipeline"
+$PY $HERE/bench/repeat_set.py $SET150 $W/set.h5 --count $N > $OUT/set.log 2>&1
+timeout 400 $PY $HERE/bench/peer_harness.py --set $W/set.h5 --arch resnet50 --ranks 1 --batch 256 \
+  --torch-python "$(command -v python3)" --shardinfer $BIN/shardinfer --device cuda \
+  --work $W/peer --si-args "--backend cuda --precision fp16" > $OUT/peer_e2e.log 2>&1
+row "e2e resnet50 1 GPU (peer_harness)" "rc=$? $(grep 'shardinfer / PyTorch' $OUT/peer_e2e.log)"
+ONNX=$W/peer/resnet50.onnx
+timeout 100 $BIN/shardinfer bench decode $SET150 --threads 16 > $OUT/decode_alone.log 2>&1
+row "decode alone, 16 threads" "$(grep -o 'threads=16 images_per_s=[0-9.]*' $OUT/decode_alone.log)"
+timeout 100 $BIN/shardinfer bench --model $ONNX --backend cuda --batch 256 --iters 20 > $OUT/gpu_alone.log 2>&1
+row "GPU alone with copies (bench, no --compute-only)" "$(grep -o 'images_per_s=[0-9.]*' $OUT/gpu_alone.log)"
+for np in 1 2; do
+  timeout 200 mpirun -np $np --bind-to none $BIN/shardinfer run --model $ONNX --input $W/set.h5 \
+    --output $W/np$np.h5 --overwrite --backend cuda --batch 256 --progress none > $OUT/run_np$np.log 2>&1
+  row "run --backend cuda -np $np (one GPU)" "rc=$? $(grep '^shardinfer:' $OUT/run_np$np.log | cut -c1-150)"
+done
+$PY - $W/np1.h5 $W/np2.h5 $W/peer/shardinfer.h5 <<'PYEOF' >> $OUT/table.txt 2>&1
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+sa, sb = a["status"][:], b["status"][:]
+ca, cb = a["topk_class"][:], b["topk_class"][:]
+pa, pb = a["topk_prob"][:], b["topk_prob"][:]
+print(f"np1 vs np2: statuses equal {np.mean(sa == sb) * 100:.2f}%, top-5 classes equal "
+      f"{np.mean(np.all(ca == cb, axis=1)) * 100:.2f}%, max |score diff| {np.abs(pa - pb).max():.3g}")
+PYEOF
+timeout 200 $BIN/shardinfer run --model $ONNX --input $W/set.h5 --output $W/fp32.h5 --overwrite \
+  --backend cuda --precision fp32 --batch 256 --progress none > $OUT/run_fp32.log 2>&1
+$PY - $W/fp32.h5 $W/np1.h5 <<'PYEOF' >> $OUT/table.txt 2>&1
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+ok = (a["status"][:] == 0) & (b["status"][:] == 0)
+print(f"fp16 vs fp32 (GPU) on {ok.sum()} photos: top-1 agreement "
+      f"{np.mean(a['topk_class'][:, 0][ok] == b['topk_class'][:, 0][ok]) * 100:.2f}%")
+PYEOF
+echo "== done: $(date +%T)"; cat $OUT/table.txt

@@ -1,0 +1,133 @@
+/* The CUDA backend's slot ring against the CPU backend, on a real model: seeded random pixels,
+ * full and short batches, two batches in flight; FP32 within 1e-4 of the CPU (max|diff| over
+ * max|cpu|), FP16 within 1e-2 relative L2 and the same top-1 on at least 99% of rows. Then the
+ * steady state: 30 more batches through the ring may make no cudaMalloc, cudaFree or
+ * cudaHostAlloc (the backend counts its own) and may not change the device's free memory
+ * (which would show any library allocating behind our back). Usage: test_gpu_engine MODEL.onnx */
+#include <string.h>
+
+#include "cuda/cuda.h"
+#include "io/jpeg.h"
+#include "src/engine.h"
+#include "test_util.h"
+
+#define B 8
+
+static void fill(uint8_t *px, size_t n, unsigned *seed) {
+    for (size_t i = 0; i < n; i++) px[i] = (uint8_t)(test_rand(seed) >> 9);
+}
+
+static void check_precision(const char *model, int prec) {
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    si_graph *g1, *g2;
+    si_engine *gpu = NULL, *cpu = NULL;
+    CHECK_MSG(si_graph_load(model, NULL, &g1) == SI_OK, "%s", si_error_msg());
+    CHECK_MSG(si_graph_load(model, NULL, &g2) == SI_OK, "%s", si_error_msg());
+    si_engine_opts o = {.precision = prec, .slots = 2, .pixels = true};
+    memcpy(o.mean, mean, sizeof mean);
+    memcpy(o.std, std, sizeof std);
+    if (si_engine_create_opts(g1, "cuda", B, &o, &gpu) != SI_OK ||
+        si_engine_create(g2, "cpu", B, &cpu) != SI_OK) {
+        CHECK_MSG(0, "engine: %s", si_error_msg());
+        si_engine_free(gpu);
+        si_engine_free(cpu);
+        return;
+    }
+    si_shape in = gpu->g->values[gpu->g->inputs[0]].shape;
+    int h = (int)in.dims[2], w = (int)in.dims[3];
+    size_t img = (size_t)h * w * 3;
+    si_shape os;
+    si_engine_output(gpu, 0, &os);
+    int64_t per = si_shape_numel(&os) / os.dims[0];
+    uint8_t *px = malloc(img * B * 4);
+    unsigned seed = 20261122u + (unsigned)prec;
+    const int rows[4] = {B, B, 5, B}; /* a short batch among full ones */
+    fill(px, img * B * 4, &seed);
+    /* two in flight: submit k, then collect k - 1 */
+    const float *outs[SI_MAX_OUTPUTS];
+    double worst = 0, l2d = 0, l2r = 0;
+    int top1_same = 0, top1_n = 0;
+    for (int k = 0; k <= 4; k++) {
+        if (k < 4) {
+            memcpy(si_engine_pixels(gpu, k % 2), px + img * B * (size_t)k, img * (size_t)rows[k]);
+            CHECK_MSG(si_engine_submit(gpu, k % 2, rows[k]) == SI_OK, "%s", si_error_msg());
+        }
+        if (k == 0) continue;
+        int q = k - 1;
+        CHECK_MSG(si_engine_collect(gpu, q % 2, outs) == SI_OK, "%s", si_error_msg());
+        float *x = si_engine_input(cpu, 0);
+        for (int r = 0; r < rows[q]; r++)
+            si_normalize_chw(px + img * (B * (size_t)q + (size_t)r), h, w, mean, std,
+                             x + img * (size_t)r);
+        CHECK(si_engine_run(cpu, rows[q]) == SI_OK);
+        const float *ref = si_engine_output(cpu, 0, NULL);
+        double md = 0, mr = 0;
+        for (int64_t i = 0; i < rows[q] * per; i++) {
+            double d = fabs((double)outs[0][i] - ref[i]);
+            if (!(d <= md)) md = d;
+            if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
+            l2d += d * d;
+            l2r += (double)ref[i] * ref[i];
+        }
+        for (int r = 0; r < rows[q]; r++) {
+            int a = 0, b = 0;
+            for (int64_t i = 1; i < per; i++) {
+                if (outs[0][r * per + i] > outs[0][r * per + a]) a = (int)i;
+                if (ref[r * per + i] > ref[r * per + b]) b = (int)i;
+            }
+            top1_same += a == b;
+            top1_n++;
+        }
+        if (md / mr > worst) worst = md / mr;
+    }
+    double rel_l2 = sqrt(l2d / (l2r > 0 ? l2r : 1));
+    printf("%s: max|gpu - cpu| / max|cpu| = %.3g, relative L2 %.3g, top-1 %d of %d the same\n",
+           si_precision_name(prec), worst, rel_l2, top1_same, top1_n);
+    if (prec == SI_PREC_FP32)
+        CHECK_MSG(worst <= 1e-4, "fp32: %g", worst);
+    else if (prec == SI_PREC_FP16)
+        CHECK_MSG(rel_l2 <= 1e-2 && top1_same * 100 >= top1_n * 99, "fp16: L2 %g, top-1 %d/%d",
+                  rel_l2, top1_same, top1_n);
+    else /* bf16 keeps 8 bits of mantissa to fp16's 11: a looser bound, and no top-1 rule (the
+          * random-weight model's logits on random pixels are too close for 8 bits to order) */
+        CHECK_MSG(rel_l2 <= 3e-2, "bf16: relative L2 %g", rel_l2);
+
+    /* the steady state allocates nothing */
+    long calls = si_cuda_backend_alloc_calls();
+    size_t used0 = 0, used1 = 0, total = 0;
+    CHECK(si_cuda_mem_info(&used0, &total) == SI_OK);
+    for (int k = 0; k < 30; k++) {
+        if (k >= 2) CHECK(si_engine_collect(gpu, k % 2, outs) == SI_OK);
+        fill(si_engine_pixels(gpu, k % 2), img * B, &seed);
+        CHECK(si_engine_submit(gpu, k % 2, k % 7 == 3 ? 3 : B) == SI_OK);
+    }
+    CHECK(si_engine_collect(gpu, 0, outs) == SI_OK && si_engine_collect(gpu, 1, outs) == SI_OK);
+    CHECK(si_cuda_mem_info(&used1, &total) == SI_OK);
+    CHECK_MSG(si_cuda_backend_alloc_calls() == calls, "%ld allocation calls in the steady state",
+              si_cuda_backend_alloc_calls() - calls);
+    /* compute-sanitizer allocates on the device as it tracks launches (4 MiB over these 30
+     * batches on an H100): under it, only our own calls are counted */
+    if (!getenv("SI_TEST_UNDER_SANITIZER"))
+        CHECK_MSG(used1 == used0, "device memory in use went from %zu to %zu bytes", used0, used1);
+    printf("%s: 30 batches in the steady state: %ld allocation calls, device memory in use %zu -> "
+           "%zu bytes\n",
+           si_precision_name(prec), si_cuda_backend_alloc_calls() - calls, used0, used1);
+    free(px);
+    si_engine_free(gpu);
+    si_engine_free(cpu);
+}
+
+int main(int argc, char **argv) {
+    if (si_cuda_device_count() == 0) {
+        printf("no CUDA device: skipped\n");
+        return TEST_SKIP_CODE;
+    }
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_gpu_engine MODEL.onnx\n");
+        return 2;
+    }
+    check_precision(argv[1], SI_PREC_FP32);
+    check_precision(argv[1], SI_PREC_FP16);
+    check_precision(argv[1], SI_PREC_BF16);
+    return test_finish();
+}
