@@ -1,9 +1,11 @@
 #!/bin/bash
 # The CUDA backend's checks and benchmarks on the GPU machine, in one command (issue 5):
 #   . .devrt/env.sh && bench/gpu_session.sh BIN_DIR CASES_DIR SET150.h5 OUT_DIR [N_IMAGES]
-# BIN_DIR holds shardinfer, run_onnx_cases and test_gpu_engine built here; CASES_DIR the ONNX
-# node tests and onnxruntime cases (build/testdata/cases); SET150.h5 the 150 photos of
+# BIN_DIR holds shardinfer, run_onnx_cases, test_gpu_engine and test_gpu_resize built here, and
+# e2e/ (build/testdata/e2e: the e2e and hostile sets and tiny.onnx); CASES_DIR the ONNX node
+# tests and onnxruntime cases (build/testdata/cases); SET150.h5 the 150 photos of
 # datasets/make_bench_set.py packed by `shardinfer pack`. Logs go to OUT_DIR; a table is last.
+# SECTIONS (default "parity models compute e2e resize") picks what runs.
 set -u
 BIN=$(realpath "$1"); CASES=$(realpath "$2"); SET150=$(realpath "$3"); OUT=$4; N=${5:-20000}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,8 +14,11 @@ PY=python3
 step() { echo "== $1: $(date +%T)"; }
 row() { printf '%-60s %s\n' "$1" "$2" | tee -a "$OUT/table.txt"; }
 : > "$OUT/table.txt"
+SECTIONS=${SECTIONS:-parity models compute e2e resize}
+want() { case " $SECTIONS " in *" $1 "*) return 0;; esac; return 1; }
 SAN=""; command -v compute-sanitizer >/dev/null && SAN="compute-sanitizer --tool memcheck --error-exitcode 9"
 
+if want parity; then
 step "op parity and ONNX node tests on the GPU"
 timeout 200 $BIN/run_onnx_cases --backend cuda --precision fp32 --prefix test_ \
   --expect-unsupported $HERE/tests/onnx_node_unsupported.txt $CASES > $OUT/gpu_onnx_node_tests.log 2>&1
@@ -26,6 +31,8 @@ timeout 200 $BIN/run_onnx_cases --backend cuda --precision fp16 --vs-cpu 2e-2 --
   --skip $HERE/tests/onnx_gpu_fp16_skip.txt $CASES > $OUT/gpu_parity_fp16.log 2>&1
 row "gpu_parity_fp16 (vs cpu, 2e-2)" "rc=$? $(tail -2 $OUT/gpu_parity_fp16.log | tr '\n' ' ')"
 
+fi
+if want models; then
 step "whole models"
 timeout 200 $PY $HERE/tests/export_models.py --output-dir $M \
   --models resnet50,mobilenet_v2,efficientnet_b0 > $OUT/export.log 2>&1 || row export "failed"
@@ -46,6 +53,10 @@ if [ -n "$SAN" ]; then
   row "onnxruntime op cases (cuda) under memcheck" "rc=$? $(grep 'ERROR SUMMARY' $OUT/ort_cases_memcheck.log)"
 fi
 
+fi
+if want compute; then
+[ -f $M/resnet50/model.onnx ] || timeout 200 $PY $HERE/tests/export_models.py --output-dir $M \
+  --models resnet50,mobilenet_v2,efficientnet_b0 > $OUT/export.log 2>&1
 step "compute only, batch 256: shardinfer vs PyTorch"
 for m in resnet50 mobilenet_v2 efficientnet_b0; do
   timeout 100 $BIN/shardinfer bench --model $M/$m/model.onnx --backend cuda --batch 256 \
@@ -62,6 +73,8 @@ for m in mobilenet_v2 efficientnet_b0; do
     --iters 5 --profile > $OUT/profile_$m.log 2>&1
 done
 
+fi
+if want e2e; then
 step "end to end: JPEGs in HDF5 -> scores in HDF5, resnet50, vs the PyTorch pipeline"
 $PY $HERE/bench/repeat_set.py $SET150 $W/set.h5 --count $N > $OUT/set.log 2>&1
 timeout 400 $PY $HERE/bench/peer_harness.py --set $W/set.h5 --arch resnet50 --ranks 1 --batch 256 \
@@ -96,4 +109,41 @@ ok = (a["status"][:] == 0) & (b["status"][:] == 0)
 print(f"fp16 vs fp32 (GPU) on {ok.sum()} photos: top-1 agreement "
       f"{np.mean(a['topk_class'][:, 0][ok] == b['topk_class'][:, 0][ok]) * 100:.2f}%")
 PYEOF
+fi
+if want resize; then
+step "--resize-on cpu vs gpu"
+timeout 100 $BIN/test_gpu_resize > $OUT/test_gpu_resize.log 2>&1
+row "test_gpu_resize (kernel vs CPU resize, bound 0)" "rc=$? $(tail -1 $OUT/test_gpu_resize.log)"
+rm -rf $W/e2e && cp -r $BIN/e2e $W/e2e
+timeout 300 $PY $HERE/tests/e2e.py --shardinfer $BIN/shardinfer --dir $W/e2e gpu-resize \
+  > $OUT/gpu_e2e_resize.log 2>&1
+row "gpu_e2e_resize (gpu = cpu resize = cpu backend)" "rc=$? $(tail -1 $OUT/gpu_e2e_resize.log)"
+[ -f $W/set.h5 ] || $PY $HERE/bench/repeat_set.py $SET150 $W/set.h5 --count $N > $OUT/set.log 2>&1
+ONNX=$W/peer/resnet50.onnx; mkdir -p $W/peer
+[ -f $ONNX ] || $PY $HERE/bench/torch_peer.py --arch resnet50 --export-onnx $ONNX > $OUT/export_r50.log 2>&1
+for r in cpu gpu; do
+  timeout 100 $BIN/shardinfer bench decode $SET150 --threads 16 --resize-on $r > $OUT/decode_$r.log 2>&1
+  row "decode stage alone, 16 threads, --resize-on $r" "$(grep -o 'threads=16 images_per_s=[0-9.]*' $OUT/decode_$r.log)"
+done
+run1() { # tag, extra args: one 1-GPU run of the set
+  local tag=$1; shift
+  timeout 200 $BIN/shardinfer run --model $ONNX --input $W/set.h5 --output $W/r_$tag.h5 \
+    --overwrite --backend cuda --batch 256 --progress none --timeline $OUT/timeline_$tag.csv "$@" \
+    > $OUT/run_$tag.log 2>&1
+  row "run $tag" "rc=$? $(grep -o '[0-9.]* images/s$' $OUT/run_$tag.log) steady $(grep -o 'steady state [0-9.]*' $OUT/run_$tag.log | cut -d' ' -f3)"
+}
+for rep in a b; do run1 cpu_$rep --resize-on cpu; run1 gpu_$rep --resize-on gpu; done
+OMP_WAIT_POLICY=passive run1 gpu_passive --resize-on gpu
+run1 gpu_post2 --resize-on gpu --post-threads 2
+OMP_WAIT_POLICY=passive run1 cpu_passive --resize-on cpu
+$PY - $W/r_cpu_a.h5 $W/r_gpu_a.h5 <<'PYEOF' >> $OUT/table.txt 2>&1
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+ok = (a["status"][:] == 0) & (b["status"][:] == 0)
+print(f"--resize-on cpu vs gpu on {ok.sum()} photos: top-1 equal "
+      f"{np.mean(a['topk_class'][:, 0][ok] == b['topk_class'][:, 0][ok]) * 100:.2f}%, top-5 equal "
+      f"{np.mean(np.all(a['topk_class'][ok] == b['topk_class'][ok], axis=1)) * 100:.2f}%, "
+      f"max |prob diff| {np.abs(a['topk_prob'][ok] - b['topk_prob'][ok]).max():.3g}")
+PYEOF
+fi
 echo "== done: $(date +%T)"; cat $OUT/table.txt

@@ -19,6 +19,7 @@
 #include "cuda/check.cuh"
 #include "cuda/cuda.h"
 #include "cuda/kernels.cuh"
+#include "cuda/resize.cuh"
 extern "C" {
 #include "src/devplan.h"
 #include "src/engine.h"
@@ -74,6 +75,8 @@ typedef struct {
     cudnnHandle_t dnn;
     uint8_t *arena, *scratch, *ws, *in_d, *out_d; // device
     uint8_t *in_h, *out_h;                        // pinned host
+    uint8_t *pack_d, *pack_h;                     // --resize-on gpu: packed decoded images
+    si_rs_item *items_d, *items_h;                // and their items
     cudaGraphExec_t exec;
     int rows; // of the batch in flight
 } slot_x;
@@ -886,7 +889,7 @@ static si_status cuda_init_inner(si_engine *e, cuda_state *cs) {
     free(at_max);
     int slots = e->opts.slots;
     st = si_devplan_build(g, B, si_gtype_size(cs->t), slots, e->opts.workspace_bytes, pixels,
-                          &cs->plan);
+                          e->opts.pack_per_image, &cs->plan);
     if (st != SI_OK) return st;
     const si_devplan *p = &cs->plan;
     // node support, before anything is allocated
@@ -924,7 +927,8 @@ static si_status cuda_init_inner(si_engine *e, cuda_state *cs) {
         off += up((size_t)si_shape_numel(s) * sizeof(float));
         cs->out_row[o] = s->ndim && s->dims[0] ? si_shape_numel(s) / s->dims[0] : 0;
     }
-    size_t per_slot = p->activations + p->scratch + p->workspace + p->input + p->output;
+    size_t per_slot = p->activations + p->scratch + p->workspace + p->input + p->output + p->pack;
+    size_t pool = p->pack ? up((size_t)B * e->opts.pack_per_image) : 0;
     st = dev_alloc((void **)&cs->dev, p->weights + (size_t)slots * per_slot);
     if (st != SI_OK)
         return si_error_prefix(st,
@@ -946,6 +950,12 @@ static si_status cuda_init_inner(si_engine *e, cuda_state *cs) {
         sl->out_d = sl->in_d + p->input;
         sl->in_h = cs->host + (size_t)k * p->pinned;
         sl->out_h = sl->in_h + p->input;
+        if (p->pack) { // the pool, then B items, after the outputs
+            sl->pack_d = sl->out_d + p->output;
+            sl->items_d = (si_rs_item *)(sl->pack_d + pool);
+            sl->pack_h = sl->out_h + p->output;
+            sl->items_h = (si_rs_item *)(sl->pack_h + pool);
+        }
         cudaCheck(cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking));
         cudaCheck(
             cudaEventCreateWithFlags(&sl->done, cudaEventDisableTiming | cudaEventBlockingSync));
@@ -1015,7 +1025,7 @@ static si_status cuda_init_inner(si_engine *e, cuda_state *cs) {
     m->activations = (size_t)slots * p->activations;
     m->scratch = (size_t)slots * p->scratch;
     m->workspace = (size_t)slots * p->workspace;
-    m->input = (size_t)slots * p->input;
+    m->input = (size_t)slots * (p->input + p->pack);
     m->output = (size_t)slots * p->output;
     m->pinned = p->pinned_total;
     m->device_total = p->device_total;
@@ -1068,7 +1078,14 @@ static uint8_t *cuda_pixels(si_engine *e, int slot) {
     return cs->slots[slot].in_h;
 }
 
-static si_status cuda_submit(si_engine *e, int slot, int rows) {
+static uint8_t *cuda_pack(si_engine *e, int slot, si_rs_item **items, size_t *cap) {
+    cuda_state *cs = (cuda_state *)e->state;
+    *items = cs->slots[slot].items_h;
+    *cap = (size_t)e->max_batch * e->opts.pack_per_image;
+    return cs->slots[slot].pack_h;
+}
+
+static si_status cuda_submit(si_engine *e, int slot, int rows, size_t packed) {
     cuda_state *cs = (cuda_state *)e->state;
     if (!e->opts.pixels) return si_error(SI_ERR_INTERNAL, "cuda: submit without the pixel path");
     if (!cs->batch_rows && rows != e->max_batch)
@@ -1078,8 +1095,23 @@ static si_status cuda_submit(si_engine *e, int slot, int rows) {
     sl->rows = rows;
     int64_t px = (int64_t)rows * cs->in_pixels;
     nvtxRangePushA("upload");
-    cudaError_t ce =
-        cudaMemcpyAsync(sl->in_d, sl->in_h, (size_t)px * 3, cudaMemcpyHostToDevice, sl->stream);
+    cudaError_t ce;
+    if (packed) { // the decoded images as they are, resized here into the crops in_d holds
+        if (!sl->pack_h || packed > (size_t)e->max_batch * e->opts.pack_per_image)
+            return si_error(SI_ERR_INTERNAL, "cuda: %zu packed bytes, planned for %zu", packed,
+                            sl->pack_h ? (size_t)e->max_batch * e->opts.pack_per_image : 0);
+        const si_value *in = &e->g->values[e->g->inputs[0]];
+        ce = cudaMemcpyAsync(sl->pack_d, sl->pack_h, packed, cudaMemcpyHostToDevice, sl->stream);
+        if (ce == cudaSuccess)
+            ce = cudaMemcpyAsync(sl->items_d, sl->items_h, sizeof(si_rs_item) * (size_t)rows,
+                                 cudaMemcpyHostToDevice, sl->stream);
+        if (ce == cudaSuccess)
+            ce = si_k_resize_crop(sl->stream, sl->pack_d, sl->items_d, rows,
+                                  (int)in->shape.dims[2], (int)in->shape.dims[3], sl->in_d);
+    } else {
+        ce = cudaMemcpyAsync(sl->in_d, sl->in_h, (size_t)px * 3, cudaMemcpyHostToDevice,
+                             sl->stream);
+    }
     if (ce == cudaSuccess)
         ce = si_k_normalize_nhwc(sl->stream, cs->t, sl->in_d, px, cs->pscale, cs->pshift,
                                  vptr(cs, e->g, sl, e->g->inputs[0]));
@@ -1170,6 +1202,6 @@ static void cuda_release(si_engine *e) {
 }
 
 extern "C" const si_backend si_cuda_backend = {
-    "cuda",      cuda_init,   cuda_run,     cuda_release,
-    cuda_pixels, cuda_submit, cuda_collect, cuda_run_compute,
+    "cuda",      cuda_init,   cuda_run,     cuda_release,     cuda_pixels,
+    cuda_pack,   cuda_submit, cuda_collect, cuda_run_compute,
 };

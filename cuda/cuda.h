@@ -3,6 +3,7 @@
 #ifndef SI_CUDA_H
 #define SI_CUDA_H
 
+#include "io/resample.h"
 #include "src/common.h"
 
 #ifdef __cplusplus
@@ -33,6 +34,11 @@ void si_cuda_host_free(void *p); /* accepts NULL */
  * GPU twin of si_normalize_chw (io/jpeg.h). Host pointers; copies in and out (for tests). */
 si_status si_cuda_normalize(const uint8_t *src, int n, int h, int w, const float mean[3],
                             const float std[3], float *dst);
+
+/* The GPU resize (cuda/resize.cu) of n packed images (items into pool, io/resample.h) into
+ * (n, ch, cw, 3) uint8 crops. Host pointers; copies in and out (for tests). */
+si_status si_cuda_resize_crop(const uint8_t *pool, size_t pool_bytes, const si_rs_item *items,
+                              int n, int ch, int cw, uint8_t *out);
 
 #ifdef __cplusplus
 }

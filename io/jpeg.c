@@ -9,6 +9,7 @@
  * depend on their order, so they are bit-identical to the plain C ones, which build alone with
  * -DSI_JPEG_NO_SIMD (to test them on x86 too). */
 #include "jpeg.h"
+#include "resample.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -25,11 +26,10 @@
 /* TurboJPEG takes sizes as unsigned long */
 _Static_assert(sizeof(unsigned long) >= sizeof(size_t), "unsigned long narrower than size_t");
 
-/* Pillow's Resample.c: 32 bits minus 8 for the pixel value minus 2 of headroom. */
-#define PRECISION_BITS (32 - 8 - 2)
+#define PRECISION_BITS SI_RS_PREC
 
 /* Scratch of the resize, carved out of one allocation: coefficients and bounds of the kept
- * columns and rows, the double work row of one coefficient set, eight transposed input rows
+ * columns and rows, eight transposed input rows
  * and the horizontal pass. */
 typedef struct {
     uint8_t *mem;
@@ -82,87 +82,26 @@ static bool grow(uint8_t **buf, size_t *cap, size_t n) {
     return true;
 }
 
-static double triangle(double x) {
-    if (x < 0.0) x = -x;
-    if (x < 1.0) return 1.0 - x;
-    return 0.0;
-}
-
-/* Pillow's precompute_coeffs (box = whole image) followed by normalize_coeffs_8bpc, for output
- * positions [o0, o0+n) of out_size only. The expressions are kept in Pillow's order and types
- * so that the doubles, and thus the rounded fixed-point weights, are the same bits. */
-static void coeffs(int in_size, int out_size, int o0, int n, int ksize, int *bounds, int32_t *kk,
-                   double *k) {
-    const float in0 = 0.0f, in1 = (float)in_size;
-    double scale = (double)(in1 - in0) / out_size, filterscale = scale;
-    if (filterscale < 1.0) filterscale = 1.0;
-    double support = 1.0 * filterscale; /* BILINEAR's support is 1 */
+/* Pillow's precompute_coeffs followed by normalize_coeffs_8bpc (io/resample.h, shared with the
+ * GPU), for output positions [o0, o0+n) of out_size only, each row ksize weights long with zeros
+ * after the window. */
+static void coeffs(int in_size, int out_size, int o0, int n, int ksize, int *bounds, int32_t *kk) {
     for (int i = 0; i < n; i++) {
-        int xx = o0 + i;
-        double center = in0 + (xx + 0.5) * scale;
-        double ww = 0.0, ss = 1.0 / filterscale;
-        int xmin = (int)(center - support + 0.5);
-        if (xmin < 0) xmin = 0;
-        int xmax = (int)(center + support + 0.5);
-        if (xmax > in_size) xmax = in_size;
-        xmax -= xmin;
-        for (int x = 0; x < xmax; x++) {
-            double w = triangle((x + xmin - center + 0.5) * ss);
-            k[x] = w;
-            ww += w;
-        }
         int32_t *kf = kk + (size_t)i * ksize;
-        for (int x = 0; x < ksize; x++) {
-            double v = 0.0;
-            if (x < xmax) v = ww != 0.0 ? k[x] / ww : k[x];
-            kf[x] = v < 0 ? (int32_t)(-0.5 + v * (1 << PRECISION_BITS))
-                          : (int32_t)(0.5 + v * (1 << PRECISION_BITS));
-        }
+        int xmin, len = si_rs_weights(in_size, out_size, o0 + i, kf, &xmin);
+        for (int x = len; x < ksize; x++) kf[x] = 0;
         bounds[2 * i] = xmin;
-        bounds[2 * i + 1] = xmax;
+        bounds[2 * i + 1] = len;
     }
 }
 
-/* Pillow's clip8 (a table lookup of v >> PRECISION_BITS) as a clamp the compiler vectorises. */
-static inline uint8_t clip8(int32_t v) {
-    int32_t t = v >> PRECISION_BITS; /* arithmetic shift, as in Pillow */
-    return (uint8_t)(t < 0 ? 0 : t > 255 ? 255 : t);
-}
-
-/* Python's round() of d/2 for an integer d: halves go to the even neighbour, as torchvision's
- * center_crop computes int(round((H - crop) / 2.0)). */
-static int half_round_even(int d) {
-    int q = d / 2; /* d >= 0 here */
-    if (d % 2 == 0) return q;
-    return q % 2 == 0 ? q : q + 1;
-}
-
-/* torchvision Resize(int): the shorter side becomes `resize`, the longer one
- * int(resize * long / short), truncated. The product is exact in a double and the division is
- * correctly rounded, as Python's int / int is, so the truncation sees the same value. */
-static void target_size(int w, int h, int resize, int *rw, int *rh) {
-    if (w <= 0 || h <= 0 || resize <= 0) {
-        *rw = *rh = 0;
-    } else if (w <= h) {
-        *rw = resize;
-        *rh = (int)((double)resize * h / w);
-    } else {
-        *rh = resize;
-        *rw = (int)((double)resize * w / h);
-    }
-}
-
-static int ksize_of(int in_size, int out_size) {
-    double scale = (double)(float)in_size / out_size;
-    if (scale < 1.0) scale = 1.0;
-    return (int)ceil(scale) * 2 + 1;
-}
+#define clip8 si_rs_clip8
 
 static size_t align16(size_t n) {
     return (n + 15) & ~(size_t)15;
 }
 
-#define HALF (1 << (PRECISION_BITS - 1)) /* Pillow's rounding term */
+#define HALF SI_RS_HALF
 
 /* Makes the window of each kept output exactly ksize taps long and inside [0, in_size): a
  * window that would run past the end starts earlier, with zero weights in front. Zero weights
@@ -375,18 +314,16 @@ __attribute__((target("avx2"))) static void vpass_avx2(const uint8_t *tmp, int y
 static si_status resize_crop(const uint8_t *src, int w, int h, const si_preproc *p, uint8_t *dst,
                              scratch *sc) {
     int rw, rh;
-    target_size(w, h, p->resize, &rw, &rh);
+    si_rs_target_size(w, h, p->resize, &rw, &rh);
     if (w <= 0 || h <= 0 || p->crop_h <= 0 || p->crop_w <= 0 || p->crop_h > rh || p->crop_w > rw)
         return si_error(SI_ERR_ARG, "resize/crop: bad sizes (image %dx%d, resize %d, crop %dx%d)",
                         w, h, p->resize, p->crop_h, p->crop_w);
-    int top = half_round_even(rh - p->crop_h), left = half_round_even(rw - p->crop_w);
+    int top = si_rs_half_round_even(rh - p->crop_h), left = si_rs_half_round_even(rw - p->crop_w);
     int cw = p->crop_w, ch = p->crop_h;
-    int kx = ksize_of(w, rw), ky = ksize_of(h, rh);
+    int kx = si_rs_ksize(w, rw), ky = si_rs_ksize(h, rh);
 
     size_t need_coef = align16((size_t)cw * kx * 4) + align16((size_t)ch * ky * 4) +
-                       align16((size_t)(cw + ch) * 2 * sizeof(int)) +
-                       align16((size_t)(kx > ky ? kx : ky) * sizeof(double)) +
-                       align16((size_t)w * 24);
+                       align16((size_t)(cw + ch) * 2 * sizeof(int)) + align16((size_t)w * 24);
     /* the horizontal pass holds the input rows [y0, y1) the kept output rows read; h bounds it
      * and is known before the coefficients are */
     size_t need = need_coef + (size_t)cw * 3 * (size_t)h;
@@ -404,14 +341,12 @@ static si_status resize_crop(const uint8_t *src, int w, int h, const si_preproc 
     q += align16((size_t)ch * ky * 4);
     int *bx = (int *)q, *by = bx + 2 * cw;
     q += align16((size_t)(cw + ch) * 2 * sizeof(int));
-    double *work = (double *)q;
-    q += align16((size_t)(kx > ky ? kx : ky) * sizeof(double));
     uint8_t *tb = q; /* 8 rows of the horizontal pass, transposed */
     q += align16((size_t)w * 24);
     uint8_t *tmp = q; /* (rows, cw, 3) */
 
-    coeffs(w, rw, left, cw, kx, bx, kkx, work);
-    coeffs(h, rh, top, ch, ky, by, kky, work);
+    coeffs(w, rw, left, cw, kx, bx, kkx);
+    coeffs(h, rh, top, ch, ky, by, kky);
     int y0 = by[0], y1 = by[2 * (ch - 1)] + by[2 * (ch - 1) + 1];
     bool padded = w >= kx;
     if (padded) pad_windows(w, cw, kx, bx, kkx);
@@ -642,7 +577,7 @@ static void apply_orientation(const uint8_t *src, int w, int h, int o, uint8_t *
 /* Whether the crop fits an image of w x h (after orientation) resized to p->resize. */
 static bool crop_fits(int w, int h, const si_preproc *p) {
     int rw, rh;
-    target_size(w, h, p->resize, &rw, &rh);
+    si_rs_target_size(w, h, p->resize, &rw, &rh);
     return p->crop_h > 0 && p->crop_w > 0 && p->crop_h <= rh && p->crop_w <= rw;
 }
 
@@ -672,10 +607,13 @@ static tjscalingfactor pick_scale(int w, int h, bool swap, const si_preproc *p) 
     return best;
 }
 
-/* Borrows data and p; writes the crop to dst only on success; msg gets the reason on failure. */
-si_image_status si_decode_crop(si_decoder *d, const uint8_t *data, size_t len, const si_preproc *p,
-                               uint8_t *dst, char *msg, size_t cap) {
-    SI_ASSERT(d && p && dst);
+/* Decodes at the DCT scale pick_scale chooses and applies the orientation; *img points into
+ * the decoder's scratch (valid until its next call), *w x *h its size after orientation.
+ * Borrows data and p; msg gets the reason on failure. */
+si_image_status si_decode_scaled(si_decoder *d, const uint8_t *data, size_t len,
+                                 const si_preproc *p, const uint8_t **img_out, int *w_out,
+                                 int *h_out, char *msg, size_t cap) {
+    SI_ASSERT(d && p && img_out && w_out && h_out);
     if (msg && cap) msg[0] = 0;
     if (len == 0) return fail(SI_IMG_EMPTY, msg, cap, "empty record (0 bytes)");
     if (len < 2 || data[0] != 0xFF || data[1] != 0xD8)
@@ -701,7 +639,7 @@ si_image_status si_decode_crop(si_decoder *d, const uint8_t *data, size_t len, c
     bool swap = orient >= 5; /* transposes and quarter turns exchange width and height */
     if (!crop_fits(swap ? h : w, swap ? w : h, p)) {
         int rw, rh;
-        target_size(swap ? h : w, swap ? w : h, p->resize, &rw, &rh);
+        si_rs_target_size(swap ? h : w, swap ? w : h, p->resize, &rw, &rh);
         return fail(SI_IMG_UNSUPPORTED, msg, cap,
                     "crop %dx%d does not fit the %dx%d image resized to %dx%d (resize %d)",
                     p->crop_h, p->crop_w, swap ? h : w, swap ? w : h, rw, rh, p->resize);
@@ -733,7 +671,21 @@ si_image_status si_decode_crop(si_decoder *d, const uint8_t *data, size_t len, c
         apply_orientation(d->pix, sw, sh, orient, d->rot);
         img = d->rot;
     }
-    if (resize_crop(img, swap ? sh : sw, swap ? sw : sh, p, dst, &d->rs) != SI_OK)
+    *img_out = img;
+    *w_out = swap ? sh : sw;
+    *h_out = swap ? sw : sh;
+    return SI_IMG_OK;
+}
+
+/* Borrows data and p; writes the crop to dst only on success; msg gets the reason on failure. */
+si_image_status si_decode_crop(si_decoder *d, const uint8_t *data, size_t len, const si_preproc *p,
+                               uint8_t *dst, char *msg, size_t cap) {
+    SI_ASSERT(dst);
+    const uint8_t *img;
+    int w, h;
+    si_image_status st = si_decode_scaled(d, data, len, p, &img, &w, &h, msg, cap);
+    if (st != SI_IMG_OK) return st;
+    if (resize_crop(img, w, h, p, dst, &d->rs) != SI_OK)
         return fail(SI_IMG_TOO_LARGE, msg, cap, "%s", si_error_msg());
     return SI_IMG_OK;
 }

@@ -31,6 +31,14 @@ void si_decoder_destroy(si_decoder *d); /* accepts NULL */
 si_image_status si_decode_crop(si_decoder *d, const uint8_t *data, size_t len, const si_preproc *p,
                                uint8_t *dst, char *msg, size_t cap);
 
+/* The first half of si_decode_crop: the decode at the DCT scale it picks, with the orientation
+ * applied, for a resize elsewhere (the GPU's, cuda/resize.cu). *img points into the decoder's
+ * scratch and stays valid until the decoder's next call; *w x *h is its size. The same statuses
+ * and messages as si_decode_crop, which resizes exactly this image. */
+si_image_status si_decode_scaled(si_decoder *d, const uint8_t *data, size_t len,
+                                 const si_preproc *p, const uint8_t **img, int *w, int *h,
+                                 char *msg, size_t cap);
+
 /* Resize (shorter side to `resize`, Pillow BILINEAR with antialiasing) and center crop of an RGB
  * HWC uint8 image into dst (crop_h*crop_w*3); computes only the rows and columns the crop keeps.
  * Allocates its own scratch (the decoder path reuses the decoder's); exposed for tests. */

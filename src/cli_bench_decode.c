@@ -15,6 +15,7 @@
 #include "common.h"
 #include "io/imageset.h"
 #include "io/jpeg.h"
+#include "io/resample.h"
 
 #define MAX_THREAD_COUNTS 64
 
@@ -50,7 +51,31 @@ typedef struct {
     uint32_t n;
     si_preproc pp;
     size_t crop_bytes;
+    bool gpu_resize; /* the decode threads' share of --resize-on gpu: decode and pack only */
+    size_t dst_bytes;
 } bench_set;
+
+/* One image as the pipeline's decode threads handle it: the crop, or with gpu_resize the
+ * DCT-scaled decode copied into dst as into a slot's packed buffer (the GPU resizes it later).
+ * *hash gets the digest of what was written. */
+static int decode_one(si_decoder *d, const bench_set *b, uint32_t i, uint8_t *dst, char *msg,
+                      size_t cap, uint64_t *hash) {
+    const uint8_t *data = b->data + b->off[i];
+    size_t len = (size_t)(b->off[i + 1] - b->off[i]);
+    if (!b->gpu_resize) {
+        int st = si_decode_crop(d, data, len, &b->pp, dst, msg, cap);
+        if (hash) *hash = st == SI_IMG_OK ? crop_digest(dst, b->crop_bytes) : 0;
+        return st;
+    }
+    const uint8_t *img;
+    int w, h;
+    int st = si_decode_scaled(d, data, len, &b->pp, &img, &w, &h, msg, cap);
+    size_t n = st == SI_IMG_OK ? (size_t)w * (size_t)h * 3 : 0;
+    if (n > b->dst_bytes) n = 0; /* the pipeline resizes such an image on the CPU */
+    memcpy(dst, img, n);
+    if (hash) *hash = st == SI_IMG_OK ? crop_digest(dst, n) + (uint64_t)w * 65536 + (uint64_t)h : 0;
+    return st;
+}
 
 /* One untimed pass with `threads` threads that records each image's status and crop hash, then
  * decodes images round-robin until `seconds` have passed. Returns images per second; *done_out
@@ -62,14 +87,12 @@ static double run_threads(const bench_set *b, int threads, double seconds, int *
 #pragma omp parallel num_threads(threads)
     {
         si_decoder *d = si_decoder_create();
-        uint8_t *dst = si_xmalloc(b->crop_bytes);
+        uint8_t *dst = si_xmalloc(b->dst_bytes);
         if (!d) si_fatal(__FILE__, __LINE__, "si_decoder_create", "%s", si_error_msg());
         char msg[256];
 #pragma omp for schedule(dynamic, 1)
         for (uint32_t i = 0; i < b->n; i++) {
-            status[i] = si_decode_crop(d, b->data + b->off[i], (size_t)(b->off[i + 1] - b->off[i]),
-                                       &b->pp, dst, msg, sizeof msg);
-            hash[i] = status[i] == SI_IMG_OK ? crop_digest(dst, b->crop_bytes) : 0;
+            status[i] = decode_one(d, b, i, dst, msg, sizeof msg, &hash[i]);
         }
 #pragma omp single
         {
@@ -85,8 +108,7 @@ static double run_threads(const bench_set *b, int threads, double seconds, int *
 #pragma omp atomic capture
             k = next++;
             uint32_t i = (uint32_t)(k % b->n);
-            si_decode_crop(d, b->data + b->off[i], (size_t)(b->off[i + 1] - b->off[i]), &b->pp, dst,
-                           msg, sizeof msg);
+            decode_one(d, b, i, dst, msg, sizeof msg, NULL);
             mine++;
             now = si_now();
         }
@@ -105,10 +127,13 @@ static double run_threads(const bench_set *b, int threads, double seconds, int *
 static void usage(FILE *f) {
     fprintf(f, "usage: shardinfer bench decode SET.h5 [--threads 1,2,...] [--resize 256] "
                "[--crop 224] [--exact] [--no-exif] [--seconds 3] [--max-pixels N]\n"
+               "       [--resize-on cpu|gpu]\n"
                "  decodes, resizes and center-crops every image of the set (held in memory)\n"
                "  over and over for --seconds, once per thread count; default threads: 1 and\n"
                "  all cores. --exact: full-size decode, bit-exact with Pillow; otherwise the\n"
-               "  decode is scaled in the DCT domain and the difference to --exact is reported\n");
+               "  decode is scaled in the DCT domain and the difference to --exact is reported.\n"
+               "  --resize-on gpu: the decode threads' share of a GPU-resized run, decode and\n"
+               "  copy into a packed buffer only (the resize is the GPU's)\n");
 }
 
 int si_cli_bench_decode(int argc, char **argv) {
@@ -119,11 +144,13 @@ int si_cli_bench_decode(int argc, char **argv) {
                                          {"max-pixels", required_argument, 0, 'm'},
                                          {"exact", no_argument, 0, 'e'},
                                          {"no-exif", no_argument, 0, 'x'},
+                                         {"resize-on", required_argument, 0, 'R'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int counts[MAX_THREAD_COUNTS], ncounts = 0, c;
     si_preproc pp = {.resize = 256, .crop_h = 224, .crop_w = 224, .max_pixels = 100000000};
     double seconds = 3.0;
+    bool gpu_resize = false;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":t:r:c:s:m:exh", opts, NULL)) != -1) {
@@ -164,6 +191,12 @@ int si_cli_bench_decode(int argc, char **argv) {
         }
         case 'e': pp.exact = true; continue;
         case 'x': pp.no_exif = true; continue;
+        case 'R':
+            if (!strcmp(optarg, "cpu") || !strcmp(optarg, "gpu")) {
+                gpu_resize = !strcmp(optarg, "gpu");
+                continue;
+            }
+            break;
         case 'h': usage(stdout); return SI_EXIT_OK;
         default: break;
         }
@@ -210,11 +243,13 @@ int si_cli_bench_decode(int argc, char **argv) {
                    .off = off,
                    .n = n,
                    .pp = pp,
-                   .crop_bytes = (size_t)pp.crop_h * pp.crop_w * 3};
+                   .crop_bytes = (size_t)pp.crop_h * pp.crop_w * 3,
+                   .gpu_resize = gpu_resize};
+    b.dst_bytes = gpu_resize ? SI_RS_PACK_DEFAULT(pp.resize) : b.crop_bytes;
     printf("bench-decode: set=%s images=%u bytes=%zu mean_kib=%.1f resize=%d crop=%d exact=%d "
-           "exif=%d\n",
+           "exif=%d resize_on=%s\n",
            path, n, buf.len, (double)buf.len / n / 1024, pp.resize, pp.crop_h, pp.exact,
-           !pp.no_exif);
+           !pp.no_exif, gpu_resize ? "gpu" : "cpu");
     fflush(stdout);
 
     int *status = si_xmalloc(sizeof *status * n);

@@ -16,7 +16,8 @@ static double mib(size_t b) {
 
 static const char plan_usage[] =
     "usage: shardinfer plan --model M.onnx [--batch 256] [--precision fp16|bf16|fp32] [--slots 3]\n"
-    "                       [--workspace MB] [--memory-limit GiB]\n"
+    "                       [--workspace MB] [--memory-limit GiB] [--resize-on cpu|gpu]\n"
+    "                       [--pack-kb KiB]\n"
     "  prints the GPU memory a `run --backend cuda` with these settings allocates, by component\n"
     "  (weights once; per slot: input buffers, activations, workspace, staging), and the\n"
     "  largest batch that fits --memory-limit (default: 80 GiB, one H100)\n";
@@ -28,10 +29,13 @@ int si_cli_plan(int argc, char **argv) {
                                          {"slots", required_argument, 0, 'S'},
                                          {"workspace", required_argument, 0, 'W'},
                                          {"memory-limit", required_argument, 0, 'L'},
+                                         {"resize-on", required_argument, 0, 'R'},
+                                         {"pack-kb", required_argument, 0, 'K'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *model = NULL;
-    long batch = 256, slots = 3, ws_mb = 256;
+    long batch = 256, slots = 3, ws_mb = 256, pack_kb = 0;
+    bool gpu_resize = SI_GPU_RESIZE_DEFAULT;
     double limit_gib = 80;
     int prec = SI_PREC_FP16, c;
     opterr = 0;
@@ -45,6 +49,11 @@ int si_cli_plan(int argc, char **argv) {
         case 'S': ok = si_cli_parse_int(optarg, 1, 16, &slots); break;
         case 'W': ok = si_cli_parse_int(optarg, 0, 1 << 20, &ws_mb); break;
         case 'P': ok = (prec = si_precision_parse(optarg)) >= 0; break;
+        case 'R':
+            ok = !strcmp(optarg, "cpu") || !strcmp(optarg, "gpu");
+            gpu_resize = !strcmp(optarg, "gpu");
+            break;
+        case 'K': ok = si_cli_parse_int(optarg, 1, 1 << 20, &pack_kb); break;
         case 'L':
             limit_gib = strtod(optarg, &end);
             ok = end && !*end && limit_gib > 0;
@@ -73,7 +82,13 @@ int si_cli_plan(int argc, char **argv) {
     bool pixels = g->n_inputs == 1 && in->shape.ndim == 4 && in->shape.dims[1] == 3;
     size_t elem = prec == SI_PREC_FP32 ? 4 : 2, ws = (size_t)ws_mb << 20;
     si_devplan p;
-    if ((st = si_devplan_build(g, (int)batch, elem, (int)slots, ws, pixels, &p)) != SI_OK) {
+    size_t ppi = 0; /* --resize-on gpu: the packed buffer per image */
+    if (gpu_resize && pixels) {
+        int h = (int)in->shape.dims[2], w = (int)in->shape.dims[3];
+        int resize = (int)((h > w ? h : w) / 0.875 + 0.5); /* the run's default */
+        ppi = pack_kb > 0 ? (size_t)pack_kb << 10 : SI_RS_PACK_DEFAULT(resize);
+    }
+    if ((st = si_devplan_build(g, (int)batch, elem, (int)slots, ws, pixels, ppi, &p)) != SI_OK) {
         si_log_error("%s", si_error_msg());
         si_graph_free(g);
         return SI_EXIT_FAIL;
@@ -85,6 +100,9 @@ int si_cli_plan(int argc, char **argv) {
     printf("  %-34s %12s %12.1f\n", "weights (once)", "-", mib(p.weights));
     printf("  %-34s %12.1f %12.1f\n", pixels ? "input buffers (uint8 pixels)" : "input buffers",
            mib(p.input), mib(p.input * (size_t)slots));
+    if (p.pack)
+        printf("  %-34s %12.1f %12.1f\n", "decoded images for the GPU resize", mib(p.pack),
+               mib(p.pack * (size_t)slots));
     printf("  %-34s %12.1f %12.1f\n", "activations (liveness-planned arena)", mib(p.activations),
            mib(p.activations * (size_t)slots));
     printf("  %-34s %12.1f %12.1f\n", "workspace (cuDNN, cuBLASLt)", mib(p.workspace),
@@ -98,7 +116,7 @@ int si_cli_plan(int argc, char **argv) {
     printf("  plus the CUDA context and the libraries' own memory (about 500-600 MiB on an H100, "
            "measured)\n");
     si_devplan_free(&p);
-    int best = si_devplan_max_batch(g, elem, (int)slots, ws, pixels, limit);
+    int best = si_devplan_max_batch(g, elem, (int)slots, ws, pixels, ppi, limit);
     printf("  largest batch within %.1f GiB: %d\n", limit_gib, best);
     si_graph_free(g);
     return SI_EXIT_OK;

@@ -80,6 +80,13 @@ static const char run_usage[] =
     "  --slots S          cuda: batches in flight, each with its stream and buffers (default 3)\n"
     "  --workspace MB     cuda: cuDNN/cuBLASLt workspace per slot (default 256)\n"
     "  --no-graphs        cuda: launch op by op instead of replaying the captured CUDA Graph\n"
+    "  --resize-on W      cuda: gpu (default) uploads the decoded images and resizes them on the\n"
+    "                     GPU, cpu resizes in the decode threads; identical crops either way\n"
+    "  --pack-kb K        cuda, --resize-on gpu: KiB per image of the slots' buffers of decoded\n"
+    "                     images (default 9 * resize^2 bytes); larger ones are resized on the CPU\n"
+    "  --timeline FILE    write when each stage worked on each batch, as CSV rows\n"
+    "                     rank,stage,batch,t0,t1 (seconds from the pipeline's start; with\n"
+    "                     several ranks, rank R writes FILE.rankR); bench/plot_perf.py draws it\n"
     "  --overwrite        replace an existing RESULT.h5 (or an interrupted run's partial one)\n"
     "  --quiet | --verbose\n"
     "Exit codes: 0 done, 1 failed, 2 usage, 4 verification, 5 --max-errors, 6 interrupted by a\n"
@@ -101,6 +108,9 @@ typedef struct {
     int slow_rank, slow_ms; /* --test-slow-rank R:MS */
     si_engine_opts eo;      /* --precision, --slots, --workspace, --no-graphs */
     const char *precision;
+    int resize_on; /* -1: the default, 0: cpu, 1: gpu */
+    const char *timeline;
+    long pack_kb;
 } run_args;
 
 static const char *usage_error(char *buf, size_t cap, const char *fmt, const char *arg) {
@@ -138,7 +148,10 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
         O_PRECISION,
         O_SLOTS,
         O_WORKSPACE,
-        O_NOGRAPHS
+        O_NOGRAPHS,
+        O_RESIZEON,
+        O_PACKKB,
+        O_TIMELINE
     };
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"input", required_argument, 0, 'i'},
@@ -182,6 +195,9 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
                                          {"slots", required_argument, 0, O_SLOTS},
                                          {"workspace", required_argument, 0, O_WORKSPACE},
                                          {"no-graphs", no_argument, 0, O_NOGRAPHS},
+                                         {"resize-on", required_argument, 0, O_RESIZEON},
+                                         {"pack-kb", required_argument, 0, O_PACKKB},
+                                         {"timeline", required_argument, 0, O_TIMELINE},
                                          {0, 0, 0, 0}};
     long v;
     double d;
@@ -325,6 +341,17 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
             a->eo.workspace_bytes = (size_t)v << 20;
             break;
         case O_NOGRAPHS: a->eo.no_graphs = true; break;
+        case O_TIMELINE: a->timeline = optarg; break;
+        case O_RESIZEON:
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "gpu"))
+                return usage_error(buf, cap, "--resize-on '%s': expected cpu or gpu", optarg);
+            a->resize_on = !strcmp(optarg, "gpu");
+            break;
+        case O_PACKKB:
+            if (!si_cli_parse_int(optarg, 1, 1 << 20, &v))
+                return usage_error(buf, cap, "--pack-kb '%s': expected KiB, 1..1048576", optarg);
+            a->pack_kb = v;
+            break;
         case O_DRAIN:
             if (!parse_double(optarg, 0.1, 86400, &a->drain_timeout))
                 return usage_error(buf, cap, "--drain-timeout '%s': expected seconds > 0", optarg);
@@ -403,6 +430,10 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
                            a->precision);
     if (!cuda && (a->eo.slots || a->eo.workspace_bytes || a->eo.no_graphs))
         return "--slots, --workspace and --no-graphs are for --backend cuda";
+    if (!cuda && (a->resize_on == 1 || a->pack_kb))
+        return "--resize-on gpu and --pack-kb are for --backend cuda";
+    if (a->resize_on == 0 && a->pack_kb) return "--pack-kb is for --resize-on gpu";
+    a->pc.gpu_resize = cuda && (a->resize_on < 0 ? SI_GPU_RESIZE_DEFAULT : a->resize_on == 1);
     return NULL;
 }
 
@@ -647,6 +678,12 @@ static void print_summary(const si_mpi *m, const si_rank_stats *ranks, uint64_t 
     printf("  time to first result %.3f s after %.2f s of engine set-up; steady state %.1f "
            "images/s (every rank after its first chunk)\n",
            first, init, steady);
+    uint64_t spilled = 0;
+    for (int r = 0; r < m->size; r++) spilled += ranks[r].cpu_resized;
+    if (spilled)
+        printf("  --resize-on gpu: %llu images resized on the CPU instead (larger than the "
+               "slot's buffer had room for, or a filter wider than the GPU's)\n",
+               (unsigned long long)spilled);
     for (int r = 0; r < m->size; r++)
         if (ranks[r].gpu >= 0)
             printf("  rank %d: GPU %d, %.1f MiB of device memory in use at the end\n", r,
@@ -660,6 +697,7 @@ int si_cli_run(int argc, char **argv) {
     double t_start = si_now();
     si_mpi_init(&argc, &argv, &m);
     run_args a = {.backend = "cpu",
+                  .resize_on = -1,
                   .max_errors = -1,
                   .schedule = SI_SCHED_DYNAMIC,
                   .drain_timeout = 60,
@@ -740,6 +778,15 @@ int si_cli_run(int argc, char **argv) {
         memcpy(a.eo.mean, a.pc.mean, sizeof a.eo.mean);
         memcpy(a.eo.std, a.pc.std, sizeof a.eo.std);
         a.eo.pixels = true;
+        if (a.pc.gpu_resize) {
+            size_t ppi = a.pack_kb ? (size_t)a.pack_kb << 10 : SI_RS_PACK_DEFAULT(a.pc.pre.resize);
+            size_t crop = (size_t)a.pc.pre.crop_h * (size_t)a.pc.pre.crop_w * 3;
+            if (ppi < crop) /* every image must be able to fall back to a crop */
+                st = si_error(SI_ERR_ARG, "--pack-kb %ld: less than one %dx%d crop (%zu bytes)",
+                              a.pack_kb, a.pc.pre.crop_h, a.pc.pre.crop_w, crop);
+            if ((st = si_mpi_agree(&m, st)) != SI_OK) goto out;
+            a.eo.pack_per_image = ppi;
+        }
     }
 #endif
     st = si_engine_create_opts(g, a.backend, a.pc.batch, &a.eo, &e);
@@ -867,8 +914,28 @@ int si_cli_run(int argc, char **argv) {
     si_pipeline_hooks hooks = {
         .ctx = &J, .next_chunk = hook_next, .chunk_done = hook_chunk, .pump = hook_pump};
     si_rank_stats mine;
+    si_timeline tl = {0};
+    if (a.timeline) { /* a rank sees at most every batch; chunks add a short batch each */
+        uint64_t batches = n / (uint64_t)a.pc.batch + n / a.pc.chunk + 16;
+        si_timeline_init(&tl, batches * SI_TL_STAGES);
+        a.pc.timeline = &tl;
+    }
     st = si_pipeline_run(&a.pc, e, set, &hooks, &mine);
     if (st != SI_OK) job_fail(&J, st, "the pipeline failed");
+    if (a.timeline) {
+        char path[4096];
+        if (m.size > 1)
+            snprintf(path, sizeof path, "%s.rank%d", a.timeline, m.rank);
+        else
+            snprintf(path, sizeof path, "%s", a.timeline);
+        FILE *f = fopen(path, "w");
+        si_status ts = f ? si_timeline_write(&tl, m.rank, f, true)
+                         : si_error(SI_ERR_IO, "--timeline %s: cannot create", path);
+        if (f && fclose(f) != 0) ts = si_error(SI_ERR_IO, "--timeline %s: write error", path);
+        if (ts != SI_OK) si_log_warn("%s", si_error_msg()); /* the results are still written */
+        si_timeline_free(&tl);
+        a.pc.timeline = NULL;
+    }
     si_log_debug("decode buffer: %s", mine.pinned ? "pinned (CUDA host memory)" : "pageable");
     mine.peak_rss_kb = peak_rss_kb();
     mine.t_init = e->mem.init_seconds;

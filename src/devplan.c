@@ -1,6 +1,8 @@
 /* GPU memory plan: activations by liveness (memplan), constants packed once, per-slot buffers. */
 #include "devplan.h"
 
+#include "io/resample.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,7 +86,7 @@ int64_t si_devplan_node_scratch(const si_graph *g, const si_gnode *n, size_t ele
 }
 
 si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_t workspace,
-                           bool pixels, si_devplan *p) {
+                           bool pixels, size_t pack_per_image, si_devplan *p) {
     memset(p, 0, sizeof *p);
     si_status st = si_graph_infer(g, batch);
     if (st != SI_OK) return st;
@@ -138,9 +140,12 @@ si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_
         out += up((size_t)si_shape_numel(&g->values[g->outputs[o]].shape) * sizeof(float));
     p->input = in;
     p->output = out;
-    p->pinned = in + out;
-    p->device_total =
-        p->weights + (size_t)slots * (p->activations + p->scratch + p->workspace + in + out);
+    p->pack = pack_per_image && pixels
+                  ? up((size_t)batch * pack_per_image) + up(sizeof(si_rs_item) * (size_t)batch)
+                  : 0;
+    p->pinned = in + out + p->pack;
+    p->device_total = p->weights + (size_t)slots * (p->activations + p->scratch + p->workspace +
+                                                    in + out + p->pack);
     p->pinned_total = (size_t)slots * p->pinned;
     return SI_OK;
 }
@@ -155,12 +160,13 @@ void si_devplan_free(si_devplan *p) {
 }
 
 int si_devplan_max_batch(si_graph *g, size_t elem, int slots, size_t workspace, bool pixels,
-                         size_t limit) {
+                         size_t pack_per_image, size_t limit) {
     int lo = 0, hi = 1;
     /* grow until it no longer fits, then bisect */
     for (;;) {
         si_devplan p;
-        if (si_devplan_build(g, hi, elem, slots, workspace, pixels, &p) != SI_OK) break;
+        if (si_devplan_build(g, hi, elem, slots, workspace, pixels, pack_per_image, &p) != SI_OK)
+            break;
         bool fits = p.device_total <= limit;
         si_devplan_free(&p);
         if (!fits) break;
@@ -171,8 +177,9 @@ int si_devplan_max_batch(si_graph *g, size_t elem, int slots, size_t workspace, 
     while (hi - lo > 1 && lo > 0) {
         int mid = lo + (hi - lo) / 2;
         si_devplan p;
-        bool fits = si_devplan_build(g, mid, elem, slots, workspace, pixels, &p) == SI_OK &&
-                    p.device_total <= limit;
+        bool fits =
+            si_devplan_build(g, mid, elem, slots, workspace, pixels, pack_per_image, &p) == SI_OK &&
+            p.device_total <= limit;
         si_devplan_free(&p);
         if (fits)
             lo = mid;

@@ -29,6 +29,7 @@ typedef struct {
     size_t workspace;                  /* cuDNN and cuBLASLt workspace (the budget given) */
     size_t input;                      /* device input staging: uint8 pixels or float inputs */
     size_t output;                     /* device float outputs */
+    size_t pack;                       /* --resize-on gpu: decoded images and their items */
     size_t pinned;                     /* page-locked host memory: input staging and outputs */
     size_t device_total, pinned_total; /* everything, all slots */
 } si_devplan;
@@ -49,14 +50,16 @@ int si_devplan_conv_cpad(const si_graph *g, const si_gnode *n, size_t elem);
 /* Scratch elements node n needs for layout changes (0 if none). */
 int64_t si_devplan_node_scratch(const si_graph *g, const si_gnode *n, size_t elem);
 
-/* Plans for the graph's shapes at `batch` (infers them). Caller frees with si_devplan_free. */
+/* Plans for the graph's shapes at `batch` (infers them). pack_per_image > 0: each slot also
+ * holds a packed buffer of batch * pack_per_image bytes of decoded images and their
+ * si_rs_items, on the device and pinned (--resize-on gpu). Caller frees with si_devplan_free. */
 si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_t workspace,
-                           bool pixels, si_devplan *p);
+                           bool pixels, size_t pack_per_image, si_devplan *p);
 void si_devplan_free(si_devplan *p);
 
 /* The largest batch whose plan fits `limit` device bytes (0 if not even batch 1 does); leaves
  * the graph inferred for that batch. */
 int si_devplan_max_batch(si_graph *g, size_t elem, int slots, size_t workspace, bool pixels,
-                         size_t limit);
+                         size_t pack_per_image, size_t limit);
 
 #endif

@@ -109,12 +109,18 @@ uint8_t *si_engine_pixels(si_engine *e, int slot) {
     return e->be->pixels(e, slot);
 }
 
-si_status si_engine_submit(si_engine *e, int slot, int rows) {
+uint8_t *si_engine_pack(si_engine *e, int slot, si_rs_item **items, size_t *cap) {
+    SI_ASSERT(e->n_slots > 0 && slot >= 0 && slot < e->n_slots && e->opts.pack_per_image > 0);
+    return e->be->pack(e, slot, items, cap);
+}
+
+si_status si_engine_submit(si_engine *e, int slot, int rows, size_t packed) {
     SI_ASSERT(e->n_slots > 0 && slot >= 0 && slot < e->n_slots);
+    SI_ASSERT(packed == 0 || e->opts.pack_per_image > 0);
     if (rows < 1 || rows > e->max_batch)
         return si_error(SI_ERR_ARG, "batch of %d rows, engine planned for 1..%d", rows,
                         e->max_batch);
-    return e->be->submit(e, slot, rows);
+    return e->be->submit(e, slot, rows, packed);
 }
 
 si_status si_engine_collect(si_engine *e, int slot, const float **outs) {

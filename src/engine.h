@@ -5,8 +5,13 @@
 #define SI_ENGINE_H
 
 #include "graph.h"
+#include "io/resample.h"
 
 typedef struct si_engine si_engine;
+
+/* Where a CUDA run resizes the decoded images when --resize-on is not given (docs/performance.md
+ * has the measurement behind the choice). */
+#define SI_GPU_RESIZE_DEFAULT true
 
 typedef enum { SI_PREC_FP32 = 0, SI_PREC_FP16, SI_PREC_BF16 } si_precision;
 const char *si_precision_name(int p);
@@ -20,6 +25,8 @@ typedef struct {
     bool pixels;            /* GPU: input 0 arrives as (B, H, W, 3) uint8 through the slots */
     float mean[3], std[3];  /* with pixels: normalisation, (x/255 - mean) / std */
     bool no_graphs;         /* GPU: launch op by op instead of replaying a CUDA Graph */
+    size_t pack_per_image;  /* GPU with pixels: > 0 gives each slot a packed buffer of decoded
+                               images (max_batch * this many bytes) that the GPU resizes */
     bool verbose;           /* GPU: print each conv's algorithm choice */
 } si_engine_opts;
 
@@ -42,8 +49,13 @@ typedef struct {
     /* --- optional: the asynchronous slot ring of a GPU backend (NULL on the CPU) --- */
     /* page-locked (max_batch, H, W, 3) uint8 input of a slot, to decode into */
     uint8_t *(*pixels)(si_engine *e, int slot);
-    /* queues the slot's upload, preprocessing, model and download; returns at once */
-    si_status (*submit)(si_engine *e, int slot, int rows);
+    /* with opts.pack_per_image: the slot's page-locked packed buffer (*cap bytes) and its
+     * max_batch items (io/resample.h), to decode into for the GPU's resize */
+    uint8_t *(*pack)(si_engine *e, int slot, si_rs_item **items, size_t *cap);
+    /* queues the slot's upload, preprocessing, model and download; returns at once. packed > 0:
+     * the rows are items[0, rows) over the first `packed` bytes of the packed buffer, resized on
+     * the GPU; 0: they are crops in pixels */
+    si_status (*submit)(si_engine *e, int slot, int rows, size_t packed);
     /* waits for the slot; outs[o] = its host outputs (max_batch rows), valid until resubmitted */
     si_status (*collect)(si_engine *e, int slot, const float **outs);
     /* replays the model alone on inputs already on the device (compute-only benchmarks) */
@@ -85,7 +97,8 @@ int si_engine_output_dtype(const si_engine *e, int i); /* SI_DT_FLOAT or SI_DT_I
 
 /* The slot ring (e->n_slots > 0 only); see si_backend. */
 uint8_t *si_engine_pixels(si_engine *e, int slot);
-si_status si_engine_submit(si_engine *e, int slot, int rows);
+uint8_t *si_engine_pack(si_engine *e, int slot, si_rs_item **items, size_t *cap);
+si_status si_engine_submit(si_engine *e, int slot, int rows, size_t packed);
 si_status si_engine_collect(si_engine *e, int slot, const float **outs);
 
 extern const si_backend si_cpu_backend;

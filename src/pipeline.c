@@ -109,6 +109,72 @@ typedef struct {
     bool chunk_start, chunk_end;
 } rslot;
 
+/* --resize-on gpu: the slot's packed buffer, shared by the decode threads. Every image of the
+ * batch keeps a crop's worth of bytes in reserve until it is placed, so the ones resized here
+ * (when the decoded ones do not fit) always find room. */
+typedef struct {
+    pthread_mutex_t mu;
+    size_t used, cap, crop; /* bytes */
+    uint32_t pending;       /* images not yet placed */
+} pack_state;
+
+/* Room for an image of `need` bytes at *off, if the others' reserve stays whole; need = crop
+ * always fits. Without room (false) the image is still pending. */
+static bool pack_take(pack_state *pk, size_t need, uint64_t *off) {
+    pthread_mutex_lock(&pk->mu);
+    SI_ASSERT(pk->pending > 0);
+    bool ok = pk->used + need + (size_t)(pk->pending - 1) * pk->crop <= pk->cap;
+    if (ok) {
+        *off = pk->used;
+        pk->used += need;
+        pk->pending--;
+    }
+    pthread_mutex_unlock(&pk->mu);
+    SI_ASSERT(ok || need > pk->crop);
+    return ok;
+}
+
+/* An image that failed: its reserve goes back. */
+static void pack_drop(pack_state *pk) {
+    pthread_mutex_lock(&pk->mu);
+    pk->pending--;
+    pthread_mutex_unlock(&pk->mu);
+}
+
+/* Decodes image j at its DCT scale into the packed buffer for the GPU's resize, or resizes it
+ * here into a crop-sized place when it does not fit (counted in *cpu_resized). */
+static si_image_status decode_packed(si_decoder *d, const uint8_t *data, size_t len,
+                                     const si_preproc *pre, pack_state *pk, uint8_t *pool,
+                                     si_rs_item *it, uint64_t *cpu_resized, char *msg, size_t cap) {
+    const uint8_t *img;
+    int w, h;
+    si_image_status st = si_decode_scaled(d, data, len, pre, &img, &w, &h, msg, cap);
+    if (st != SI_IMG_OK) {
+        pack_drop(pk);
+        return st;
+    }
+    int fits = si_rs_item_make(w, h, pre->resize, pre->crop_h, pre->crop_w, it);
+    SI_ASSERT(fits); /* the decoder checked that the crop fits */
+    size_t need = (size_t)w * (size_t)h * 3;
+    if (si_rs_gpu_fits(it) && pack_take(pk, need, &it->off)) {
+        memcpy(pool + it->off, img, need);
+        return SI_IMG_OK;
+    }
+    bool placed = pack_take(pk, pk->crop, &it->off);
+    SI_ASSERT(placed);
+#pragma omp atomic
+    (*cpu_resized)++;
+    if (si_decoder_resize_crop(d, img, w, h, pre, pool + it->off) != SI_OK) {
+        snprintf(msg, cap, "%s", si_error_msg());
+        return SI_IMG_TOO_LARGE;
+    }
+    /* the crop as it is: resizing a crop-sized image to itself is the identity */
+    it->w = it->rw = pre->crop_w;
+    it->h = it->rh = pre->crop_h;
+    it->top = it->left = 0;
+    return SI_IMG_OK;
+}
+
 /* A batch in a GPU slot: what post needs once its results are back. */
 typedef struct {
     int32_t *rowmap; /* [B] */
@@ -116,6 +182,8 @@ typedef struct {
     uint64_t b0;
     si_chunk *c;
     bool last;
+    int64_t k;       /* the batch's number, for --timeline */
+    double t_submit; /* when it went to the GPU */
 } flight;
 #define MAX_SLOTS 16
 
@@ -126,6 +194,7 @@ typedef struct {
     uint64_t b0;
     si_chunk *c;
     bool last; /* the chunk's last batch */
+    int64_t k;
 } pslot;
 
 typedef struct {
@@ -208,6 +277,7 @@ static void *reader_main(void *arg) {
             double t = si_now();
             read_batch(R->set, sl->first, sl->n, &sl->buf, sl->off, sl->status, sl->msg, &one);
             si_trace_pop();
+            si_timeline_add(R->cfg->timeline, SI_TL_READ, (int64_t)k, t, si_now());
             done += sl->n;
             lock(R);
             R->st.busy[SI_STAGE_READ] += si_now() - t;
@@ -269,6 +339,7 @@ static void *post_main(void *arg) {
                 si_chunk_add_dets(c, j, R->dets + (size_t)r * p->max_dets, R->n_dets[r]);
         }
         si_trace_pop();
+        si_timeline_add(cfg->timeline, SI_TL_POST, sl->k, t, si_now());
         lock(R);
         R->st.busy[SI_STAGE_POST] += si_now() - t;
         if (sl->last) {
@@ -311,6 +382,7 @@ static si_status drain(run *R) {
         snapshot(R, &s);
         double t = si_now();
         si_status st = R->h->chunk_done(R->h->ctx, c, &s);
+        si_timeline_add(R->cfg->timeline, SI_TL_WRITE, (int64_t)c->id, t, si_now());
         lock(R);
         R->st.busy[SI_STAGE_WRITE] += si_now() - t;
         R->d_head = (R->d_head + 1) % CHUNK_SLOTS;
@@ -407,6 +479,7 @@ static si_status to_post(run *R, const float *const *outs, const flight *f) {
     ps->b0 = f->b0;
     ps->c = f->c;
     ps->last = f->last;
+    ps->k = f->k;
     lock(R);
     R->p_count++;
     signal_all(R);
@@ -425,6 +498,7 @@ static si_status retire(run *R, si_engine *e, flight *fl, uint64_t *k_ret) {
         st = si_engine_collect(e, slot, outs);
         R->st.busy[SI_STAGE_COMPUTE] += si_now() - t;
         if (st != SI_OK) return st;
+        si_timeline_add(R->cfg->timeline, SI_TL_COMPUTE, f->k, f->t_submit, si_now());
     }
     if ((st = to_post(R, outs, f)) != SI_OK) return st;
     (*k_ret)++;
@@ -493,10 +567,17 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
             si_fatal(__FILE__, __LINE__, "si_decoder_create", NULL);
     int ph = 0, pw = 0, pch = 0;
     bool pixels_in = si_source_pixel_shape(set, &ph, &pw, &pch);
+    /* --resize-on gpu: decode into the slot's packed buffer (encoded JPEGs only: pre-decoded
+     * sets are resized here from the file's pixels) */
+    const bool packed = S > 0 && cfg->gpu_resize && e->opts.pack_per_image > 0 && !pixels_in;
+    pack_state pk = {.crop = plane * 3};
+    pthread_mutex_init(&pk.mu, NULL);
+    si_rs_item *jitems = si_xmalloc(sizeof(si_rs_item) * (size_t)B);
     uint8_t *gray_rgb = pixels_in && pch == 1 ? si_xmalloc((size_t)ph * pw * 3 * (size_t)nthreads)
                                               : NULL; /* gray -> RGB per thread, reused */
 
     R->t0 = si_now();
+    if (cfg->timeline) cfg->timeline->t0 = R->t0;
     refill(R);
     pthread_t reader, post;
     if (pthread_create(&reader, NULL, reader_main, R) != 0 ||
@@ -538,12 +619,19 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
             if (status[j] != SI_IMG_OK) memcpy(msgs[j], sl->msg[j], SI_MSG_LEN);
         }
 
-        uint8_t *px_out = pixels;
+        uint8_t *px_out = pixels, *pool = NULL;
+        si_rs_item *items = NULL;
         if (S > 0) { /* the slot must be free: its previous batch done */
             while (k - k_ret >= (uint64_t)S)
                 if ((st = retire(R, e, fl, &k_ret)) != SI_OK) break;
             if (st != SI_OK) break;
             px_out = si_engine_pixels(e, (int)(k % (uint64_t)S));
+            if (packed) {
+                pool = si_engine_pack(e, (int)(k % (uint64_t)S), &items, &pk.cap);
+                pk.used = 0;
+                pk.pending = n;
+                SI_ASSERT(pk.crop * n <= pk.cap);
+            }
         }
         si_trace_push("decode");
         double t = si_now();
@@ -564,6 +652,20 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
                     snprintf(msgs[j], SI_MSG_LEN, "%s", si_error_msg());
                 }
             }
+        } else if (packed) {
+            uint64_t spilled = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : spilled)
+            for (uint32_t j = 0; j < n; j++) {
+                if (status[j] != SI_IMG_OK) {
+                    pack_drop(&pk);
+                    continue;
+                }
+                msgs[j][0] = 0;
+                status[j] = (int32_t)decode_packed(dec[omp_get_thread_num()], buf.data + off[j],
+                                                   off[j + 1] - off[j], &cfg->pre, &pk, pool,
+                                                   &jitems[j], &spilled, msgs[j], SI_MSG_LEN);
+            }
+            R->st.cpu_resized += spilled;
         } else
 #pragma omp parallel for schedule(dynamic, 1)
             for (uint32_t j = 0; j < n; j++) {
@@ -585,7 +687,9 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
                 free(id);
             }
         }
-        if (S > 0) { /* pack the good rows to the front of the slot's input, as decoded */
+        if (packed) { /* the good rows' items to the front; the pixels stay where they are */
+            for (int r = 0; r < rows; r++) items[r] = jitems[rowmap[r]];
+        } else if (S > 0) { /* pack the good rows to the front of the slot's input, as decoded */
             for (int r = 0; r < rows; r++)
                 if (rowmap[r] != r)
                     memcpy(px_out + plane * 3 * (size_t)r, px_out + plane * 3 * (size_t)rowmap[r],
@@ -599,6 +703,7 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
         }
         R->st.busy[SI_STAGE_DECODE] += si_now() - t;
         si_trace_pop();
+        si_timeline_add(cfg->timeline, SI_TL_DECODE, (int64_t)k, t, si_now());
         lock(R); /* the read slot goes back to the reader */
         R->r_filled--;
         signal_all(R);
@@ -610,10 +715,12 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
             f->b0 = b0;
             f->c = cur;
             f->last = chunk_end;
+            f->k = (int64_t)k;
+            f->t_submit = si_now();
             memcpy(f->rowmap, rowmap, sizeof(int32_t) * (size_t)rows);
             if (rows > 0) {
                 t = si_now();
-                st = si_engine_submit(e, (int)(k % (uint64_t)S), rows);
+                st = si_engine_submit(e, (int)(k % (uint64_t)S), rows, packed ? pk.used : 0);
                 R->st.busy[SI_STAGE_COMPUTE] += si_now() - t;
                 if (st != SI_OK) break;
             }
@@ -630,6 +737,7 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
             st = si_engine_run(e, rows);
             R->st.busy[SI_STAGE_COMPUTE] += si_now() - t;
             si_trace_pop();
+            si_timeline_add(cfg->timeline, SI_TL_COMPUTE, (int64_t)k, t, si_now());
             if (st != SI_OK) break;
         }
         if (cfg->slow_ms > 0) {
@@ -642,7 +750,7 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
             outs[o] = si_engine_output(e, o, &sh);
             SI_ASSERT(sh.ndim >= 1 && sh.dims[0] == rows);
         }
-        flight f = {rowmap, rows, b0, cur, chunk_end};
+        flight f = {rowmap, rows, b0, cur, chunk_end, (int64_t)k, 0};
         if ((st = to_post(R, outs, &f)) != SI_OK) break;
         if ((st = service(R)) != SI_OK) break;
     }
@@ -691,6 +799,8 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
         free(pixels);
     free(gray_rgb);
     free(rowmap);
+    free(jitems);
+    pthread_mutex_destroy(&pk.mu);
     for (int q = 0; q < S; q++) free(fl[q].rowmap);
     free(empty);
     free(R->scratch);

@@ -14,6 +14,7 @@
 #include "engine.h"
 #include "io/jpeg.h"
 #include "io/source.h"
+#include "timeline.h"
 
 typedef struct {
     int batch;      /* images per batch (engine planned for it) */
@@ -24,6 +25,10 @@ typedef struct {
     uint32_t chunk;    /* images per chunk: a multiple of batch */
     int post_threads;
     int slow_ms; /* test only: sleep this long after each batch */
+    /* GPU engines with opts.pack_per_image: decode into the slot's packed buffer and resize on
+     * the GPU (--resize-on gpu); else the crops are made here */
+    bool gpu_resize;
+    si_timeline *timeline; /* --timeline: each stage's time on each batch (NULL: off) */
 } si_pipeline_config;
 
 enum {
@@ -47,6 +52,8 @@ typedef struct {
     double t_init;        /* the engine's set-up before the pipeline started (GPU: warm-up) */
     int gpu;              /* the rank's GPU, -1 on the CPU */
     uint64_t gpu_mem_kb;  /* device memory in use at the end (cudaMemGetInfo) */
+    uint64_t cpu_resized; /* --resize-on gpu: images resized here instead (buffer full, or a
+                             filter wider than the GPU's) */
 } si_rank_stats;
 
 typedef struct {

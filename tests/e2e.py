@@ -12,6 +12,9 @@ Usage: e2e.py --shardinfer BIN --dir WORK SUBCOMMAND [...]
   demo --model M.onnx --labels CLASSES.txt   the demo photos get the right classes
   bad-inputs              each bad input: one clear message, printed once, nonzero exit, no hang
   hostile --io-dir DIR    every kind of hostile image in one set: right statuses, others scored
+  gpu-resize              --backend cuda: --resize-on gpu (also with a buffer so small that most
+                          images spill to the CPU resize, and on 2 ranks) gives the results of
+                          --resize-on cpu and of the CPU backend; skipped (77) without a GPU
 """
 
 import argparse
@@ -70,11 +73,38 @@ def prepare(a):
     print(f"prepare: OK: {len(ids)} images packed, bytes and ids read back with h5py")
 
 
+def check_timeline(path, rank):
+    """--timeline: every batch a rank decoded was read, computed and postprocessed, once each,
+    in that order, and every interval is well formed."""
+    rows = [l.rstrip("\n").split(",") for l in open(path)]
+    if rows[0] != ["rank", "stage", "batch", "t0", "t1"]:
+        sys.exit(f"FAIL: {path}: header {rows[0]}")
+    seen = {}
+    for r, stage, batch, t0, t1 in rows[1:]:
+        if int(r) != rank or not 0 <= float(t0) <= float(t1):
+            sys.exit(f"FAIL: {path}: bad row {r},{stage},{batch},{t0},{t1}")
+        seen.setdefault(stage, []).append((int(batch), float(t0), float(t1)))
+    decoded = sorted(b for b, _, _ in seen.get("decode", []))
+    if not decoded:
+        sys.exit(f"FAIL: {path}: no decode rows")
+    for stage in ("read", "upload_compute", "post"):
+        got = sorted(b for b, _, _ in seen.get(stage, []))
+        if got != decoded:
+            sys.exit(f"FAIL: {path}: {stage} rows for batches {got}, decode rows for {decoded}")
+    t = {st: {b: (t0, t1) for b, t0, t1 in v} for st, v in seen.items()}
+    for b in decoded:
+        if not (t["read"][b][1] <= t["decode"][b][0] and t["decode"][b][1] <= t["post"][b][0]):
+            sys.exit(f"FAIL: {path}: batch {b}: stages out of order")
+
+
 def run(a):
     out = os.path.join(a.dir, f"result_np{a.np}.h5")
+    tl = os.path.join(a.dir, f"timeline_np{a.np}.csv")
     p = sh(["mpirun", "-np", str(a.np), a.shardinfer, "run", "--model",
             os.path.join(a.dir, "tiny.onnx"), "--input", os.path.join(a.dir, "set.h5"),
-            "--output", out, "--batch", "4", "--overwrite"])
+            "--output", out, "--batch", "4", "--overwrite", "--timeline", tl])
+    for r in range(a.np):
+        check_timeline(tl if a.np == 1 else f"{tl}.rank{r}", r)
     # each failed image is logged once, with its index and id
     for idx, name in ((5, "photo_05_truncated.jpg"), (17, "photo_17_corrupt.jpg")):
         lines = [l for l in p.stderr.splitlines() if f"image {idx} " in l and name in l]
@@ -233,6 +263,53 @@ def hostile(a):
     print(f"hostile: OK: {len(bad)} hostile and {len(good)} good images, each with its status")
 
 
+def cuda_devices():
+    """CUDA devices the driver sees; 0 without a driver."""
+    import ctypes
+    try:
+        cu = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    n = ctypes.c_int(0)
+    if cu.cuInit(0) != 0 or cu.cuDeviceGetCount(ctypes.byref(n)) != 0:
+        return 0
+    return n.value
+
+
+def gpu_resize(a):
+    if cuda_devices() == 0:
+        print("no CUDA device: skipped")
+        sys.exit(77)
+    import onnx
+    model = os.path.join(a.dir, "tiny.onnx")
+    dims = [d.dim_value for d in onnx.load(model).graph.input[0].type.tensor_type.shape.dim]
+    crop_kib = (dims[2] * dims[3] * 3 + 1023) // 1024
+    sets = [os.path.join(a.dir, "set.h5")]
+    hostile_set = os.path.join(a.dir, "hostile", "set.h5")  # e2e_hostile_images made it
+    if os.path.exists(hostile_set):
+        sets.append(hostile_set)
+    for k, sset in enumerate(sets):
+        def go(tag, np_, extra):
+            out = os.path.join(a.dir, f"gpu_resize_{k}_{tag}.h5")
+            p = sh(["mpirun", "-np", str(np_), a.shardinfer, "run", "--model", model, "--input",
+                    sset, "--output", out, "--batch", "5", "--overwrite"] + extra)
+            return out, p
+        ref, _ = go("cpu_backend", 1, ["--backend", "cpu"])
+        on_cpu, _ = go("resize_cpu", 1, ["--backend", "cuda", "--precision", "fp32",
+                                         "--resize-on", "cpu"])
+        on_gpu, _ = go("resize_gpu", 1, ["--backend", "cuda", "--precision", "fp32",
+                                         "--resize-on", "gpu"])
+        spill, p = go("spill", 1, ["--backend", "cuda", "--precision", "fp32", "--resize-on", "gpu",
+                                   "--pack-kb", str(crop_kib + 1)])
+        if "resized on the CPU instead" not in p.stdout:
+            sys.exit("FAIL: a buffer of one crop per image spilled nothing to the CPU resize")
+        two, _ = go("np2", 2, ["--backend", "cuda", "--precision", "fp32", "--resize-on", "gpu"])
+        for other in (on_cpu, on_gpu, spill, two):
+            sh([PY, os.path.join(HERE, "check_results.py"), "compare", ref, other])
+    print(f"gpu-resize: OK: {len(sets)} sets, --resize-on gpu (also spilling, also on 2 ranks) "
+          "gives the results of --resize-on cpu and of the CPU backend")
+
+
 def layouts(a):
     """The same images in every layout (tests/source_ref.py makes them) give identical results:
     packed, h5py vlen, vlen+gzip, a 3-file split by list, glob and directory; and among the
@@ -275,9 +352,11 @@ def main():
     lay.add_argument("--source-dir", required=True, help="tests/source_ref.py's output directory")
     h = sub.add_parser("hostile")
     h.add_argument("--io-dir", required=True, help="tests/io_ref.py's output directory")
+    sub.add_parser("gpu-resize")
     a = ap.parse_args()
     {"prepare": prepare, "run": run, "compare": compare, "demo": demo,
-     "bad-inputs": bad_inputs, "hostile": hostile, "layouts": layouts}[a.cmd](a)
+     "bad-inputs": bad_inputs, "hostile": hostile, "layouts": layouts,
+     "gpu-resize": gpu_resize}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 # On the GPU machine: ctest -L gpu --output-on-failure (docs/user-guide.md, "GPU tests").
 if(SI_HAVE_CUDA)
   si_add_test(test_gpu_preprocess SOURCES test_gpu_preprocess.c LABELS "gpu")
+  si_add_test(test_gpu_resize SOURCES test_gpu_resize.c LABELS "gpu")
 endif()
 
 # The CUDA backend against ONNX's own node tests (the suite's rule, as the CPU's onnx_node_tests)
@@ -23,6 +24,11 @@ if(SI_HAVE_CUDA)
   set_tests_properties(gpu_onnx_node_tests gpu_parity_fp32 gpu_parity_fp16 PROPERTIES
     FIXTURES_REQUIRED ref_cases LABELS "gpu" SKIP_RETURN_CODE 77)
   set_tests_properties(test_gpu_engine PROPERTIES FIXTURES_REQUIRED demo_model)
+  # --resize-on gpu end to end: the results of --resize-on cpu and of the CPU backend, also when
+  # the packed buffer spills images to the CPU resize, and on 2 ranks (2 GPUs where there are)
+  add_test(NAME gpu_e2e_resize COMMAND ${SI_E2E_CMD} gpu-resize)
+  set_tests_properties(gpu_e2e_resize PROPERTIES FIXTURES_REQUIRED "e2e_set;hostile_set"
+    LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 600)
   if(SI_TORCH_PYTHON)
     # whole models (torch exports): FP32 within 1e-4 of onnxruntime and of the CPU backend
     add_test(NAME gpu_models_fp32

@@ -18,7 +18,7 @@ set_tests_properties(e2e_bad_inputs PROPERTIES FIXTURES_REQUIRED e2e_set LABELS 
 
 add_test(NAME e2e_hostile_images COMMAND ${SI_E2E_CMD} hostile --io-dir ${SI_TEST_DATA}/io)
 set_tests_properties(e2e_hostile_images PROPERTIES FIXTURES_REQUIRED "e2e_set;io_ref_data"
-  LABELS "mpi" TIMEOUT 300)
+  FIXTURES_SETUP hostile_set LABELS "mpi" TIMEOUT 300)
 
 add_test(NAME e2e_every_layout COMMAND ${SI_E2E_CMD} layouts --source-dir ${SI_TEST_DATA}/source)
 set_tests_properties(e2e_every_layout PROPERTIES FIXTURES_REQUIRED "e2e_set;source_ref_data"

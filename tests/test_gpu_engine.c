@@ -50,7 +50,7 @@ static void check_precision(const char *model, int prec) {
     for (int k = 0; k <= 4; k++) {
         if (k < 4) {
             memcpy(si_engine_pixels(gpu, k % 2), px + img * B * (size_t)k, img * (size_t)rows[k]);
-            CHECK_MSG(si_engine_submit(gpu, k % 2, rows[k]) == SI_OK, "%s", si_error_msg());
+            CHECK_MSG(si_engine_submit(gpu, k % 2, rows[k], 0) == SI_OK, "%s", si_error_msg());
         }
         if (k == 0) continue;
         int q = k - 1;
@@ -99,7 +99,7 @@ static void check_precision(const char *model, int prec) {
     for (int k = 0; k < 30; k++) {
         if (k >= 2) CHECK(si_engine_collect(gpu, k % 2, outs) == SI_OK);
         fill(si_engine_pixels(gpu, k % 2), img * B, &seed);
-        CHECK(si_engine_submit(gpu, k % 2, k % 7 == 3 ? 3 : B) == SI_OK);
+        CHECK(si_engine_submit(gpu, k % 2, k % 7 == 3 ? 3 : B, 0) == SI_OK);
     }
     CHECK(si_engine_collect(gpu, 0, outs) == SI_OK && si_engine_collect(gpu, 1, outs) == SI_OK);
     CHECK(si_cuda_mem_info(&used1, &total) == SI_OK);

@@ -9,6 +9,7 @@
  * fancy upsampling in both), and the resize replicates Pillow's fixed-point arithmetic, so any
  * difference is a bug; the measured maximum difference is printed for each file. */
 #include "io/jpeg.h"
+#include "io/resample.h"
 #include "tests/test_util.h"
 
 #include <stdint.h>
@@ -34,6 +35,18 @@ static int max_abs_diff(const uint8_t *a, const uint8_t *b, size_t n, size_t *wh
         }
     }
     return m;
+}
+
+/* The crop through si_rs_pixel, the per-pixel formula the GPU kernel runs (cuda/resize.cu):
+ * false if the item's filters are wider than the GPU takes. */
+static bool gpu_formula_crop(const uint8_t *src, int w, int h, const si_preproc *p, uint8_t *out) {
+    si_rs_item it;
+    if (!si_rs_item_make(w, h, p->resize, p->crop_h, p->crop_w, &it) || !si_rs_gpu_fits(&it))
+        return false;
+    for (int y = 0; y < p->crop_h; y++)
+        for (int x = 0; x < p->crop_w; x++)
+            si_rs_pixel(src, &it, x, y, out + ((size_t)y * p->crop_w + x) * 3);
+    return true;
 }
 
 /* Every good JPEG: the plain decode (identity resize, full-size crop) against Pillow's
@@ -101,7 +114,7 @@ static void test_resize_noise(const char *dir) {
     FILE *m = fopen(mpath, "r");
     CHECK_MSG(m != NULL, "%s", mpath);
     if (!m) return;
-    int w, h, resize, ch, cw, n = 0, worst = 0;
+    int w, h, resize, ch, cw, n = 0, worst = 0, gpu_checked = 0;
     while (fscanf(m, "%255s %d %d %d %d %d", name, &w, &h, &resize, &ch, &cw) == 6) {
         size_t slen, clen, where = 0;
         uint8_t *src = slurp(dir, name, ".src.rgb", &slen);
@@ -116,8 +129,17 @@ static void test_resize_noise(const char *dir) {
         int md = max_abs_diff(out, ref, clen, &where);
         CHECK_MSG(md <= max_diff_allowed, "%s: differs from Pillow by %d at byte %zu", name, md,
                   where);
-        printf("%-30s %5dx%-5d resize %3d crop %3dx%-3d  max|diff| %d\n", name, w, h, resize, ch,
-               cw, md);
+        memset(out, 0x5A, clen);
+        int mg = -1;
+        if (gpu_formula_crop(src, w, h, &p, out)) {
+            mg = max_abs_diff(out, ref, clen, &where);
+            CHECK_MSG(mg <= max_diff_allowed,
+                      "%s: the GPU's per-pixel formula differs from Pillow by %d at byte %zu", name,
+                      mg, where);
+            gpu_checked++;
+        }
+        printf("%-30s %5dx%-5d resize %3d crop %3dx%-3d  max|diff| %d, GPU formula %d\n", name, w,
+               h, resize, ch, cw, md, mg);
         if (md > worst) worst = md;
         n++;
         free(out);
@@ -126,7 +148,9 @@ static void test_resize_noise(const char *dir) {
     }
     fclose(m);
     CHECK(n >= 5);
-    printf("noise images: %d, max|diff| vs Pillow %d\n", n, worst);
+    CHECK(gpu_checked >= 3);
+    printf("noise images: %d, max|diff| vs Pillow %d; %d through the GPU formula\n", n, worst,
+           gpu_checked);
 
     /* a crop larger than the resized image is refused, not read out of bounds */
     uint8_t px[4 * 4 * 3] = {1, 2, 3}, out[8 * 8 * 3];
@@ -196,7 +220,7 @@ static void test_scaled(const char *dir, si_decoder *d) {
     FILE *m = fopen(mpath, "r");
     CHECK_MSG(m != NULL, "%s", mpath);
     if (!m) return;
-    int resize, ch, cw, s, n = 0, nscaled = 0, worst = 0, worst_exact = 0;
+    int resize, ch, cw, s, n = 0, nscaled = 0, worst = 0, worst_exact = 0, ngpu = 0;
     while (fscanf(m, "%255s %d %d %d %d", name, &resize, &ch, &cw, &s) == 5) {
         size_t len, rlen, where = 0;
         snprintf(suffix, sizeof suffix, ".r%d_%dx%d.draft.rgb", resize, ch, cw);
@@ -215,6 +239,18 @@ static void test_scaled(const char *dir, si_decoder *d) {
                   "%s: scaled 1/%d crop differs from Pillow's draft by %d "
                   "at byte %zu",
                   name, s, md, where);
+        /* --resize-on gpu: the DCT-scaled decode alone, then the GPU's formula */
+        const uint8_t *img;
+        int iw, ih;
+        memset(ex, 0x5A, rlen);
+        st = si_decode_scaled(d, jpg, len, &p, &img, &iw, &ih, msg, sizeof msg);
+        CHECK_MSG(st == SI_IMG_OK, "%s: %s", name, msg);
+        if (st == SI_IMG_OK && gpu_formula_crop(img, iw, ih, &p, ex)) {
+            int mg = max_abs_diff(ex, out, rlen, &where);
+            CHECK_MSG(mg == 0, "%s: decode_scaled + the GPU formula differ from the CPU by %d",
+                      name, mg);
+            ngpu++;
+        }
         p.exact = true;
         st = si_decode_crop(d, jpg, len, &p, ex, msg, sizeof msg);
         CHECK_MSG(st == SI_IMG_OK, "%s: %s", name, msg);
@@ -236,8 +272,10 @@ static void test_scaled(const char *dir, si_decoder *d) {
     }
     fclose(m);
     CHECK_MSG(nscaled >= 15, "only %d of %d files DCT-scaled", nscaled, n);
-    printf("scaled mode: %d files (%d DCT-scaled), max|diff| vs Pillow's draft %d, vs exact %d\n",
-           n, nscaled, worst, worst_exact);
+    CHECK_MSG(ngpu == n, "only %d of %d files fit the GPU's filter", ngpu, n);
+    printf("scaled mode: %d files (%d DCT-scaled), max|diff| vs Pillow's draft %d, vs exact %d; "
+           "%d identical through decode_scaled + the GPU formula\n",
+           n, nscaled, worst, worst_exact, ngpu);
 }
 
 static int status_of(const char *name) {
