@@ -32,9 +32,10 @@ import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
 KINDS = {"strong": ("shardinfer, strong scaling", "tab:blue", "o"),
          "weak": ("shardinfer, weak scaling", "tab:green", "s"),
          "peer": ("PyTorch peer (strong)", "tab:red", "^")}
-STAGE_ORDER = ["read", "decode", "upload_compute", "compute", "post", "write", "starved"]
+STAGE_ORDER = ["read", "decode", "upload_compute", "compute", "in_flight", "post", "write", "starved"]
 STAGE_COLORS = {"read": "tab:gray", "decode": "tab:orange", "upload_compute": "tab:blue",
-                "compute": "tab:blue", "post": "tab:purple", "write": "tab:green",
+                "compute": "tab:blue", "in_flight": "tab:cyan", "post": "tab:purple",
+                "write": "tab:green",
                 "starved": "tab:red"}
 
 

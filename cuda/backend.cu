@@ -72,6 +72,7 @@ typedef struct {
 typedef struct {
     cudaStream_t stream;
     cudaEvent_t done;
+    cudaEvent_t t_begin, t_end; // timed: when the GPU started and finished the slot's batch
     cudnnHandle_t dnn;
     uint8_t *arena, *scratch, *ws, *in_d, *out_d; // device
     uint8_t *in_h, *out_h;                        // pinned host
@@ -97,6 +98,8 @@ typedef struct {
     bool batch_rows;   // every output's dim 0 is the batch: short batches download fewer rows
     int64_t in_pixels; // H * W of the pixel input
     float pscale[3], pshift[3];
+    cudaEvent_t t_ref; // a timed event and the host clock when it completed: the GPU's times on
+    double t_ref_host; // the host's clock (--timeline)
 } cuda_state;
 
 static long n_alloc_calls;
@@ -959,6 +962,8 @@ static si_status cuda_init_inner(si_engine *e, cuda_state *cs) {
         cudaCheck(cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking));
         cudaCheck(
             cudaEventCreateWithFlags(&sl->done, cudaEventDisableTiming | cudaEventBlockingSync));
+        cudaCheck(cudaEventCreate(&sl->t_begin));
+        cudaCheck(cudaEventCreate(&sl->t_end));
         cudnnCheck(cudnnCreate(&sl->dnn));
         cudnnCheck(cudnnSetStream(sl->dnn, sl->stream));
         // defined contents everywhere: garbage rows of a short batch stay finite
@@ -1032,6 +1037,10 @@ static si_status cuda_init_inner(si_engine *e, cuda_state *cs) {
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
         m->device_used_after_init = total_b - free_b;
+    cudaCheck(cudaEventCreate(&cs->t_ref));
+    cudaCheck(cudaEventRecord(cs->t_ref, cs->slots[0].stream));
+    cudaCheck(cudaEventSynchronize(cs->t_ref));
+    cs->t_ref_host = si_now();
     m->init_seconds = si_now() - t0;
     e->activation_bytes = p->activations;
     e->naive_bytes = p->acts.naive_bytes;
@@ -1093,6 +1102,7 @@ static si_status cuda_submit(si_engine *e, int slot, int rows, size_t packed) {
                                             "batch; a short batch cannot be run");
     slot_x *sl = &cs->slots[slot];
     sl->rows = rows;
+    cudaCheck(cudaEventRecord(sl->t_begin, sl->stream));
     int64_t px = (int64_t)rows * cs->in_pixels;
     nvtxRangePushA("upload");
     cudaError_t ce;
@@ -1106,11 +1116,11 @@ static si_status cuda_submit(si_engine *e, int slot, int rows, size_t packed) {
             ce = cudaMemcpyAsync(sl->items_d, sl->items_h, sizeof(si_rs_item) * (size_t)rows,
                                  cudaMemcpyHostToDevice, sl->stream);
         if (ce == cudaSuccess)
-            ce = si_k_resize_crop(sl->stream, sl->pack_d, sl->items_d, rows,
-                                  (int)in->shape.dims[2], (int)in->shape.dims[3], sl->in_d);
+            ce = si_k_resize_crop(sl->stream, sl->pack_d, sl->items_d, rows, (int)in->shape.dims[2],
+                                  (int)in->shape.dims[3], sl->in_d);
     } else {
-        ce = cudaMemcpyAsync(sl->in_d, sl->in_h, (size_t)px * 3, cudaMemcpyHostToDevice,
-                             sl->stream);
+        ce =
+            cudaMemcpyAsync(sl->in_d, sl->in_h, (size_t)px * 3, cudaMemcpyHostToDevice, sl->stream);
     }
     if (ce == cudaSuccess)
         ce = si_k_normalize_nhwc(sl->stream, cs->t, sl->in_d, px, cs->pscale, cs->pshift,
@@ -1125,6 +1135,7 @@ static si_status cuda_submit(si_engine *e, int slot, int rows, size_t packed) {
     st = enqueue_download(e, cs, sl, rows);
     nvtxRangePop();
     if (st != SI_OK) return st;
+    cudaCheck(cudaEventRecord(sl->t_end, sl->stream));
     cudaCheck(cudaEventRecord(sl->done, sl->stream));
     return SI_OK;
 }
@@ -1138,6 +1149,18 @@ static si_status cuda_collect(si_engine *e, int slot, const float **outs) {
         outs[o] = v->kind == SI_VAL_RUNTIME ? (const float *)(sl->out_h + cs->out_off[o])
                                             : (const float *)v->data;
     }
+    return SI_OK;
+}
+
+// when the GPU began and ended the slot's last batch (collected), on the host's si_now() clock
+static si_status cuda_times(si_engine *e, int slot, double *t0, double *t1) {
+    cuda_state *cs = (cuda_state *)e->state;
+    slot_x *sl = &cs->slots[slot];
+    float a = 0, b = 0;
+    cudaCheck(cudaEventElapsedTime(&a, cs->t_ref, sl->t_begin));
+    cudaCheck(cudaEventElapsedTime(&b, cs->t_ref, sl->t_end));
+    *t0 = cs->t_ref_host + a / 1000.0;
+    *t1 = cs->t_ref_host + b / 1000.0;
     return SI_OK;
 }
 
@@ -1161,6 +1184,8 @@ static void cuda_release(si_engine *e) {
             if (sl->exec) cudaGraphExecDestroy(sl->exec);
             if (sl->dnn) cudnnDestroy(sl->dnn);
             if (sl->done) cudaEventDestroy(sl->done);
+            if (sl->t_begin) cudaEventDestroy(sl->t_begin);
+            if (sl->t_end) cudaEventDestroy(sl->t_end);
             if (sl->stream) cudaStreamDestroy(sl->stream);
         }
     }
@@ -1202,6 +1227,6 @@ static void cuda_release(si_engine *e) {
 }
 
 extern "C" const si_backend si_cuda_backend = {
-    "cuda",      cuda_init,   cuda_run,     cuda_release,     cuda_pixels,
-    cuda_pack,   cuda_submit, cuda_collect, cuda_run_compute,
+    "cuda",    cuda_init,   cuda_run,     cuda_release, cuda_pixels,
+    cuda_pack, cuda_submit, cuda_collect, cuda_times,   cuda_run_compute,
 };

@@ -123,6 +123,11 @@ si_status si_engine_submit(si_engine *e, int slot, int rows, size_t packed) {
     return e->be->submit(e, slot, rows, packed);
 }
 
+si_status si_engine_slot_times(si_engine *e, int slot, double *t0, double *t1) {
+    SI_ASSERT(e->n_slots > 0 && slot >= 0 && slot < e->n_slots);
+    return e->be->times(e, slot, t0, t1);
+}
+
 si_status si_engine_collect(si_engine *e, int slot, const float **outs) {
     SI_ASSERT(e->n_slots > 0 && slot >= 0 && slot < e->n_slots);
     return e->be->collect(e, slot, outs);

@@ -58,6 +58,8 @@ typedef struct {
     si_status (*submit)(si_engine *e, int slot, int rows, size_t packed);
     /* waits for the slot; outs[o] = its host outputs (max_batch rows), valid until resubmitted */
     si_status (*collect)(si_engine *e, int slot, const float **outs);
+    /* after collect: when the device began and finished the slot's batch (si_now() clock) */
+    si_status (*times)(si_engine *e, int slot, double *t0, double *t1);
     /* replays the model alone on inputs already on the device (compute-only benchmarks) */
     si_status (*run_compute)(si_engine *e);
 } si_backend;
@@ -100,6 +102,7 @@ uint8_t *si_engine_pixels(si_engine *e, int slot);
 uint8_t *si_engine_pack(si_engine *e, int slot, si_rs_item **items, size_t *cap);
 si_status si_engine_submit(si_engine *e, int slot, int rows, size_t packed);
 si_status si_engine_collect(si_engine *e, int slot, const float **outs);
+si_status si_engine_slot_times(si_engine *e, int slot, double *t0, double *t1);
 
 extern const si_backend si_cpu_backend;
 #ifdef SI_HAVE_CUDA

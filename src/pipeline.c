@@ -498,7 +498,11 @@ static si_status retire(run *R, si_engine *e, flight *fl, uint64_t *k_ret) {
         st = si_engine_collect(e, slot, outs);
         R->st.busy[SI_STAGE_COMPUTE] += si_now() - t;
         if (st != SI_OK) return st;
-        si_timeline_add(R->cfg->timeline, SI_TL_COMPUTE, f->k, f->t_submit, si_now());
+        double g0, g1; /* the GPU's own times for the batch (its events) */
+        if (R->cfg->timeline && si_engine_slot_times(e, slot, &g0, &g1) == SI_OK) {
+            si_timeline_add(R->cfg->timeline, SI_TL_INFLIGHT, f->k, f->t_submit, si_now());
+            si_timeline_add(R->cfg->timeline, SI_TL_COMPUTE, f->k, g0, g1);
+        }
     }
     if ((st = to_post(R, outs, f)) != SI_OK) return st;
     (*k_ret)++;

@@ -3,8 +3,8 @@
 
 #include <stdlib.h>
 
-static const char *const stage_names[SI_TL_STAGES] = {"read", "decode", "upload_compute", "post",
-                                                      "write"};
+static const char *const stage_names[SI_TL_STAGES] = {"read",      "decode", "compute",
+                                                      "in_flight", "post",   "write"};
 
 void si_timeline_init(si_timeline *tl, uint64_t cap) {
     tl->t0 = si_now();

@@ -13,7 +13,8 @@
 typedef enum {
     SI_TL_READ,
     SI_TL_DECODE,
-    SI_TL_COMPUTE, /* upload, model and download: submit to collect on a GPU */
+    SI_TL_COMPUTE,  /* the model (CPU); upload, resize, model, download as the GPU ran them */
+    SI_TL_INFLIGHT, /* GPU: from submit until the pipeline collected the batch */
     SI_TL_POST,
     SI_TL_WRITE,
     SI_TL_STAGES

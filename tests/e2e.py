@@ -87,7 +87,7 @@ def check_timeline(path, rank):
     decoded = sorted(b for b, _, _ in seen.get("decode", []))
     if not decoded:
         sys.exit(f"FAIL: {path}: no decode rows")
-    for stage in ("read", "upload_compute", "post"):
+    for stage in ("read", "compute", "post"):
         got = sorted(b for b, _, _ in seen.get(stage, []))
         if got != decoded:
             sys.exit(f"FAIL: {path}: {stage} rows for batches {got}, decode rows for {decoded}")
