@@ -18,6 +18,7 @@
 
 #include "cuda/check.cuh"
 #include "cuda/cuda.h"
+#include "cuda/dwconv.cuh"
 #include "cuda/kernels.cuh"
 #include "cuda/resize.cuh"
 extern "C" {
@@ -55,6 +56,9 @@ typedef struct {
     bool prepad; // asymmetric pads applied by a copy into scratch
     int cpad;    // channels the input is padded to in scratch (the first conv's 3 -> 8)
     float ms;    // the algorithm's time as cuDNN measured it
+    bool dw;     // our depthwise kernel (cuda/dwconv.cu) runs it, not cuDNN
+    int pro;     // dw: the conv whose bias and activation it applies to its input, -1 if none
+    bool raw;    // its output is such a dw conv's input: it adds no bias and no activation
 } conv_x;
 
 typedef struct {
@@ -97,6 +101,7 @@ typedef struct {
     int64_t *out_row;  // per output: floats per batch row (numel / dims[0])
     bool batch_rows;   // every output's dim 0 is the batch: short batches download fewer rows
     int64_t in_pixels; // H * W of the pixel input
+    bool dw_cudnn;     // SI_CUDNN_DEPTHWISE=1: cuDNN runs depthwise convs, no prologue fusion
     float pscale[3], pshift[3];
     cudaEvent_t t_ref; // a timed event and the host clock when it completed: the GPU's times on
     double t_ref_host; // the host's clock (--timeline)
@@ -262,13 +267,60 @@ static si_status upload_consts(si_engine *e, cuda_state *cs) {
 }
 
 // --- init: convolutions -----------------------------------------------------------------------
+// cuDNN's choice per conv shape: the key is what the descriptors are made of (the shape, the
+// type and the padded channels); the math type is part of the choice
 typedef struct {
     si_conv_shape s;
-    int t;
+    int t, cpad;
     cudnnConvolutionFwdAlgo_t algo;
+    cudnnMathType_t math;
     size_t ws;
     float ms;
 } algo_memo;
+
+// Whether our depthwise kernel runs conv node j (cuDNN runs the others).
+static bool dw_kernel_runs(const cuda_state *cs, const si_graph *g, int j) {
+    return !cs->dw_cudnn && cs->plan.dw_off[j] != SIZE_MAX &&
+           si_dwconv_supported(&g->nodes[j].conv);
+}
+
+// The depthwise conv that applies conv j's bias and activation to j's output as it loads it, or
+// -1. Then j writes its plain sum, saving a pass over the tensor (in MobileNet and EfficientNet
+// blocks, the expanded one: the largest). It needs j's output read by that conv's data input
+// alone (not a graph output, no other reader), and j run by cuDNN with no residual, which would
+// have to be added before the activation. Decided at init, the same for j and the consumer.
+static int dw_prologue_of(const cuda_state *cs, const si_graph *g, int j) {
+    const si_gnode *p = &g->nodes[j];
+    if (p->op != SI_OP_CONV || p->residual >= 0 || dw_kernel_runs(cs, g, j)) return -1;
+    if (g->values[p->out].uses != 1) return -1; // uses counts graph outputs too
+    for (int k = j + 1; k < g->n_nodes; k++) {
+        const si_gnode *d = &g->nodes[k];
+        for (int i = 0; i < d->n_in; i++)
+            if (d->in[i] == p->out)
+                return d->op == SI_OP_CONV && i == 0 && dw_kernel_runs(cs, g, k) ? k : -1;
+    }
+    return -1;
+}
+
+// Our depthwise kernel's weights: (C, 1, kh, kw) as float (kh, kw, C) at the plan's dw_off, so a
+// thread reads its channels' taps as vectors and converts nothing.
+static si_status dw_upload(cuda_state *cs, const si_graph *g, int j) {
+    const si_gnode *n = &g->nodes[j];
+    const si_value *wv = &g->values[n->in[1]];
+    int64_t C = wv->shape.dims[0], R = wv->shape.dims[2], S = wv->shape.dims[3];
+    size_t count = (size_t)(C * R * S);
+    float *tmp = (float *)malloc(sizeof(float) * (count ? count : 1));
+    if (!tmp) return si_error(SI_ERR_NOMEM, "cannot stage the weights of '%s'", n->name);
+    const float *w = (const float *)wv->data;
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t s = 0; s < S; s++) tmp[(r * S + s) * C + c] = w[(c * R + r) * S + s];
+    cudaError_t ce = cudaMemcpy(cs->consts + cs->plan.dw_off[j], tmp, sizeof(float) * count,
+                                cudaMemcpyHostToDevice);
+    free(tmp);
+    cudaCheck(ce);
+    return SI_OK;
+}
 
 static si_status conv_init(si_engine *e, cuda_state *cs, int j, algo_memo *memo, int *n_memo) {
     si_graph *g = e->g;
@@ -287,6 +339,18 @@ static si_status conv_init(si_engine *e, cuda_state *cs, int j, algo_memo *memo,
         if (memcmp(r->dims, y->dims, sizeof(int64_t) * 4) != 0)
             return NODE_ERR(g, n, SI_ERR_UNSUPPORTED, "cuda: residual shape differs from Conv's");
     }
+    c->pro = -1;
+    if (dw_kernel_runs(cs, g, j)) {
+        c->dw = true;
+        int pj = x->producer;
+        if (pj >= 0 && dw_prologue_of(cs, g, pj) == j) c->pro = pj;
+        if (e->opts.verbose)
+            fprintf(stderr, "cuda: %s (%s) depthwise kernel%s%s\n", n->name, n->op_type,
+                    c->pro >= 0 ? ", with the bias and activation of " : "",
+                    c->pro >= 0 ? g->nodes[c->pro].name : "");
+        return dw_upload(cs, g, j);
+    }
+    c->raw = dw_prologue_of(cs, g, j) >= 0;
     c->prepad = s->pt != s->pb || s->pl != s->pr;
     c->cpad = si_devplan_conv_cpad(g, n, cs->plan.elem);
     int h = s->h + (c->prepad ? s->pt + s->pb : 0), w = s->w + (c->prepad ? s->pl + s->pr : 0);
@@ -312,10 +376,11 @@ static si_status conv_init(si_engine *e, cuda_state *cs, int j, algo_memo *memo,
     cudnnCheck(
         cudnnSetActivationDescriptor(c->ad, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
     for (int k = 0; k < *n_memo; k++)
-        if (!memcmp(&memo[k].s, s, sizeof *s) && memo[k].t == cs->t) {
+        if (!memcmp(&memo[k].s, s, sizeof *s) && memo[k].t == cs->t && memo[k].cpad == c->cpad) {
             c->algo = memo[k].algo;
             c->ws = memo[k].ws;
             c->ms = memo[k].ms;
+            if (cs->t != SI_GT_F32) cudnnCheck(cudnnSetConvolutionMathType(c->cd, memo[k].math));
             goto found;
         }
     {
@@ -346,17 +411,21 @@ static si_status conv_init(si_engine *e, cuda_state *cs, int j, algo_memo *memo,
         c->ws = perf[pick].memory;
         c->ms = perf[pick].time;
         if (cs->t != SI_GT_F32) cudnnCheck(cudnnSetConvolutionMathType(c->cd, perf[pick].mathType));
-        if (*n_memo < 512) memo[(*n_memo)++] = (algo_memo){*s, cs->t, c->algo, c->ws, c->ms};
+        if (*n_memo < 512)
+            memo[(*n_memo)++] =
+                (algo_memo){*s, cs->t, c->cpad, c->algo, perf[pick].mathType, c->ws, c->ms};
     }
 found:
     if (e->opts.verbose)
-        fprintf(stderr, "cuda: %s (%s) algo %d ws %zu KiB %.3f ms\n", n->name, n->op_type,
-                (int)c->algo, c->ws >> 10, c->ms);
+        fprintf(stderr, "cuda: %s (%s) algo %d ws %zu KiB %.3f ms%s\n", n->name, n->op_type,
+                (int)c->algo, c->ws >> 10, c->ms,
+                c->raw ? ", bias and activation left to the depthwise conv after it" : "");
     bool has_bias = n->n_in - (n->residual >= 0) > 2;
     // cuDNN fuses bias + residual + ReLU; identity only with IMPLICIT_PRECOMP_GEMM
-    c->fused = has_bias && (n->act.kind == SI_ACT_RELU ||
-                            (n->act.kind == SI_ACT_NONE &&
-                             c->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM));
+    c->fused = !c->raw && has_bias &&
+               (n->act.kind == SI_ACT_RELU ||
+                (n->act.kind == SI_ACT_NONE &&
+                 c->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM));
     if (c->fused && n->act.kind == SI_ACT_NONE)
         cudnnCheck(cudnnSetActivationDescriptor(c->ad, CUDNN_ACTIVATION_IDENTITY,
                                                 CUDNN_NOT_PROPAGATE_NAN, 0.0));
@@ -372,6 +441,24 @@ static si_status conv_run(si_engine *e, cuda_state *cs, slot_x *sl, int j) {
     void *y = vptr(cs, g, sl, n->out);
     const void *z = n->residual >= 0 ? vptr(cs, g, sl, n->residual) : NULL;
     bool has_bias = n->n_in - (n->residual >= 0) > 2;
+    if (c->dw) {
+        si_dwconv_args a;
+        memset(&a, 0, sizeof a);
+        a.s = *s;
+        a.x = x;
+        a.w = (const float *)(cs->consts + cs->plan.dw_off[j]);
+        a.b = has_bias ? vptr(cs, g, sl, n->in[2]) : NULL;
+        a.z = z;
+        a.act = n->act;
+        a.y = y;
+        if (c->pro >= 0) { // the producer wrote its plain sum (raw): its epilogue comes here
+            const si_gnode *p = &g->nodes[c->pro];
+            a.pb = p->n_in > 2 ? vptr(cs, g, sl, p->in[2]) : NULL; // no residual: in[2] is bias
+            a.pact = p->act;
+        }
+        cudaCheck(si_k_dwconv(sl->stream, cs->t, &a));
+        return SI_OK;
+    }
     if (c->prepad || c->cpad != s->c) { // zeros, then the input into the interior
         int64_t hp = s->h + (c->prepad ? s->pt + s->pb : 0),
                 wp = s->w + (c->prepad ? s->pl + s->pr : 0), cp = c->cpad;
@@ -396,7 +483,7 @@ static si_status conv_run(si_engine *e, cuda_state *cs, slot_x *sl, int j) {
     }
     cudnnCheck(cudnnConvolutionForward(sl->dnn, &one, c->xd, x, c->wd, vptr(cs, g, sl, n->in[1]),
                                        c->cd, c->algo, sl->ws, c->ws, &zero, c->yd, y));
-    if (has_bias || z || n->act.kind) {
+    if (!c->raw && (has_bias || z || n->act.kind)) {
         const void *bias = has_bias ? vptr(cs, g, sl, n->in[2]) : NULL;
         cudaCheck(si_k_bias_act(sl->stream, cs->t, y, si_shape_numel(&g->values[n->out].shape),
                                 s->m, bias, z, n->act));
@@ -975,6 +1062,8 @@ static si_status cuda_init_inner(si_engine *e, cuda_state *cs) {
     cs->gemm = (gemm_x *)si_xcalloc((size_t)g->n_nodes + 1, sizeof(gemm_x));
     algo_memo *memo = (algo_memo *)si_xcalloc(512, sizeof(algo_memo));
     int n_memo = 0;
+    const char *dw_env = getenv("SI_CUDNN_DEPTHWISE"); // read once: the A/B switch
+    cs->dw_cudnn = dw_env && *dw_env && strcmp(dw_env, "0") != 0;
     for (int j = 0; j < g->n_nodes && st == SI_OK; j++) {
         int op = g->nodes[j].op;
         if (op == SI_OP_CONV)

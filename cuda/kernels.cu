@@ -2,6 +2,7 @@
 // src/cpu_kernels.c formula for formula (same activation bodies, same resize taps in double), so
 // FP32 results differ from the CPU's only by summation order.
 #include "cuda/kernels.cuh"
+#include "cuda/act.cuh"
 
 #include <math.h>
 #include <string.h>
@@ -28,29 +29,6 @@ __device__ __forceinline__ void st(__half *p, int64_t i, float v) {
 }
 __device__ __forceinline__ void st(__nv_bfloat16 *p, int64_t i, float v) {
     p[i] = __float2bfloat16_rn(v);
-}
-
-// The activation formulas of src/cpu_kernels.c's act_apply, kind for kind.
-__device__ __forceinline__ float act_apply(float v, const si_act &a) {
-    switch (a.kind) {
-    case SI_ACT_RELU: return v > 0.f ? v : 0.f;
-    case SI_ACT_CLIP: v = v < a.lo ? a.lo : v; return v > a.hi ? a.hi : v;
-    case SI_ACT_SIGMOID: return 1.f / (1.f + expf(-v));
-    case SI_ACT_HARDSIGMOID: {
-        float t = a.alpha * v + a.beta;
-        t = t > 1.f ? 1.f : t;
-        return t < 0.f ? 0.f : t;
-    }
-    case SI_ACT_HARDSWISH: {
-        float t = v * (1.f / 6.f) + 0.5f;
-        t = t > 1.f ? 1.f : t;
-        t = t < 0.f ? 0.f : t;
-        return v * t;
-    }
-    case SI_ACT_SILU: return v * (1.f / (1.f + expf(-v)));
-    case SI_ACT_LEAKYRELU: return v >= 0.f ? v : a.alpha * v;
-    default: return v;
-    }
 }
 
 __device__ __forceinline__ float binop(int op, float a, float b) {

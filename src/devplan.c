@@ -58,6 +58,14 @@ int si_devplan_conv_cpad(const si_graph *g, const si_gnode *n, size_t elem) {
     return c;
 }
 
+bool si_devplan_dwconv(const si_graph *g, const si_gnode *n) {
+    if (n->op != SI_OP_CONV) return false;
+    const si_conv_shape *s = &n->conv;
+    const si_value *w = &g->values[n->in[1]];
+    return s->group > 1 && s->group == s->c && s->m == s->c && w->kind == SI_VAL_CONST &&
+           w->shape.ndim == 4;
+}
+
 int64_t si_devplan_node_scratch(const si_graph *g, const si_gnode *n, size_t elem) {
     const si_value *x = &g->values[n->in[0]], *y = &g->values[n->out];
     int64_t need = 0;
@@ -97,7 +105,9 @@ si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_
     p->copy_view = si_xcalloc((size_t)(g->n_nodes ? g->n_nodes : 1), 1);
     p->const_off = si_xmalloc(sizeof(size_t) * (size_t)(g->n_values ? g->n_values : 1));
     p->aux_off = si_xmalloc(sizeof(size_t) * (size_t)(g->n_nodes ? g->n_nodes : 1));
+    p->dw_off = si_xmalloc(sizeof(size_t) * (size_t)(g->n_nodes ? g->n_nodes : 1));
     for (int i = 0; i < g->n_values; i++) p->const_off[i] = SIZE_MAX;
+    for (int j = 0; j < g->n_nodes; j++) p->dw_off[j] = SIZE_MAX;
     int64_t scratch = 0;
     size_t w = 0;
     for (int j = 0; j < g->n_nodes; j++) {
@@ -118,6 +128,10 @@ si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_
                 numel = numel / (size_t)val->shape.dims[1] *
                         (size_t)(si_devplan_conv_cpad(g, n, elem) / n->conv.group);
             w += up(numel * elem);
+        }
+        if (si_devplan_dwconv(g, n)) {
+            p->dw_off[j] = w;
+            w += up((size_t)si_shape_numel(&g->values[n->in[1]].shape) * sizeof(float));
         }
         if (n->op == SI_OP_GATHER) {
             p->aux_off[j] = w;
@@ -156,6 +170,7 @@ void si_devplan_free(si_devplan *p) {
     free(p->copy_view);
     free(p->const_off);
     free(p->aux_off);
+    free(p->dw_off);
     memset(p, 0, sizeof *p);
 }
 

@@ -22,6 +22,7 @@ typedef struct {
     uint8_t *copy_view; /* per node: a view that copies */
     size_t *const_off;  /* per value: offset in the constant buffer, SIZE_MAX if not there */
     size_t *aux_off;    /* per node: Gather's indices as int64 (SIZE_MAX if none) */
+    size_t *dw_off;     /* per node: a depthwise Conv's float weights as (kh, kw, C), or SIZE_MAX */
     /* bytes; per slot unless said otherwise */
     size_t weights;                    /* constants on the device (all slots share them) */
     size_t activations;                /* the arena */
@@ -47,6 +48,11 @@ bool si_devplan_rowmajor_op(const si_graph *g, const si_gnode *n);
  * tensor-core kernels want C % 8 == 0, and measured 3.7 ms of MobileNetV2's 14 ms at batch 256
  * without); otherwise the channels as they are. */
 int si_devplan_conv_cpad(const si_graph *g, const si_gnode *n, size_t elem);
+/* A depthwise Conv (group == C == M > 1) with constant 4-D weights. The CUDA backend runs these
+ * with its own kernel (cuda/dwconv.cu, which reads the weights channel-last: dw_off) unless the
+ * shape is beyond it or SI_CUDNN_DEPTHWISE=1 hands them to cuDNN (which reads the KRSC copy at
+ * const_off): both copies are planned, so the plan holds either way. */
+bool si_devplan_dwconv(const si_graph *g, const si_gnode *n);
 /* Scratch elements node n needs for layout changes (0 if none). */
 int64_t si_devplan_node_scratch(const si_graph *g, const si_gnode *n, size_t elem);
 

@@ -21,7 +21,19 @@ if(SI_HAVE_CUDA)
             --skip ${CMAKE_CURRENT_SOURCE_DIR}/onnx_gpu_fp16_skip.txt ${SI_CASES})
   # the slot ring, short batches and the no-allocation steady state, on the demo model
   si_add_test(test_gpu_engine SOURCES test_gpu_engine.c LABELS "gpu" ARGS ${SI_DEMO_MODEL})
-  set_tests_properties(gpu_onnx_node_tests gpu_parity_fp32 gpu_parity_fp16 PROPERTIES
+  # the depthwise kernel (cuda/dwconv.cu) in BF16 on its own cases, and the op cases with
+  # SI_CUDNN_DEPTHWISE=1 (cuDNN's depthwise convs, no prologue fusion), so the A/B switch's side
+  # stays correct too
+  add_test(NAME gpu_parity_bf16_depthwise
+    COMMAND run_onnx_cases --backend cuda --precision bf16 --vs-cpu 5e-2 --no-ref
+            --prefix si_dwconv ${SI_CASES})
+  add_test(NAME gpu_parity_fp16_cudnn_depthwise
+    COMMAND run_onnx_cases --backend cuda --precision fp16 --vs-cpu 2e-2 --no-ref --prefix si_
+            ${SI_CASES})
+  set_tests_properties(gpu_parity_fp16_cudnn_depthwise PROPERTIES ENVIRONMENT
+    SI_CUDNN_DEPTHWISE=1)
+  set_tests_properties(gpu_onnx_node_tests gpu_parity_fp32 gpu_parity_fp16
+    gpu_parity_bf16_depthwise gpu_parity_fp16_cudnn_depthwise PROPERTIES
     FIXTURES_REQUIRED ref_cases LABELS "gpu" SKIP_RETURN_CODE 77)
   set_tests_properties(test_gpu_engine PROPERTIES FIXTURES_REQUIRED demo_model)
   # --resize-on gpu end to end: the results of --resize-on cpu and of the CPU backend, also when

@@ -273,6 +273,12 @@ def numpy_reference(model, feeds):
                  * i[1].reshape(sh) + i[2].reshape(sh))
         elif op == "Relu":
             y = np.maximum(i[0], 0)
+        elif op == "LeakyRelu":
+            y = np.where(i[0] >= 0, i[0], a.get("alpha", 0.01) * i[0])
+        elif op == "Sigmoid":
+            y = 1.0 / (1.0 + np.exp(-i[0]))
+        elif op == "Mul":
+            y = i[0] * i[1]
         elif op == "Clip":
             y = np.minimum(np.maximum(i[0], i[1]), i[2])
         elif op == "Add":
@@ -695,6 +701,121 @@ def c_small_cnn(c):
     w = c.init("fc.weight", normal(c.rng, (10, 32), 0.3))
     b = c.init("fc.bias", uniform(c.rng, (10,), -0.1, 0.1))
     c.output(c.node("Gemm", [y, w, b], ["logits"], name="fc", transB=1))
+
+
+# Depthwise convs for the CUDA backend's own kernel (cuda/dwconv.cu): its specialised 3/5/7-wide
+# kernels at strides 1 and 2, the generic one, 16-byte channel vectors and the scalar path (C
+# not a multiple of 8 halves or 4 floats), partial tiles, asymmetric pads, a residual; and the
+# producer -> depthwise chains of MobileNet and EfficientNet blocks, where the producer's bias and
+# activation are applied by the depthwise conv as it loads its input (prologue fusion). On the
+# CPU they are plain cases; the GPU parity tests hold the CUDA backend to the CPU on them.
+
+def c_dwconv_3x3_s1_c64(c):
+    x = c.input("features", normal(c.rng, (3, 64, 19, 21)))
+    c.output(c.conv(x, "dw3", 64, 64, 3, group=64, pads=[1, 1, 1, 1]))
+
+
+def c_dwconv_3x3_s2_c48_nobias(c):
+    x = c.input("features", normal(c.rng, (3, 48, 17, 16)))
+    c.output(c.conv(x, "dw3_s2", 48, 48, 3, group=48, bias=False, strides=[2, 2],
+                    pads=[1, 1, 1, 1]))
+
+
+def c_dwconv_5x5_s2_c32_asym(c):
+    x = c.input("features", normal(c.rng, (3, 32, 15, 18)))
+    c.output(c.conv(x, "dw5_s2", 32, 32, 5, group=32, strides=[2, 2], pads=[1, 2, 2, 1]))
+
+
+def c_dwconv_7x7_s1_c16_asym(c):
+    x = c.input("features", normal(c.rng, (3, 16, 11, 13)))
+    c.output(c.conv(x, "dw7", 16, 16, 7, group=16, pads=[3, 2, 2, 4]))
+
+
+def c_dwconv_3x3_c13(c):
+    # 13 channels: no vector width divides them, every type takes the scalar path
+    x = c.input("features", normal(c.rng, (3, 13, 10, 12)))
+    c.output(c.conv(x, "dw3_c13", 13, 13, 3, group=13, pads=[1, 1, 1, 1]))
+
+
+def c_dwconv_5x5_s2_c12(c):
+    # 12 channels: vectors of 4 floats in FP32, scalars in FP16
+    x = c.input("features", normal(c.rng, (3, 12, 13, 11)))
+    c.output(c.conv(x, "dw5_c12", 12, 12, 5, group=12, strides=[2, 2], pads=[2, 2, 2, 2]))
+
+
+def c_dwconv_3x4_stride1x3_generic(c):
+    # a width and stride with no specialised kernel: the generic one
+    x = c.input("features", normal(c.rng, (3, 24, 9, 14)))
+    c.output(c.conv(x, "dw3x4", 24, 24, (3, 4), group=24, strides=[1, 3], pads=[1, 2, 0, 1]))
+
+
+def c_dwconv_residual_relu(c):
+    x = c.input("features", normal(c.rng, (3, 32, 10, 10)))
+    y = c.conv(x, "dw_res", 32, 32, 3, group=32, pads=[1, 1, 1, 1])
+    y = c.node("Add", [y, x], ["dw_res_add"], name="dw_res_add")
+    c.output(c.relu(y, "dw_res_relu"))
+
+
+def c_pw_clip6_dw_chain(c):
+    """MobileNetV2's inverted residual: expand 1x1 + BN + ReLU6, depthwise 3x3 + BN + ReLU6,
+    project 1x1 + BN, with the block's residual."""
+    x = c.input("features", normal(c.rng, (3, 16, 14, 14)))
+    y = c.conv(x, "block.expand", 16, 96, 1, bias=False)
+    y = c.bn(y, "block.expand_bn", 96)
+    y = c.clip(y, "block.expand_relu6")
+    y = c.conv(y, "block.dw", 96, 96, 3, group=96, bias=False, pads=[1, 1, 1, 1])
+    y = c.bn(y, "block.dw_bn", 96)
+    y = c.clip(y, "block.dw_relu6")
+    y = c.conv(y, "block.project", 96, 16, 1, bias=False)
+    y = c.bn(y, "block.project_bn", 16)
+    c.output(c.node("Add", [y, x], ["block.out"], name="block.add"))
+
+
+def silu(c, x, name):
+    s = c.node("Sigmoid", [x], [name + ".sigmoid_out"], name=name + ".sigmoid")
+    return c.node("Mul", [x, s], [name + "_out"], name=name)
+
+
+def c_pw_silu_dw_chain(c):
+    """EfficientNet's MBConv: expand 1x1 + BN + SiLU (Sigmoid * Mul), depthwise 5x5 stride 2 +
+    BN + SiLU."""
+    x = c.input("features", normal(c.rng, (3, 16, 13, 13)))
+    y = c.conv(x, "mb.expand", 16, 64, 1, bias=False)
+    y = c.bn(y, "mb.expand_bn", 64, eps=1e-3)
+    y = silu(c, y, "mb.expand_silu")
+    y = c.conv(y, "mb.dw", 64, 64, 5, group=64, bias=False, strides=[2, 2], pads=[2, 2, 2, 2])
+    y = c.bn(y, "mb.dw_bn", 64, eps=1e-3)
+    c.output(silu(c, y, "mb.dw_silu"))
+
+
+def c_stem_clip6_dw_chain(c):
+    # the first conv (3 input channels, padded to 8 on the GPU in FP16) as the producer
+    x = c.input("images", uniform(c.rng, (3, 3, 24, 24)))
+    y = c.conv(x, "stem", 3, 32, 3, bias=False, strides=[2, 2], pads=[1, 1, 1, 1])
+    y = c.bn(y, "stem_bn", 32)
+    y = c.clip(y, "stem_relu6")
+    y = c.conv(y, "dw", 32, 32, 3, group=32, bias=False, pads=[1, 1, 1, 1])
+    y = c.bn(y, "dw_bn", 32)
+    c.output(c.clip(y, "dw_relu6"))
+
+
+def c_pw_nobias_leakyrelu_dw_chain(c):
+    # a producer with an activation but no bias; 40 channels: 5 vectors of 8 halves
+    x = c.input("features", normal(c.rng, (3, 8, 12, 11)))
+    y = c.conv(x, "pw", 8, 40, 1, bias=False)
+    y = c.node("LeakyRelu", [y], ["pw_lrelu_out"], name="pw_lrelu", alpha=0.1)
+    y = c.conv(y, "dw", 40, 40, 3, group=40, strides=[2, 2], pads=[0, 0, 1, 1])
+    c.output(c.relu(y, "dw_relu"))
+
+
+def c_pw_relu_dw_shared_input(c):
+    # the producer's output is also the depthwise conv's residual: two readers, so it must be
+    # written activated (no prologue fusion)
+    x = c.input("features", normal(c.rng, (3, 8, 10, 10)))
+    y = c.conv(x, "pw", 8, 32, 1)
+    y = c.relu(y, "pw_relu")
+    d = c.conv(y, "dw", 32, 32, 3, group=32, pads=[1, 1, 1, 1])
+    c.output(c.node("Add", [d, y], ["dw_add"], name="dw_add"))
 
 
 def random_cases():
