@@ -287,15 +287,6 @@ cudaError_t si_k_chan_binary(cudaStream_t s, int t, int op, si_act act, void *y,
 }
 
 // --- pooling (NHWC) ---------------------------------------------------------------------------
-__device__ __forceinline__ void tap_range(int start, int kn, int d, int lo, int hi, int *k0,
-                                          int *k1) {
-    int a = start >= lo ? 0 : (lo - start + d - 1) / d;
-    int b = start >= hi ? 0 : (hi - start + d - 1) / d;
-    if (b > kn) b = kn;
-    if (a > b) a = b;
-    *k0 = a;
-    *k1 = b;
-}
 
 template <typename T>
 __global__ void k_pool(si_pool_shape p, int avg, int count_include_pad, const T *__restrict__ x,
@@ -312,8 +303,8 @@ __global__ void k_pool(si_pool_shape p, int avg, int count_include_pad, const T 
         const T *xb = x + (int64_t)b * p.h * p.w * p.c + c;
         int iy0 = oy * p.sh - p.pt, ix0 = ox * p.sw - p.pl;
         int ky0, ky1, kx0, kx1;
-        tap_range(iy0, p.kh, p.dh, 0, p.h, &ky0, &ky1);
-        tap_range(ix0, p.kw, p.dw, 0, p.w, &kx0, &kx1);
+        si_tap_range(iy0, p.kh, p.dh, 0, p.h, &ky0, &ky1);
+        si_tap_range(ix0, p.kw, p.dw, 0, p.w, &kx0, &kx1);
         float v;
         if (avg) {
             float acc = 0.f;
@@ -323,8 +314,8 @@ __global__ void k_pool(si_pool_shape p, int avg, int count_include_pad, const T 
             int cnt;
             if (count_include_pad) {
                 int py0, py1, px0, px1;
-                tap_range(iy0, p.kh, p.dh, -p.pt, p.h + p.pb, &py0, &py1);
-                tap_range(ix0, p.kw, p.dw, -p.pl, p.w + p.pr, &px0, &px1);
+                si_tap_range(iy0, p.kh, p.dh, -p.pt, p.h + p.pb, &py0, &py1);
+                si_tap_range(ix0, p.kw, p.dw, -p.pl, p.w + p.pr, &px0, &px1);
                 cnt = (py1 - py0) * (px1 - px0);
             } else {
                 cnt = (ky1 - ky0) * (kx1 - kx0);
@@ -505,23 +496,13 @@ struct pad_desc {
     int64_t yd[SI_TV_MAXD], xs[SI_TV_MAXD], crop[SI_TV_MAXD], lead[SI_TV_MAXD], len[SI_TV_MAXD];
 };
 
-__device__ __forceinline__ int64_t pad_src(int mode, int64_t s, int64_t len) {
-    if (s >= 0 && s < len) return s;
-    if (len <= 0 || mode == SI_PAD_CONSTANT) return -1;
-    if (mode == SI_PAD_EDGE) return s < 0 ? 0 : len - 1;
-    if (mode == SI_PAD_WRAP) return (s % len + len) % len;
-    if (len == 1) return 0;
-    int64_t period = 2 * (len - 1), r = (s % period + period) % period;
-    return r < len ? r : period - r;
-}
-
 template <typename T> __global__ void k_pad(pad_desc d, const T *__restrict__ x, T *y) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < d.total;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t rem = i, off = 0;
         bool fill = false;
         for (int k = d.nd - 1; k >= 0; k--) {
-            int64_t s = pad_src(d.mode, rem % d.yd[k] - d.lead[k], d.len[k]);
+            int64_t s = si_pad_src(d.mode, rem % d.yd[k] - d.lead[k], d.len[k]);
             rem /= d.yd[k];
             if (s < 0) fill = true;
             off += (d.crop[k] + s) * d.xs[k];
@@ -561,66 +542,7 @@ cudaError_t si_k_pad(cudaStream_t s, int t, int mode, int ndim, const int64_t *x
     return cudaGetLastError();
 }
 
-// Resize: src/cpu_kernels.c's resize_coord and resize_taps, in double as there.
-__device__ double resize_coord(int coord, int o, double scale, int in, int out) {
-    double xo = o, lr = scale * in;
-    switch (coord) {
-    case SI_COORD_ASYMMETRIC: return xo / scale;
-    case SI_COORD_ALIGN_CORNERS: return lr == 1.0 ? 0.0 : xo * (in - 1) / (lr - 1.0);
-    case SI_COORD_PYTORCH_HALF_PIXEL: return lr > 1.0 ? (xo + 0.5) / scale - 0.5 : 0.0;
-    case SI_COORD_TF_HALF_PIXEL_FOR_NN: return (xo + 0.5) / scale;
-    case SI_COORD_HALF_PIXEL_SYMMETRIC: {
-        double off = in / 2.0 * (1.0 - out / lr);
-        return off + (xo + 0.5) / scale - 0.5;
-    }
-    default: return (xo + 0.5) / scale - 0.5;
-    }
-}
-
-__device__ __forceinline__ int clamp_index(double v, int in) {
-    if (!(v >= 0.0)) return 0;
-    return v > in - 1 ? in - 1 : (int)v;
-}
-
-__device__ int resize_taps(const si_resize_params &p, int o, double scale, int in, int out,
-                           int *idx, float *w) {
-    double xo = resize_coord(p.coord, o, scale, in, out), f = floor(xo), t = xo - f;
-    if (p.mode == SI_RESIZE_NEAREST) {
-        double r;
-        switch (p.nearest) {
-        case SI_NEAREST_ROUND_PREFER_CEIL: r = t >= 0.5 ? f + 1.0 : f; break;
-        case SI_NEAREST_FLOOR: r = f; break;
-        case SI_NEAREST_CEIL: r = t > 0.0 ? f + 1.0 : f; break;
-        default: r = t > 0.5 ? f + 1.0 : f; break;
-        }
-        idx[0] = clamp_index(r, in);
-        w[0] = 1.f;
-        return 1;
-    }
-    if (p.mode == SI_RESIZE_LINEAR) {
-        idx[0] = clamp_index(f, in);
-        idx[1] = clamp_index(f + 1.0, in);
-        w[0] = (float)(1.0 - t);
-        w[1] = (float)t;
-        return 2;
-    }
-    double A = p.cubic_a, u = 1.0 - t, c[4], sum = 0.0;
-    c[0] = ((A * (t + 1) - 5 * A) * (t + 1) + 8 * A) * (t + 1) - 4 * A;
-    c[1] = ((A + 2) * t - (A + 3)) * t * t + 1;
-    c[2] = ((A + 2) * u - (A + 3)) * u * u + 1;
-    c[3] = ((A * (u + 1) - 5 * A) * (u + 1) + 8 * A) * (u + 1) - 4 * A;
-    for (int i = 0; i < 4; i++) {
-        double s = f - 1.0 + i;
-        if (p.exclude_outside && (s < 0.0 || s > in - 1)) c[i] = 0.0;
-        sum += c[i];
-        idx[i] = clamp_index(s, in);
-    }
-    if (p.exclude_outside && sum != 0.0)
-        for (int i = 0; i < 4; i++) c[i] /= sum;
-    for (int i = 0; i < 4; i++) w[i] = (float)c[i];
-    return 4;
-}
-
+// Resize: kernel_math.h's si_resize_taps, the CPU's formulas in double.
 template <typename T>
 __global__ void k_resize(si_resize_params p, int64_t nc, int ih, int iw, int oh, int ow, float sh,
                          float sw, const T *__restrict__ x, T *__restrict__ y) {
@@ -631,8 +553,8 @@ __global__ void k_resize(si_resize_params p, int64_t nc, int ih, int iw, int oh,
         int64_t pl = i / ((int64_t)ow * oh);
         int yi[4], xi[4];
         float yw[4], xw[4];
-        int nt = resize_taps(p, oy, sh, ih, oh, yi, yw);
-        resize_taps(p, ox, sw, iw, ow, xi, xw);
+        int nt = si_resize_taps(&p, oy, sh, ih, oh, yi, yw);
+        si_resize_taps(&p, ox, sw, iw, ow, xi, xw);
         const T *xp = x + pl * ih * iw;
         float acc;
         if (nt == 1) {

@@ -9,10 +9,12 @@
 
 #include <stdint.h>
 
+#ifndef SI_HD
 #if defined(__CUDACC__)
 #define SI_HD __host__ __device__
 #else
 #define SI_HD
+#endif
 #endif
 
 /* Pillow's Resample.c: 32 bits minus 8 for the pixel value minus 2 of headroom. */

@@ -4,6 +4,7 @@
 #include "cpu_kernels.h"
 
 #include "common.h"
+#include "kernel_math.h"
 
 #include <cblas.h>
 #include <stdbool.h>
@@ -17,36 +18,10 @@
 /* Below this many elements a parallel region costs more than it saves. */
 #define PAR_MIN 65536
 
-/* The activation formulas, inline so the conv epilogue and elementwise loops pay no call per
- * element; si_act_apply exports the same body. NaN propagates through every kind but RELU. */
-static inline float act_apply(float v, si_act a) {
-    switch (a.kind) {
-    case SI_ACT_RELU: return v > 0.f ? v : 0.f;
-    case SI_ACT_CLIP: /* max then min, as ONNX defines it: min > max yields max */
-        v = v < a.lo ? a.lo : v;
-        return v > a.hi ? a.hi : v;
-    case SI_ACT_SIGMOID: return 1.f / (1.f + expf(-v));
-    case SI_ACT_HARDSIGMOID: {
-        float t = a.alpha * v + a.beta;
-        if (t > 1.f) t = 1.f;
-        if (t < 0.f) t = 0.f;
-        return t;
-    }
-    case SI_ACT_HARDSWISH: {
-        float t = v * (1.f / 6.f) + 0.5f;
-        if (t > 1.f) t = 1.f;
-        if (t < 0.f) t = 0.f;
-        return v * t;
-    }
-    /* the product the unfused Sigmoid + Mul computes, so fusing changes no bit */
-    case SI_ACT_SILU: return v * (1.f / (1.f + expf(-v)));
-    case SI_ACT_LEAKYRELU: return v >= 0.f ? v : a.alpha * v;
-    default: return v;
-    }
-}
-
+/* The activation formulas are kernel_math.h's si_act_eval (shared with the GPU), inline so the
+ * conv epilogue and elementwise loops pay no call per element; this exports the same body. */
 float si_act_apply(float v, si_act a) {
-    return act_apply(v, a);
+    return si_act_eval(v, a);
 }
 
 size_t si_cpu_conv2d_scratch(const si_conv_shape *s) {
@@ -107,7 +82,7 @@ static void bias_act(float *y, int64_t hw, float b, si_act act) {
         }
         break;
     default:
-        for (int64_t i = 0; i < hw; i++) y[i] = act_apply(y[i] + b, act);
+        for (int64_t i = 0; i < hw; i++) y[i] = si_act_eval(y[i] + b, act);
     }
 }
 
@@ -281,7 +256,7 @@ void si_cpu_binary(si_binop op, int ndim, const int64_t *ad, const float *a, con
     for (int i = 0; i < ndim; i++) total *= yd[i], an *= ad[i], bn *= bd[i];
     if (an == total && bn == total) {
 #pragma omp parallel for schedule(static) if (total > 65536)
-        for (int64_t i = 0; i < total; i++) y[i] = act_apply(binop(op, a[i], b[i]), act);
+        for (int64_t i = 0; i < total; i++) y[i] = si_act_eval(binop(op, a[i], b[i]), act);
         return;
     }
     /* general broadcasting: strides of 0 on broadcast dimensions */
@@ -305,13 +280,13 @@ void si_cpu_binary(si_binop op, int ndim, const int64_t *ad, const float *a, con
         float *yr = y + row * inner;
         int64_t sai = as[ndim - 1], sbi = bs[ndim - 1];
         for (int64_t j = 0; j < inner; j++)
-            yr[j] = act_apply(binop(op, a[ao + j * sai], b[bo + j * sbi]), act);
+            yr[j] = si_act_eval(binop(op, a[ao + j * sai], b[bo + j * sbi]), act);
     }
 }
 
 void si_cpu_activation(const float *x, int64_t n, si_act act, float *y) {
 #pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; i++) y[i] = act_apply(x[i], act);
+    for (int64_t i = 0; i < n; i++) y[i] = si_act_eval(x[i], act);
 }
 
 void si_cpu_channel_affine(const float *x, int64_t n, int64_t c, int64_t inner, const float *scale,
@@ -340,16 +315,6 @@ void si_cpu_softmax(const float *x, int64_t rows, int64_t cols, float *y) {
 
 /* --- the rest of the engine's ops ----------------------------------------------------------- */
 
-/* The taps k in [0, kn) with lo <= start + k * d < hi, as [*k0, *k1). */
-static void tap_range(int start, int kn, int d, int lo, int hi, int *k0, int *k1) {
-    int a = start >= lo ? 0 : (lo - start + d - 1) / d;
-    int b = start >= hi ? 0 : (hi - start + d - 1) / d;
-    if (b > kn) b = kn;
-    if (a > b) a = b;
-    *k0 = a;
-    *k1 = b;
-}
-
 void si_cpu_avgpool2d(const si_pool_shape *s, int count_include_pad, const float *x, float *y) {
     int64_t planes = (int64_t)s->n * s->c;
 #pragma omp parallel for schedule(static)
@@ -358,13 +323,13 @@ void si_cpu_avgpool2d(const si_pool_shape *s, int count_include_pad, const float
         float *yp = y + p * s->oh * s->ow;
         for (int oy = 0; oy < s->oh; oy++) {
             int iy0 = oy * s->sh - s->pt, ky0, ky1, py0, py1;
-            tap_range(iy0, s->kh, s->dh, 0, s->h, &ky0, &ky1);
+            si_tap_range(iy0, s->kh, s->dh, 0, s->h, &ky0, &ky1);
             /* the divisor counts taps inside the padded input, never those ceil_mode adds */
-            tap_range(iy0, s->kh, s->dh, -s->pt, s->h + s->pb, &py0, &py1);
+            si_tap_range(iy0, s->kh, s->dh, -s->pt, s->h + s->pb, &py0, &py1);
             for (int ox = 0; ox < s->ow; ox++) {
                 int ix0 = ox * s->sw - s->pl, kx0, kx1, px0, px1;
-                tap_range(ix0, s->kw, s->dw, 0, s->w, &kx0, &kx1);
-                tap_range(ix0, s->kw, s->dw, -s->pl, s->w + s->pr, &px0, &px1);
+                si_tap_range(ix0, s->kw, s->dw, 0, s->w, &kx0, &kx1);
+                si_tap_range(ix0, s->kw, s->dw, -s->pl, s->w + s->pr, &px0, &px1);
                 float acc = 0.f;
                 for (int ky = ky0; ky < ky1; ky++) {
                     const float *row = xp + (size_t)(iy0 + ky * s->dh) * s->w;
@@ -667,22 +632,6 @@ void si_cpu_matmul(int ndim, const int64_t *a_dims, const float *a, const int64_
     }
 }
 
-/* Where padded index s (relative to the kept, uncropped part of length len) reads from, or -1
- * for the constant. Reflect repeats with period 2 (len - 1), as numpy's does for wide pads. */
-static inline int64_t pad_src(int mode, int64_t s, int64_t len) {
-    if (s >= 0 && s < len) return s;
-    if (len <= 0 || mode == SI_PAD_CONSTANT) return -1;
-    switch (mode) {
-    case SI_PAD_EDGE: return s < 0 ? 0 : len - 1;
-    case SI_PAD_WRAP: return (s % len + len) % len;
-    default: { /* SI_PAD_REFLECT */
-        if (len == 1) return 0;
-        int64_t period = 2 * (len - 1), r = (s % period + period) % period;
-        return r < len ? r : period - r;
-    }
-    }
-}
-
 void si_cpu_pad(int mode, int ndim, const int64_t *x_dims, const float *x, const int64_t *pads,
                 float value, const int64_t *y_dims, float *y) {
     SI_ASSERT(ndim >= 0 && ndim <= MAXD);
@@ -711,7 +660,7 @@ void si_cpu_pad(int mode, int ndim, const int64_t *x_dims, const float *x, const
         int64_t rem = r, off = 0;
         bool fill = false;
         for (int d = l - 1; d >= 0; d--) {
-            int64_t s = pad_src(mode, rem % y_dims[d] - lead[d], len[d]);
+            int64_t s = si_pad_src(mode, rem % y_dims[d] - lead[d], len[d]);
             rem /= y_dims[d];
             if (s < 0) fill = true;
             off += (crop[d] + s) * xs[d];
@@ -723,12 +672,12 @@ void si_cpu_pad(int mode, int ndim, const int64_t *x_dims, const float *x, const
         }
         const float *xr = x + off + crop[l];
         for (int64_t j = 0; j < mid0; j++) {
-            int64_t s = pad_src(mode, j - lead[l], len[l]);
+            int64_t s = si_pad_src(mode, j - lead[l], len[l]);
             yr[j] = s < 0 ? value : xr[s];
         }
         if (mid1 > mid0) memcpy(yr + mid0, xr, sizeof(float) * (size_t)(mid1 - mid0));
         for (int64_t j = mid1; j < inner; j++) {
-            int64_t s = pad_src(mode, j - lead[l], len[l]);
+            int64_t s = si_pad_src(mode, j - lead[l], len[l]);
             yr[j] = s < 0 ? value : xr[s];
         }
     }
@@ -880,70 +829,7 @@ void si_cpu_reduce(int op, int ndim, const int64_t *x_dims, const float *x, cons
     }
 }
 
-/* Resize: one axis's source taps (indices clamped to the input, as edge padding would) and
- * weights for output coordinate o. Coordinates in double, as ONNX's reference computes them.
- * length_resized in the spec's formulas is read as scale * input (the reference's
- * output_width, a fraction when scales are given), as ONNX's align_corners node tests require;
- * onnxruntime uses the integer output size there and fails them. pytorch_half_pixel gives the
- * spec's 0 for a length <= 1 (the reference's -0.5 differs from it for cubic only). */
-static double resize_coord(int coord, int o, double scale, int in, int out) {
-    double xo = o, lr = scale * in;
-    switch (coord) {
-    case SI_COORD_ASYMMETRIC: return xo / scale;
-    case SI_COORD_ALIGN_CORNERS: return lr == 1.0 ? 0.0 : xo * (in - 1) / (lr - 1.0);
-    case SI_COORD_PYTORCH_HALF_PIXEL: return lr > 1.0 ? (xo + 0.5) / scale - 0.5 : 0.0;
-    case SI_COORD_TF_HALF_PIXEL_FOR_NN: return (xo + 0.5) / scale;
-    case SI_COORD_HALF_PIXEL_SYMMETRIC: {
-        double off = in / 2.0 * (1.0 - out / lr);
-        return off + (xo + 0.5) / scale - 0.5;
-    }
-    default: return (xo + 0.5) / scale - 0.5; /* SI_COORD_HALF_PIXEL */
-    }
-}
-
-static inline int clamp_index(double v, int in) {
-    if (!(v >= 0.0)) return 0; /* NaN too */
-    return v > in - 1 ? in - 1 : (int)v;
-}
-
-static int resize_taps(const si_resize_params *p, int o, double scale, int in, int out, int *idx,
-                       float *w) {
-    double xo = resize_coord(p->coord, o, scale, in, out), f = floor(xo), t = xo - f;
-    if (p->mode == SI_RESIZE_NEAREST) {
-        double r;
-        switch (p->nearest) {
-        case SI_NEAREST_ROUND_PREFER_CEIL: r = t >= 0.5 ? f + 1.0 : f; break;
-        case SI_NEAREST_FLOOR: r = f; break;
-        case SI_NEAREST_CEIL: r = t > 0.0 ? f + 1.0 : f; break;
-        default: r = t > 0.5 ? f + 1.0 : f; break;
-        }
-        idx[0] = clamp_index(r, in);
-        w[0] = 1.f;
-        return 1;
-    }
-    if (p->mode == SI_RESIZE_LINEAR) {
-        idx[0] = clamp_index(f, in);
-        idx[1] = clamp_index(f + 1.0, in);
-        w[0] = (float)(1.0 - t);
-        w[1] = (float)t;
-        return 2;
-    }
-    double A = p->cubic_a, u = 1.0 - t, c[4], sum = 0.0;
-    c[0] = ((A * (t + 1) - 5 * A) * (t + 1) + 8 * A) * (t + 1) - 4 * A;
-    c[1] = ((A + 2) * t - (A + 3)) * t * t + 1;
-    c[2] = ((A + 2) * u - (A + 3)) * u * u + 1;
-    c[3] = ((A * (u + 1) - 5 * A) * (u + 1) + 8 * A) * (u + 1) - 4 * A;
-    for (int i = 0; i < 4; i++) {
-        double s = f - 1.0 + i;
-        if (p->exclude_outside && (s < 0.0 || s > in - 1)) c[i] = 0.0;
-        sum += c[i];
-        idx[i] = clamp_index(s, in);
-    }
-    if (p->exclude_outside && sum != 0.0)
-        for (int i = 0; i < 4; i++) c[i] /= sum;
-    for (int i = 0; i < 4; i++) w[i] = (float)c[i];
-    return 4;
-}
+/* Resize's coordinates and taps are kernel_math.h's si_resize_taps, shared with the GPU. */
 
 /* Work splits into (plane, block of rows, chunk of columns) tasks; each computes its columns'
  * taps once into stack tables and each row's taps once per row. */
@@ -962,12 +848,12 @@ void si_cpu_resize2d(const si_resize_params *p, int64_t nc, int ih, int iw, int 
         int xi[RS_COLS * 4], nt = 1;
         float xw[RS_COLS * 4];
         for (int c = 0; c < cn; c++)
-            nt = resize_taps(p, c0 + c, scale_w, iw, ow, xi + c * 4, xw + c * 4);
+            nt = si_resize_taps(p, c0 + c, scale_w, iw, ow, xi + c * 4, xw + c * 4);
         const float *xp = x + pl * ih * iw;
         for (int oy = r0; oy < r1; oy++) {
-            int yi[4];
-            float yw[4];
-            resize_taps(p, oy, scale_h, ih, oh, yi, yw);
+            int yi[4] = {0}; /* the taps past nt are never read; zeros quiet GCC's inlined view */
+            float yw[4] = {0};
+            si_resize_taps(p, oy, scale_h, ih, oh, yi, yw);
             float *yr = y + (pl * oh + oy) * ow + c0;
             if (nt == 1) {
                 const float *row = xp + (size_t)yi[0] * iw;

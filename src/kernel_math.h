@@ -1,0 +1,140 @@
+/* The formulas the CPU backend (src/cpu_kernels.c) and the CUDA kernels (cuda/kernels.cu,
+ * cuda/dwconv.cu) share: activations, pooling windows, Pad's source index and Resize's
+ * coordinates and taps. Inline functions that compile for the host and the device, so that
+ * the GPU computes the CPU's formula, not a copy of it that could drift. */
+#ifndef SI_KERNEL_MATH_H
+#define SI_KERNEL_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "cpu_kernels.h"
+
+#ifndef SI_HD
+#if defined(__CUDACC__)
+#define SI_HD __host__ __device__
+#else
+#define SI_HD
+#endif
+#endif
+
+/* The activations, kind for kind. NaN propagates through every kind but RELU. */
+SI_HD static inline float si_act_eval(float v, si_act a) {
+    switch (a.kind) {
+    case SI_ACT_RELU: return v > 0.f ? v : 0.f;
+    case SI_ACT_CLIP: /* max then min, as ONNX defines it: min > max yields max */
+        v = v < a.lo ? a.lo : v;
+        return v > a.hi ? a.hi : v;
+    case SI_ACT_SIGMOID: return 1.f / (1.f + expf(-v));
+    case SI_ACT_HARDSIGMOID: {
+        float t = a.alpha * v + a.beta;
+        if (t > 1.f) t = 1.f;
+        if (t < 0.f) t = 0.f;
+        return t;
+    }
+    case SI_ACT_HARDSWISH: {
+        float t = v * (1.f / 6.f) + 0.5f;
+        if (t > 1.f) t = 1.f;
+        if (t < 0.f) t = 0.f;
+        return v * t;
+    }
+    /* the product the unfused Sigmoid + Mul computes, so fusing changes no bit */
+    case SI_ACT_SILU: return v * (1.f / (1.f + expf(-v)));
+    case SI_ACT_LEAKYRELU: return v >= 0.f ? v : a.alpha * v;
+    default: return v;
+    }
+}
+
+/* The taps k in [0, kn) with lo <= start + k * d < hi, as [*k0, *k1). */
+SI_HD static inline void si_tap_range(int start, int kn, int d, int lo, int hi, int *k0, int *k1) {
+    int a = start >= lo ? 0 : (lo - start + d - 1) / d;
+    int b = start >= hi ? 0 : (hi - start + d - 1) / d;
+    if (b > kn) b = kn;
+    if (a > b) a = b;
+    *k0 = a;
+    *k1 = b;
+}
+
+/* Where padded index s (relative to the kept, uncropped part of length len) reads from, or -1
+ * for the constant. Reflect repeats with period 2 (len - 1), as numpy's does for wide pads. */
+SI_HD static inline int64_t si_pad_src(int mode, int64_t s, int64_t len) {
+    if (s >= 0 && s < len) return s;
+    if (len <= 0 || mode == SI_PAD_CONSTANT) return -1;
+    switch (mode) {
+    case SI_PAD_EDGE: return s < 0 ? 0 : len - 1;
+    case SI_PAD_WRAP: return (s % len + len) % len;
+    default: { /* SI_PAD_REFLECT */
+        if (len == 1) return 0;
+        int64_t period = 2 * (len - 1), r = (s % period + period) % period;
+        return r < len ? r : period - r;
+    }
+    }
+}
+
+/* Resize's input coordinate of output o (ONNX's coordinate_transformation_mode), in double.
+ * length_resized in the spec's formulas is read as scale * input (the reference's
+ * output_width, a fraction when scales are given), as ONNX's align_corners node tests require;
+ * onnxruntime uses the integer output size there and fails them. pytorch_half_pixel gives the
+ * spec's 0 for a length <= 1 (the reference's -0.5 differs from it for cubic only). */
+SI_HD static inline double si_resize_coord(int coord, int o, double scale, int in, int out) {
+    double xo = o, lr = scale * in;
+    switch (coord) {
+    case SI_COORD_ASYMMETRIC: return xo / scale;
+    case SI_COORD_ALIGN_CORNERS: return lr == 1.0 ? 0.0 : xo * (in - 1) / (lr - 1.0);
+    case SI_COORD_PYTORCH_HALF_PIXEL: return lr > 1.0 ? (xo + 0.5) / scale - 0.5 : 0.0;
+    case SI_COORD_TF_HALF_PIXEL_FOR_NN: return (xo + 0.5) / scale;
+    case SI_COORD_HALF_PIXEL_SYMMETRIC: {
+        double off = in / 2.0 * (1.0 - out / lr);
+        return off + (xo + 0.5) / scale - 0.5;
+    }
+    default: return (xo + 0.5) / scale - 0.5; /* SI_COORD_HALF_PIXEL */
+    }
+}
+
+SI_HD static inline int si_resize_clamp(double v, int in) {
+    if (!(v >= 0.0)) return 0; /* NaN too */
+    return v > in - 1 ? in - 1 : (int)v;
+}
+
+/* The input indices and weights of output o along one axis: 1 (nearest), 2 (linear) or 4
+ * (cubic) taps into idx[] and w[]; returns their number. */
+SI_HD static inline int si_resize_taps(const si_resize_params *p, int o, double scale, int in,
+                                       int out, int *idx, float *w) {
+    double xo = si_resize_coord(p->coord, o, scale, in, out), f = floor(xo), t = xo - f;
+    if (p->mode == SI_RESIZE_NEAREST) {
+        double r;
+        switch (p->nearest) {
+        case SI_NEAREST_ROUND_PREFER_CEIL: r = t >= 0.5 ? f + 1.0 : f; break;
+        case SI_NEAREST_FLOOR: r = f; break;
+        case SI_NEAREST_CEIL: r = t > 0.0 ? f + 1.0 : f; break;
+        default: r = t > 0.5 ? f + 1.0 : f; break;
+        }
+        idx[0] = si_resize_clamp(r, in);
+        w[0] = 1.f;
+        return 1;
+    }
+    if (p->mode == SI_RESIZE_LINEAR) {
+        idx[0] = si_resize_clamp(f, in);
+        idx[1] = si_resize_clamp(f + 1.0, in);
+        w[0] = (float)(1.0 - t);
+        w[1] = (float)t;
+        return 2;
+    }
+    double A = p->cubic_a, u = 1.0 - t, c[4], sum = 0.0;
+    c[0] = ((A * (t + 1) - 5 * A) * (t + 1) + 8 * A) * (t + 1) - 4 * A;
+    c[1] = ((A + 2) * t - (A + 3)) * t * t + 1;
+    c[2] = ((A + 2) * u - (A + 3)) * u * u + 1;
+    c[3] = ((A * (u + 1) - 5 * A) * (u + 1) + 8 * A) * (u + 1) - 4 * A;
+    for (int i = 0; i < 4; i++) {
+        double s = f - 1.0 + i;
+        if (p->exclude_outside && (s < 0.0 || s > in - 1)) c[i] = 0.0;
+        sum += c[i];
+        idx[i] = si_resize_clamp(s, in);
+    }
+    if (p->exclude_outside && sum != 0.0)
+        for (int i = 0; i < 4; i++) c[i] /= sum;
+    for (int i = 0; i < 4; i++) w[i] = (float)c[i];
+    return 4;
+}
+
+#endif
