@@ -5,7 +5,8 @@
 # e2e/ (build/testdata/e2e: the e2e and hostile sets and tiny.onnx); CASES_DIR the ONNX node
 # tests and onnxruntime cases (build/testdata/cases); SET150.h5 the 150 photos of
 # datasets/make_bench_set.py packed by `shardinfer pack`. Logs go to OUT_DIR; a table is last.
-# SECTIONS (default "parity models compute e2e resize") picks what runs.
+# SECTIONS (default "parity models compute e2e resize") picks what runs; CASES_DIR may be a
+# .tar.xz of that folder (the GPU machine takes 64 MiB of carried files).
 set -u
 BIN=$(realpath "$1"); CASES=$(realpath "$2"); SET150=$(realpath "$3"); OUT=$4; N=${5:-20000}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,6 +16,7 @@ step() { echo "== $1: $(date +%T)"; }
 row() { printf '%-60s %s\n' "$1" "$2" | tee -a "$OUT/table.txt"; }
 : > "$OUT/table.txt"
 SECTIONS=${SECTIONS:-parity models compute e2e resize}
+case "$CASES" in *.tar.xz) mkdir -p $W/cases && tar xJf "$CASES" -C $W/cases --strip-components=1 && CASES=$W/cases ;; esac
 want() { case " $SECTIONS " in *" $1 "*) return 0;; esac; return 1; }
 SAN=""; command -v compute-sanitizer >/dev/null && SAN="compute-sanitizer --tool memcheck --error-exitcode 9"
 
@@ -30,6 +32,18 @@ timeout 200 $BIN/run_onnx_cases --backend cuda --precision fp16 --vs-cpu 2e-2 --
   --expect-unsupported $HERE/tests/onnx_node_unsupported.txt \
   --skip $HERE/tests/onnx_gpu_fp16_skip.txt $CASES > $OUT/gpu_parity_fp16.log 2>&1
 row "gpu_parity_fp16 (vs cpu, 2e-2)" "rc=$? $(tail -2 $OUT/gpu_parity_fp16.log | tr '\n' ' ')"
+timeout 200 $BIN/run_onnx_cases --backend cuda --precision bf16 --vs-cpu 5e-2 --no-ref \
+  --prefix si_dwconv $CASES > $OUT/gpu_parity_bf16_depthwise.log 2>&1
+row "gpu_parity_bf16_depthwise (vs cpu, 5e-2)" "rc=$? $(tail -2 $OUT/gpu_parity_bf16_depthwise.log | tr '\n' ' ')"
+SI_CUDNN_DEPTHWISE=1 timeout 200 $BIN/run_onnx_cases --backend cuda --precision fp16 --vs-cpu 2e-2 \
+  --no-ref --prefix si_ $CASES > $OUT/gpu_parity_fp16_cudnn_depthwise.log 2>&1
+row "gpu_parity_fp16_cudnn_depthwise (vs cpu, 2e-2)" "rc=$? $(tail -2 $OUT/gpu_parity_fp16_cudnn_depthwise.log | tr '\n' ' ')"
+timeout 100 $BIN/test_gpu_resize > $OUT/test_gpu_resize.log 2>&1
+row "test_gpu_resize (kernel vs CPU resize, bound 0)" "rc=$? $(tail -1 $OUT/test_gpu_resize.log)"
+rm -rf $W/e2e && cp -r $BIN/e2e $W/e2e
+timeout 300 $PY $HERE/tests/e2e.py --shardinfer $BIN/shardinfer --dir $W/e2e gpu-resize \
+  > $OUT/gpu_e2e_resize.log 2>&1
+row "gpu_e2e_resize (gpu = cpu resize = cpu backend)" "rc=$? $(tail -1 $OUT/gpu_e2e_resize.log)"
 
 fi
 if want models; then
@@ -68,7 +82,12 @@ for m in resnet50 mobilenet_v2 efficientnet_b0; do
   t=$(grep "model=$m " $OUT/torch_compute.log | grep -o 'images_per_s=[0-9.]*' | cut -d= -f2)
   row "compute $m b256 fp16: shardinfer / torch img/s" "$s / $t = $($PY -c "print(f'{${s:-0}/${t:-1}:.2f}x')")"
 done
-for m in mobilenet_v2 efficientnet_b0; do
+for m in mobilenet_v2 efficientnet_b0; do # our depthwise kernel against cuDNN's (the switch)
+  for rep in 1 2; do for dw in 0 1; do
+    SI_CUDNN_DEPTHWISE=$dw timeout 100 $BIN/shardinfer bench --model $M/$m/model.onnx \
+      --backend cuda --batch 256 --compute-only --iters 30 > $OUT/bench_ab_${m}_$dw.log 2>&1
+    row "compute $m b256 fp16, SI_CUDNN_DEPTHWISE=$dw, run $rep" "$(grep -o 'images_per_s=[0-9.]*' $OUT/bench_ab_${m}_$dw.log)"
+  done; done
   timeout 100 $BIN/shardinfer bench --model $M/$m/model.onnx --backend cuda --batch 256 \
     --iters 5 --profile > $OUT/profile_$m.log 2>&1
 done
@@ -112,12 +131,6 @@ PYEOF
 fi
 if want resize; then
 step "--resize-on cpu vs gpu"
-timeout 100 $BIN/test_gpu_resize > $OUT/test_gpu_resize.log 2>&1
-row "test_gpu_resize (kernel vs CPU resize, bound 0)" "rc=$? $(tail -1 $OUT/test_gpu_resize.log)"
-rm -rf $W/e2e && cp -r $BIN/e2e $W/e2e
-timeout 300 $PY $HERE/tests/e2e.py --shardinfer $BIN/shardinfer --dir $W/e2e gpu-resize \
-  > $OUT/gpu_e2e_resize.log 2>&1
-row "gpu_e2e_resize (gpu = cpu resize = cpu backend)" "rc=$? $(tail -1 $OUT/gpu_e2e_resize.log)"
 [ -f $W/set.h5 ] || $PY $HERE/bench/repeat_set.py $SET150 $W/set.h5 --count $N > $OUT/set.log 2>&1
 ONNX=$W/peer/resnet50.onnx; mkdir -p $W/peer
 [ -f $ONNX ] || $PY $HERE/bench/torch_peer.py --arch resnet50 --export-onnx $ONNX > $OUT/export_r50.log 2>&1
