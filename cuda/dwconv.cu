@@ -1,10 +1,13 @@
 // The depthwise convolution of cuda/dwconv.cuh. Memory-bound (a few FMAs per byte), so the design
 // is about bytes and then instructions: a block stages one input tile of an image (the halo
 // included) for a slice of channels in shared memory, converting it to float and applying the
-// prologue once per element as it loads it, then each thread computes TW neighbouring outputs
-// along W for one vector of channels (8 halves or 4 floats: 16-byte global accesses, when C
-// allows), reusing every column it reads across the TW outputs in registers. The weights are
-// float (kh, kw, C), so a thread reads its taps as vectors and converts nothing.
+// prologue once per element as it loads it, then computes from the tile. Two kernels do that:
+// k_dwconv2, register-blocked (a thread keeps a whole 3x3 or 5x5 kernel for two channels and
+// computes a patch of outputs), for square 3x3 and 5x5 kernels at stride 1 or 2 with C a multiple
+// of 8, and k_dwconv for every other shape: each thread computes TW neighbouring outputs along W
+// for one vector of channels (8 halves or 4 floats: 16-byte global accesses, when C allows),
+// reusing every column it reads across the TW outputs in registers. The weights are float
+// (kh, kw, C), so a thread reads its taps as vectors and converts nothing.
 #include "cuda/act.cuh"
 #include "cuda/dwconv.cuh"
 #include "cuda/kernels.cuh"
@@ -59,14 +62,29 @@ template <typename T, int V> __device__ __forceinline__ void load_f(const T *p, 
 }
 
 // act_apply on V values with the switch on the kind taken once, outside the loop: inside each
-// case the kind is a constant, so act_apply's own switch folds away (one formula, no copy of it)
-template <int V> __device__ __forceinline__ void act_vec(float (&f)[V], const si_act &a) {
+// case the kind is a constant, so act_apply's own switch folds away (one formula, no copy of it).
+// FAST (16-bit tensors): Sigmoid and SiLU as x / (1 + 2^(-x log2 e)) with the hardware's
+// approximate exp2 and reciprocal, a few 1e-7 off the CPU's expf and division, far below the
+// 16-bit rounding of the result, and about a quarter of the instructions. In the prologue of an
+// EfficientNet block that is one SiLU per loaded element, which otherwise bounds the kernel.
+template <bool FAST, int V>
+__device__ __forceinline__ void act_vec(float (&f)[V], const si_act &a) {
 #define SI_ACT_CASE(K)                                                                             \
     case K: {                                                                                      \
         si_act k = a;                                                                              \
         k.kind = K;                                                                                \
         _Pragma("unroll") for (int i = 0; i < V; i++) f[i] = act_apply(f[i], k);                   \
         return;                                                                                    \
+    }
+    if (FAST && a.kind == SI_ACT_SILU) {
+#pragma unroll
+        for (int i = 0; i < V; i++) f[i] = __fdividef(f[i], 1.f + __expf(-f[i]));
+        return;
+    }
+    if (FAST && a.kind == SI_ACT_SIGMOID) {
+#pragma unroll
+        for (int i = 0; i < V; i++) f[i] = __fdividef(1.f, 1.f + __expf(-f[i]));
+        return;
     }
     switch (a.kind) {
     case SI_ACT_NONE:
@@ -184,7 +202,7 @@ __global__ void __launch_bounds__(256, 3) k_dwconv(const dw_params p) {
                     if (p.pro) {
 #pragma unroll
                         for (int i = 0; i < V; i++) f[i] += pb[i];
-                        act_vec(f, p.pact);
+                        act_vec<sizeof(T) == 2>(f, p.pact);
                     }
                 } else {
 #pragma unroll
@@ -256,12 +274,271 @@ __global__ void __launch_bounds__(256, 3) k_dwconv(const dw_params p) {
 #pragma unroll
             for (int i = 0; i < V; i++) o[i] += zf[i];
         }
-        act_vec(o, p.act);
+        act_vec<sizeof(T) == 2>(o, p.act);
         *reinterpret_cast<vec<T, V> *>(y + t * p.c) = from_f<T, V>(o);
     }
 }
 
 constexpr size_t smem_cap = 48 << 10; // the default limit: no opt-in attribute needed
+
+// The register-blocked kernel for the common shapes (square 3x3 and 5x5 kernels at stride 1 or
+// 2, C a multiple of 8): every depthwise conv of MobileNet and EfficientNet. Each thread keeps
+// its two channels' whole kernel (K*K float2) in registers for its TH x TW outputs, and walks
+// the input rows of its patch once, each row's columns read as float2 from the tile and fed to
+// every (output row, kernel row) pair that uses it: about K*K*TH*TW*2 FMAs for
+// ((TH-1)*S+K) * ((TW-1)*S+K) shared loads. Tiles are planned per shape (plan_tile2) to stage
+// as few pixels twice as possible, which matters most when a SiLU prologue runs per staged
+// value; for 7x7 and 14x14 images one tile is the whole image.
+constexpr int CS = 32; // channels per block: 16 threads of 2 channels read one pixel's 128 bytes
+
+// one staged chunk: 8 channels, 16 or 32 bytes, read with 16-byte accesses
+template <typename T> struct alignas(16) raw8 { T e[8]; };
+
+struct dw2_params {
+    const void *x, *b, *z, *pb;
+    const float *w; // (k, k, c) float
+    void *y;
+    int h, w_, c, oh, ow, pt, pl;
+    si_act act, pact;
+    int pro;     // apply the prologue
+    int gx, gy;  // thread groups (of 16 threads, TH x TW outputs each) along W and H
+    int ih, iw;  // the input tile
+    int dy, dx;  // a staging thread's step through the tile's pixels, as (rows, columns)
+    int tiles_x; // tile columns per image
+};
+
+// Template: T element type, K kernel size, S stride, TH x TW outputs per thread (rows, columns).
+// The grid: x = tile (row-major over the image), y = image, z = channel slice of CS. The block:
+// 16 * gx * gy threads; the tile in shared memory is (ih, iw, CS) float, the prologue applied.
+template <typename T, int K, int S, int TH, int TW>
+__global__ void __launch_bounds__(256, 2) k_dwconv2(const dw2_params p) {
+    extern __shared__ float4 smem[];
+    float *tile = reinterpret_cast<float *>(smem);
+    constexpr bool FAST = sizeof(T) == 2;
+    const int tile_y = blockIdx.x / p.tiles_x, tile_x = blockIdx.x - tile_y * p.tiles_x;
+    const int img = blockIdx.y, cb = blockIdx.z * CS;
+    const int oy0 = tile_y * p.gy * TH, ox0 = tile_x * p.gx * TW;
+    const int iy0 = oy0 * S - p.pt, ix0 = ox0 * S - p.pl;
+
+    // 1. the tile: thread t stages chunk t % 4 (8 channels) of pixels t / 4, t / 4 + nt / 4, ...
+    // (blockDim.x is a multiple of 16, so the chunk and the prologue's bias stay the thread's)
+    {
+        const int g = threadIdx.x & 3, cg = cb + 8 * g;
+        const bool c_ok = cg < p.c; // 8 divides c
+        float pb[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) pb[i] = 0.f;
+        if (p.pro && p.pb && c_ok) {
+            const raw8<T> v = *reinterpret_cast<const raw8<T> *>((const T *)p.pb + cg);
+#pragma unroll
+            for (int i = 0; i < 8; i++) pb[i] = to_f(v.e[i]);
+        }
+        const T *x = (const T *)p.x + (int64_t)img * p.h * p.w_ * p.c + cg;
+        // write the two float4 halves in an order that alternates every 4 threads: the 8
+        // threads of one store wavefront then cover all 32 banks
+        const int swap = (threadIdx.x >> 2) & 1;
+        const int items = p.ih * p.iw, step = blockDim.x >> 2;
+        int q = threadIdx.x >> 2;
+        int ty = q / p.iw, tx = q - ty * p.iw;
+        constexpr int U = 4; // loads in flight per thread before the stores
+        for (; q < items; q += U * step) {
+            raw8<T> v[U];
+            bool in[U];
+            int pos[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int gy = iy0 + ty, gx = ix0 + tx;
+                in[u] = c_ok && ty < p.ih && gy >= 0 && gy < p.h && gx >= 0 && gx < p.w_;
+                pos[u] = (ty * p.iw + tx) * CS + 8 * g;
+                if (in[u]) v[u] = *reinterpret_cast<const raw8<T> *>(x + (gy * p.w_ + gx) * p.c);
+                tx += p.dx;
+                ty += p.dy;
+                if (tx >= p.iw) tx -= p.iw, ty++;
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (q + u * step >= items) break;
+                float f[8];
+                if (in[u]) {
+#pragma unroll
+                    for (int i = 0; i < 8; i++) f[i] = to_f(v[u].e[i]);
+                    if (p.pro) {
+#pragma unroll
+                        for (int i = 0; i < 8; i++) f[i] += pb[i];
+                        act_vec<FAST>(f, p.pact);
+                    }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 8; i++) f[i] = 0.f;
+                }
+                const float4 lo = make_float4(f[0], f[1], f[2], f[3]);
+                const float4 hi = make_float4(f[4], f[5], f[6], f[7]);
+                float4 *t = reinterpret_cast<float4 *>(tile + pos[u]);
+                t[swap] = swap ? hi : lo;
+                t[1 - swap] = swap ? lo : hi;
+            }
+        }
+    }
+    __syncthreads();
+
+    // 2. TH x TW outputs of channels c, c + 1 per thread: group grp of the tile
+    const int cp = threadIdx.x & 15, grp = threadIdx.x >> 4;
+    const int gxi = grp % p.gx, gyi = grp / p.gx;
+    const int c = cb + 2 * cp;
+    const int oy = oy0 + gyi * TH, ox = ox0 + gxi * TW;
+    if (c >= p.c || oy >= p.oh || ox >= p.ow) return;
+    float2 wk[K][K];
+#pragma unroll
+    for (int r = 0; r < K; r++)
+#pragma unroll
+        for (int s = 0; s < K; s++)
+            wk[r][s] = *reinterpret_cast<const float2 *>(p.w + (r * K + s) * p.c + c);
+    float2 acc[TH][TW];
+#pragma unroll
+    for (int t = 0; t < TH; t++)
+#pragma unroll
+        for (int u = 0; u < TW; u++) acc[t][u] = make_float2(0.f, 0.f);
+    constexpr int IH = (TH - 1) * S + K, IW = (TW - 1) * S + K;
+    const float *tb = tile + ((gyi * TH * S) * p.iw + gxi * TW * S) * CS + 2 * cp;
+#pragma unroll
+    for (int ir = 0; ir < IH; ir++) { // input row ir: kernel row ir - t*S of output row t
+        float2 in[IW];
+#pragma unroll
+        for (int j = 0; j < IW; j++)
+            in[j] = *reinterpret_cast<const float2 *>(tb + (ir * p.iw + j) * CS);
+#pragma unroll
+        for (int t = 0; t < TH; t++) {
+            const int r = ir - t * S;
+            if (r < 0 || r >= K) continue;
+#pragma unroll
+            for (int u = 0; u < TW; u++)
+#pragma unroll
+                for (int s = 0; s < K; s++) {
+                    acc[t][u].x = fmaf(in[u * S + s].x, wk[r][s].x, acc[t][u].x);
+                    acc[t][u].y = fmaf(in[u * S + s].y, wk[r][s].y, acc[t][u].y);
+                }
+        }
+    }
+
+    // 3. the epilogue, the CPU's order: (conv + bias) + residual, then the activation
+    float b[2] = {0.f, 0.f};
+    if (p.b) load_f<T, 2>((const T *)p.b + c, b);
+#pragma unroll
+    for (int t = 0; t < TH; t++) {
+        if (oy + t >= p.oh) break;
+#pragma unroll
+        for (int u = 0; u < TW; u++) {
+            if (ox + u >= p.ow) break;
+            const int64_t o = (((int64_t)img * p.oh + oy + t) * p.ow + ox + u) * p.c + c;
+            float f[2] = {acc[t][u].x + b[0], acc[t][u].y + b[1]};
+            if (p.z) {
+                float zf[2];
+                load_f<T, 2>((const T *)p.z + o, zf);
+                f[0] += zf[0], f[1] += zf[1];
+            }
+            act_vec<FAST>(f, p.act);
+            *reinterpret_cast<vec<T, 2> *>((T *)p.y + o) = from_f<T, 2>(f);
+        }
+    }
+}
+
+// The rows (or columns) of the image that the input tiles along one axis stage, summed over the
+// tiles: n tiles of span in (input), starting every step at -pad, over an image of size len.
+static long staged_1d(int n, int step, int span, int pad, int len) {
+    long sum = 0;
+    for (int i = 0; i < n; i++) {
+        int a = i * step - pad, b = a + span;
+        a = a < 0 ? 0 : a;
+        b = b > len ? len : b;
+        sum += b > a ? b - a : 0;
+    }
+    return sum;
+}
+
+// Tile for k_dwconv2 with TH x TW outputs per thread: the (gx, gy) of at most 16 groups (256
+// threads) whose tile fits the default 48 KB of shared memory and whose estimated instruction
+// count per image and channel pair is least. The estimate counts what grows with the plan:
+// every staged pixel (load, convert, store; the prologue's bias and activation), every computed
+// output (in-image or not: K*K FMAs, the shared loads of the thread's patch) and a fixed cost
+// per thread (its weights). Returns that cost, or -1 when nothing fits.
+static double plan_tile2(dw2_params *p, int k, int s, int th, int tw) {
+    const int ncx = (p->ow + tw - 1) / tw, ncy = (p->oh + th - 1) / th;
+    const double pix = 4 + (p->pro ? 2 + (p->pact.kind == SI_ACT_NONE ? 0 : 8) : 0);
+    const double ld = (double)((th - 1) * s + k) * ((tw - 1) * s + k) / (th * tw);
+    const double out = 2.0 * k * k + ld + 4;
+    double best = -1;
+    for (int gx = 1; gx <= 16 && gx <= ncx; gx++)
+        for (int gy = 1; gx * gy <= 16 && gy <= ncy; gy++) {
+            const int ih = (gy * th - 1) * s + k, iw = (gx * tw - 1) * s + k;
+            if ((size_t)ih * iw * CS * sizeof(float) > smem_cap) continue;
+            const int tx = (ncx + gx - 1) / gx, ty = (ncy + gy - 1) / gy;
+            const double staged = (double)staged_1d(ty, gy * th * s, ih, p->pt, p->h) *
+                                  staged_1d(tx, gx * tw * s, iw, p->pl, p->w_);
+            const double outs = (double)tx * ty * gx * gy * th * tw;
+            const double cost =
+                staged * pix + outs * out + (double)tx * ty * gx * gy * (k * k + 40);
+            if (best < 0 || cost < best) {
+                best = cost;
+                p->gx = gx, p->gy = gy, p->ih = ih, p->iw = iw, p->tiles_x = tx;
+            }
+        }
+    if (best >= 0) {
+        const int step = 4 * p->gx * p->gy; // staging threads per chunk column: blockDim / 4
+        p->dy = step / p->iw;
+        p->dx = step % p->iw;
+    }
+    return best;
+}
+
+template <typename T, int K, int S, int TH, int TW>
+static cudaError_t launch2(cudaStream_t st, const dw2_params &p, int n) {
+    const int ncy = (p.oh + TH - 1) / TH;
+    const int64_t tiles = (int64_t)p.tiles_x * ((ncy + p.gy - 1) / p.gy);
+    const int slices = (p.c + CS - 1) / CS;
+    if (tiles > INT32_MAX || n > 65535 || slices > 65535) return cudaErrorInvalidConfiguration;
+    dim3 grid((unsigned)tiles, (unsigned)n, (unsigned)slices), block(16 * p.gx * p.gy);
+    size_t smem = (size_t)p.ih * p.iw * CS * sizeof(float);
+    k_dwconv2<T, K, S, TH, TW><<<grid, block, smem, st>>>(p);
+    return cudaGetLastError();
+}
+
+// k_dwconv2 at the cheaper of one and two outputs per thread along W. Rows per thread, as
+// measured best per layer of MobileNetV2 and EfficientNet-B0 on the H100 (TH 7, 4 and 2 tried):
+// 7 at stride 1 (their feature maps are 7 * 2^k on a side, so no rows are wasted); at stride 2,
+// where the input tile is four times the output's, 2 (3x3) and 4 (5x5): less shared memory per
+// thread, more threads per SM to hide the staging loads' latency.
+template <typename T, int K, int S> static cudaError_t run2(cudaStream_t st, dw2_params p, int n) {
+    constexpr int TH = S == 1 ? 7 : K == 3 ? 2 : 4;
+    dw2_params p1 = p, p2 = p;
+    const double c1 = plan_tile2(&p1, K, S, TH, 1), c2 = plan_tile2(&p2, K, S, TH, 2);
+    if (c2 >= 0 && (c1 < 0 || c2 <= c1)) return launch2<T, K, S, TH, 2>(st, p2, n);
+    if (c1 >= 0) return launch2<T, K, S, TH, 1>(st, p1, n);
+    return cudaErrorInvalidConfiguration;
+}
+
+// Whether k_dwconv2 runs the shape: square 3x3 or 5x5 at equal strides 1 or 2, 8 | c, and the
+// pointers aligned for its 16-byte staging loads and 2-channel weight, bias and output accesses.
+static bool dw2_fits(const si_dwconv_args *a) {
+    const si_conv_shape *s = &a->s;
+    if (s->kh != s->kw || (s->kh != 3 && s->kh != 5) || s->sh != s->sw || s->sh > 2) return false;
+    if (s->c % 8 != 0 || (uintptr_t)a->w % 8 != 0) return false;
+    const void *ptrs[] = {a->x, a->b, a->z, a->pb, a->y};
+    for (const void *q : ptrs)
+        if ((uintptr_t)q % 16 != 0) return false; // NULL is aligned
+    return true;
+}
+
+template <typename T> static cudaError_t dispatch2(cudaStream_t st, const si_dwconv_args *a) {
+    const si_conv_shape *s = &a->s;
+    dw2_params p;
+    memset(&p, 0, sizeof p);
+    p.x = a->x, p.b = a->b, p.z = a->z, p.pb = a->pb, p.w = a->w, p.y = a->y;
+    p.h = s->h, p.w_ = s->w, p.c = s->c, p.oh = s->oh, p.ow = s->ow, p.pt = s->pt, p.pl = s->pl;
+    p.act = a->act, p.pact = a->pact;
+    p.pro = a->pb != NULL || a->pact.kind != SI_ACT_NONE;
+    if (s->kh == 3) return s->sh == 1 ? run2<T, 3, 1>(st, p, s->n) : run2<T, 3, 2>(st, p, s->n);
+    return s->sh == 1 ? run2<T, 5, 1>(st, p, s->n) : run2<T, 5, 2>(st, p, s->n);
+}
 
 // The largest number of distinct 4-byte words one bank serves in the first phase (the threads
 // one shared-memory access cycle serves) of phase 2's tile reads, for row pitch rp in chunks of
@@ -340,7 +617,7 @@ static cudaError_t launch(cudaStream_t st, dw_params p, int n) {
     return cudaGetLastError();
 }
 
-// The specialised widths and strides (every depthwise conv of MobileNet and EfficientNet): TW
+// The specialised widths and strides (what k_dwconv2 leaves: 7-wide, odd C, unaligned views): TW
 // outputs per thread keep the loaded columns' reuse high while the accumulators and a row of
 // weights stay in registers (4 for 3-wide at stride 1; 2 where the row of weights or the stride
 // is larger, as measured best per layer on the H100). Anything else takes the generic
@@ -404,6 +681,11 @@ cudaError_t si_k_dwconv(cudaStream_t st, int t, const si_dwconv_args *a) {
     p.act = a->act;
     p.pact = a->pact;
     p.pro = a->pb != NULL || a->pact.kind != SI_ACT_NONE;
+    if (dw2_fits(a)) {
+        if (t == SI_GT_F16) return dispatch2<__half>(st, a);
+        if (t == SI_GT_BF16) return dispatch2<__nv_bfloat16>(st, a);
+        return dispatch2<float>(st, a);
+    }
     if (t == SI_GT_F16) return run<__half>(st, a, p);
     if (t == SI_GT_BF16) return run<__nv_bfloat16>(st, a, p);
     return run<float>(st, a, p);

@@ -818,6 +818,31 @@ def c_pw_relu_dw_shared_input(c):
     c.output(c.node("Add", [d, y], ["dw_add"], name="dw_add"))
 
 
+def c_dwconv_5x5_s1_c40_tiles_silu_chain(c):
+    """An image larger than one tile of the register-blocked kernel, tiles cut at both edges, a
+    channel slice half past C (40), and a SiLU producer applied as the tile is loaded."""
+    x = c.input("features", normal(c.rng, (2, 8, 37, 33)))
+    y = c.conv(x, "pw", 8, 40, 1, bias=False)
+    y = c.bn(y, "pw_bn", 40, eps=1e-3)
+    y = silu(c, y, "pw_silu")
+    y = c.conv(y, "dw5", 40, 40, 5, group=40, bias=False, pads=[2, 1, 2, 3])
+    y = c.bn(y, "dw5_bn", 40, eps=1e-3)
+    c.output(silu(c, y, "dw5_silu"))
+
+
+def c_dwconv_3x3_s2_c24_tiles(c):
+    # several tiles at stride 2 over odd sizes, 24 channels (the slice's last 8 idle)
+    x = c.input("features", normal(c.rng, (2, 24, 45, 39)))
+    c.output(c.conv(x, "dw3_s2", 24, 24, 3, group=24, strides=[2, 2], pads=[1, 0, 0, 1]))
+
+
+def c_dwconv_5x5_s1_residual_clip(c):
+    x = c.input("features", normal(c.rng, (2, 64, 9, 7)))
+    y = c.conv(x, "dw5_res", 64, 64, 5, group=64, pads=[2, 2, 2, 2])
+    y = c.node("Add", [y, x], ["dw5_res_add"], name="dw5_res_add")
+    c.output(c.clip(y, "dw5_res_clip", 0.0, 6.0))
+
+
 def random_cases():
     return [(name[2:], fn) for name, fn in globals().items()
             if name.startswith("c_") and callable(fn)]
