@@ -322,40 +322,47 @@ static si_status dw_upload(cuda_state *cs, const si_graph *g, int j) {
     return SI_OK;
 }
 
-// The median of 5 timed runs of one algorithm of conv c on slot 0, in ms (after one untimed).
-static si_status time_conv(cuda_state *cs, conv_x *c, void *x, void *w, void *y,
-                           cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math, size_t ws,
-                           float *ms) {
+// Times the n candidate algorithms k[] of conv c on slot 0, round-robin (so a GPU clock that
+// is still ramping up at load biases none of them): one untimed round, then the median of 7 per
+// candidate, in ms, into ms[].
+#define TIME_ROUNDS 7
+static si_status time_convs(cuda_state *cs, conv_x *c, void *x, void *w, void *y,
+                            const cudnnConvolutionFwdAlgoPerf_t *k, int n, float *ms) {
     slot_x *sl = &cs->slots[0];
-    if (cs->t != SI_GT_F32) cudnnCheck(cudnnSetConvolutionMathType(c->cd, math));
     cudaEvent_t a, b;
     cudaCheck(cudaEventCreate(&a));
     cudaCheck(cudaEventCreate(&b));
-    float one = 1.f, zero = 0.f, t[6];
+    float one = 1.f, zero = 0.f, t[CUDNN_CONVOLUTION_FWD_ALGO_COUNT][TIME_ROUNDS + 1];
     si_status st = SI_OK;
-    for (int r = 0; r < 6 && st == SI_OK; r++) {
-        cudaEventRecord(a, sl->stream);
-        cudnnStatus_t ds = cudnnConvolutionForward(sl->dnn, &one, c->xd, x, c->wd, w, c->cd, algo,
-                                                   sl->ws, ws, &zero, c->yd, y);
-        cudaEventRecord(b, sl->stream);
-        if (ds != CUDNN_STATUS_SUCCESS)
-            st = si_error(SI_ERR_INTERNAL, "cuda: timing algorithm %d: %s", (int)algo,
-                          cudnnGetErrorString(ds));
-        else if (cudaEventSynchronize(b) != cudaSuccess || cudaEventElapsedTime(&t[r], a, b))
-            st = si_error(SI_ERR_INTERNAL, "cuda: timing algorithm %d failed", (int)algo);
-    }
+    for (int r = 0; r <= TIME_ROUNDS && st == SI_OK; r++)
+        for (int i = 0; i < n && st == SI_OK; i++) {
+            if (cs->t != SI_GT_F32) cudnnCheck(cudnnSetConvolutionMathType(c->cd, k[i].mathType));
+            cudaEventRecord(a, sl->stream);
+            cudnnStatus_t ds =
+                cudnnConvolutionForward(sl->dnn, &one, c->xd, x, c->wd, w, c->cd, k[i].algo, sl->ws,
+                                        k[i].memory, &zero, c->yd, y);
+            cudaEventRecord(b, sl->stream);
+            if (ds != CUDNN_STATUS_SUCCESS)
+                st = si_error(SI_ERR_INTERNAL, "cuda: timing algorithm %d: %s", (int)k[i].algo,
+                              cudnnGetErrorString(ds));
+            else if (cudaEventSynchronize(b) != cudaSuccess ||
+                     cudaEventElapsedTime(&t[i][r], a, b) != cudaSuccess)
+                st = si_error(SI_ERR_INTERNAL, "cuda: timing algorithm %d failed", (int)k[i].algo);
+        }
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     if (st != SI_OK) return st;
-    // t[0] is the untimed warm-up; the median of t[1..5]
-    for (int i = 1; i < 6; i++)
-        for (int k = i + 1; k < 6; k++)
-            if (t[k] < t[i]) {
-                float u = t[i];
-                t[i] = t[k];
-                t[k] = u;
-            }
-    *ms = t[3];
+    for (int i = 0; i < n; i++) { // round 0 was the warm-up: the median of rounds 1..7
+        float *v = t[i] + 1;
+        for (int p = 0; p < TIME_ROUNDS; p++)
+            for (int q = p + 1; q < TIME_ROUNDS; q++)
+                if (v[q] < v[p]) {
+                    float u = v[p];
+                    v[p] = v[q];
+                    v[q] = u;
+                }
+        ms[i] = v[TIME_ROUNDS / 2];
+    }
     return SI_OK;
 }
 
@@ -439,33 +446,41 @@ static si_status conv_init(si_engine *e, cuda_state *cs, int j, algo_memo *memo,
                 continue;
             pick = k;
         }
-        // Find times each algorithm once, and only the convolution. Both matter for the small
-        // convs of squeeze-and-excitation blocks, where runs picked different algorithms and
-        // EfficientNet-B0 moved by 10% from one run to the next; and a conv with a bias and no
-        // activation is fused by cuDNN only with IMPLICIT_PRECOMP_GEMM, the others pay an
-        // epilogue pass. So the candidates within 25% of the best are timed again, median of 5,
-        // with the epilogue's cost (one read and one write of the output at 2.5 TB/s, an H100's
+        // Find times each algorithm once, one after the other, and only the convolution. At load
+        // the GPU's clock is still rising, so the algorithms measured later looked faster: runs
+        // of MobileNetV2 picked IMPLICIT_GEMM or IMPLICIT_PRECOMP_GEMM for the same convs and
+        // ranged from 37K to 54K images/s. And a conv with a bias and no activation is fused by
+        // cuDNN only with IMPLICIT_PRECOMP_GEMM; the others pay an epilogue pass. So the
+        // candidates within 50% of Find's best are timed again, round-robin, median of 7, with
+        // the epilogue's cost (one read and one write of the output at 2.5 TB/s, an H100's
         // practical bandwidth) added to those that need it.
         bool has_b = n->n_in - (n->residual >= 0) > 2;
         double out_bytes = (double)s->n * s->m * s->oh * s->ow * (double)cs->plan.elem;
-        float found = pick >= 0 ? perf[pick].time : 0;
+        cudnnConvolutionFwdAlgoPerf_t cand[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        int idx[CUDNN_CONVOLUTION_FWD_ALGO_COUNT], nc = 0;
         for (int k = 0; pick >= 0 && k < got; k++) {
             if (perf[k].status != CUDNN_STATUS_SUCCESS || perf[k].memory > cs->plan.workspace ||
-                perf[k].time > found * 1.25f)
+                perf[k].time > perf[pick].time * 1.5f)
                 continue;
             if (cs->t == SI_GT_F32 && perf[k].mathType != CUDNN_FMA_MATH &&
                 perf[k].mathType != CUDNN_DEFAULT_MATH)
                 continue;
-            float t = 0;
-            si_status st = time_conv(cs, c, xp, vptr(cs, g, sl, n->in[1]), vptr(cs, g, sl, n->out),
-                                     perf[k].algo, perf[k].mathType, perf[k].memory, &t);
+            idx[nc] = k;
+            cand[nc++] = perf[k];
+        }
+        float ms[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        if (nc > 0) {
+            si_status st = time_convs(cs, c, xp, vptr(cs, g, sl, n->in[1]), vptr(cs, g, sl, n->out),
+                                      cand, nc, ms);
             if (st != SI_OK) return st;
+        }
+        for (int i = 0; i < nc; i++) {
             bool epilogue = !c->raw && has_b && n->act.kind == SI_ACT_NONE &&
-                            perf[k].algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
-            if (epilogue) t += (float)(2.0 * out_bytes / 2.5e9); // ms
-            if (k == pick || t < best) { // the first candidate timed is Find's own pick
-                pick = k;
-                best = t;
+                            cand[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+            if (epilogue) ms[i] += (float)(2.0 * out_bytes / 2.5e9); // ms
+            if (i == 0 || ms[i] < best) {
+                pick = idx[i];
+                best = ms[i];
             }
         }
         if (pick < 0)
