@@ -74,18 +74,18 @@ if want compute; then
 step "compute only, batch 256: shardinfer vs PyTorch"
 for m in resnet50 mobilenet_v2 efficientnet_b0; do
   timeout 100 $BIN/shardinfer bench --model $M/$m/model.onnx --backend cuda --batch 256 \
-    --compute-only --iters 30 >> $OUT/bench_compute.log 2>&1
+    --compute-only --iters 100 >> $OUT/bench_compute.log 2>&1
 done
-timeout 200 $PY $HERE/bench/torch_compute.py > $OUT/torch_compute.log 2>&1
+timeout 200 $PY $HERE/bench/torch_compute.py --iters 50 > $OUT/torch_compute.log 2>&1
 for m in resnet50 mobilenet_v2 efficientnet_b0; do
   s=$(grep "model=$M/$m/" $OUT/bench_compute.log | grep -o 'images_per_s=[0-9.]*' | cut -d= -f2)
   t=$(grep "model=$m " $OUT/torch_compute.log | grep -o 'images_per_s=[0-9.]*' | cut -d= -f2)
   row "compute $m b256 fp16: shardinfer / torch img/s" "$s / $t = $($PY -c "print(f'{${s:-0}/${t:-1}:.2f}x')")"
 done
 for m in mobilenet_v2 efficientnet_b0; do # our depthwise kernel against cuDNN's (the switch)
-  for rep in 1 2; do for dw in 0 1; do
+  for rep in 1 2 3; do for dw in 0 1; do
     SI_CUDNN_DEPTHWISE=$dw timeout 100 $BIN/shardinfer bench --model $M/$m/model.onnx \
-      --backend cuda --batch 256 --compute-only --iters 30 > $OUT/bench_ab_${m}_$dw.log 2>&1
+      --backend cuda --batch 256 --compute-only --iters 100 > $OUT/bench_ab_${m}_$dw.log 2>&1
     row "compute $m b256 fp16, SI_CUDNN_DEPTHWISE=$dw, run $rep" "$(grep -o 'images_per_s=[0-9.]*' $OUT/bench_ab_${m}_$dw.log)"
   done; done
   timeout 100 $BIN/shardinfer bench --model $M/$m/model.onnx --backend cuda --batch 256 \
