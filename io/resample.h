@@ -9,13 +9,7 @@
 
 #include <stdint.h>
 
-#ifndef SI_HD
-#if defined(__CUDACC__)
-#define SI_HD __host__ __device__
-#else
-#define SI_HD
-#endif
-#endif
+#include "src/hd.h"
 
 /* Pillow's Resample.c: 32 bits minus 8 for the pixel value minus 2 of headroom. */
 #define SI_RS_PREC 22

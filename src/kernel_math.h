@@ -10,13 +10,7 @@
 
 #include "cpu_kernels.h"
 
-#ifndef SI_HD
-#if defined(__CUDACC__)
-#define SI_HD __host__ __device__
-#else
-#define SI_HD
-#endif
-#endif
+#include "hd.h"
 
 /* The activations, kind for kind. NaN propagates through every kind but RELU. */
 SI_HD static inline float si_act_eval(float v, si_act a) {
