@@ -26,11 +26,8 @@
 /* TurboJPEG takes sizes as unsigned long */
 _Static_assert(sizeof(unsigned long) >= sizeof(size_t), "unsigned long narrower than size_t");
 
-#define PRECISION_BITS SI_RS_PREC
-
 /* Scratch of the resize, carved out of one allocation: coefficients and bounds of the kept
- * columns and rows, eight transposed input rows
- * and the horizontal pass. */
+ * columns and rows, eight transposed input rows and the horizontal pass. */
 typedef struct {
     uint8_t *mem;
     size_t cap;
@@ -95,13 +92,9 @@ static void coeffs(int in_size, int out_size, int o0, int n, int ksize, int *bou
     }
 }
 
-#define clip8 si_rs_clip8
-
 static size_t align16(size_t n) {
     return (n + 15) & ~(size_t)15;
 }
-
-#define HALF SI_RS_HALF
 
 /* Makes the window of each kept output exactly ksize taps long and inside [0, in_size): a
  * window that would run past the end starts earlier, with zero weights in front. Zero weights
@@ -127,15 +120,15 @@ hrow(const uint8_t *row, uint8_t *out, int cw, const int *bounds, const int32_t 
     for (int xx = 0; xx < cw; xx++) {
         const int32_t *k = kk + (size_t)xx * K;
         const uint8_t *s = row + (size_t)bounds[2 * xx] * 3;
-        int32_t s0 = HALF, s1 = HALF, s2 = HALF;
+        int32_t s0 = SI_RS_HALF, s1 = SI_RS_HALF, s2 = SI_RS_HALF;
         for (int x = 0; x < K; x++) {
             s0 += s[3 * x + 0] * k[x];
             s1 += s[3 * x + 1] * k[x];
             s2 += s[3 * x + 2] * k[x];
         }
-        out[3 * xx + 0] = clip8(s0);
-        out[3 * xx + 1] = clip8(s1);
-        out[3 * xx + 2] = clip8(s2);
+        out[3 * xx + 0] = si_rs_clip8(s0);
+        out[3 * xx + 1] = si_rs_clip8(s1);
+        out[3 * xx + 2] = si_rs_clip8(s2);
     }
 }
 
@@ -147,15 +140,15 @@ static void hrow_any(const uint8_t *row, uint8_t *out, int cw, const int *bounds
         const int32_t *k = kk + (size_t)xx * K;
         const uint8_t *s = row + (size_t)bounds[2 * xx] * 3;
         int n = bounds[2 * xx + 1];
-        int32_t s0 = HALF, s1 = HALF, s2 = HALF;
+        int32_t s0 = SI_RS_HALF, s1 = SI_RS_HALF, s2 = SI_RS_HALF;
         for (int x = 0; x < n; x++) {
             s0 += s[3 * x + 0] * k[x];
             s1 += s[3 * x + 1] * k[x];
             s2 += s[3 * x + 2] * k[x];
         }
-        out[3 * xx + 0] = clip8(s0);
-        out[3 * xx + 1] = clip8(s1);
-        out[3 * xx + 2] = clip8(s2);
+        out[3 * xx + 0] = si_rs_clip8(s0);
+        out[3 * xx + 1] = si_rs_clip8(s1);
+        out[3 * xx + 2] = si_rs_clip8(s2);
     }
 }
 
@@ -171,7 +164,7 @@ __attribute__((target("avx2"))) static void hblock8_avx2(const uint8_t *t, int x
     for (int xx = 0; xx < cw; xx++) {
         const int32_t *k = kk + (size_t)xx * K;
         const uint8_t *s = t + (size_t)(bounds[2 * xx] - x0) * 24;
-        __m256i a0 = _mm256_set1_epi32(HALF), a1 = a0, a2 = a0;
+        __m256i a0 = _mm256_set1_epi32(SI_RS_HALF), a1 = a0, a2 = a0;
         for (int j = 0; j < K; j++, s += 24) {
             __m256i kj = _mm256_set1_epi32(k[j]);
             __m256i p0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s + 0)));
@@ -181,11 +174,11 @@ __attribute__((target("avx2"))) static void hblock8_avx2(const uint8_t *t, int x
             a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(p1, kj));
             a2 = _mm256_add_epi32(a2, _mm256_mullo_epi32(p2, kj));
         }
-        /* clip8: v >> 22, then the two saturating packs clamp to [0, 255] */
+        /* si_rs_clip8: v >> 22, then the two saturating packs clamp to [0, 255] */
         __m256i acc[3] = {a0, a1, a2};
         uint8_t o[3][16];
         for (int c = 0; c < 3; c++) {
-            __m256i v = _mm256_srai_epi32(acc[c], PRECISION_BITS);
+            __m256i v = _mm256_srai_epi32(acc[c], SI_RS_PREC);
             __m128i w16 =
                 _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
             _mm_storeu_si128((__m128i *)o[c], _mm_packus_epi16(w16, w16));
@@ -279,18 +272,18 @@ static inline __attribute__((always_inline)) void vpass_body(const uint8_t *tmp,
         size_t i = 0;
         for (; i + CHUNK <= row; i += CHUNK) {
             int32_t a[CHUNK];
-            for (int m = 0; m < CHUNK; m++) a[m] = HALF;
+            for (int m = 0; m < CHUNK; m++) a[m] = SI_RS_HALF;
             for (int t = 0; t < n; t++) {
                 const uint8_t *r = s + (size_t)t * row + i;
                 int32_t kt = k[t];
                 for (int m = 0; m < CHUNK; m++) a[m] += r[m] * kt;
             }
-            for (int m = 0; m < CHUNK; m++) out[i + m] = clip8(a[m]);
+            for (int m = 0; m < CHUNK; m++) out[i + m] = si_rs_clip8(a[m]);
         }
         for (; i < row; i++) {
-            int32_t a = HALF;
+            int32_t a = SI_RS_HALF;
             for (int t = 0; t < n; t++) a += s[(size_t)t * row + i] * k[t];
-            out[i] = clip8(a);
+            out[i] = si_rs_clip8(a);
         }
     }
 }
