@@ -277,10 +277,11 @@ static void *reader_main(void *arg) {
             double t = si_now();
             read_batch(R->set, sl->first, sl->n, &sl->buf, sl->off, sl->status, sl->msg, &one);
             si_trace_pop();
-            si_timeline_add(R->cfg->timeline, SI_TL_READ, (int64_t)k, t, si_now());
+            double t1 = si_now();
+            si_timeline_add(R->cfg->timeline, SI_TL_READ, (int64_t)k, t, t1);
             done += sl->n;
             lock(R);
-            R->st.busy[SI_STAGE_READ] += si_now() - t;
+            R->st.busy[SI_STAGE_READ] += t1 - t;
             R->st.bytes_read += sl->off[sl->n] - sl->off[0];
             R->r_filled++;
             signal_all(R);
@@ -339,9 +340,10 @@ static void *post_main(void *arg) {
                 si_chunk_add_dets(c, j, R->dets + (size_t)r * p->max_dets, R->n_dets[r]);
         }
         si_trace_pop();
-        si_timeline_add(cfg->timeline, SI_TL_POST, sl->k, t, si_now());
+        double t1 = si_now();
+        si_timeline_add(cfg->timeline, SI_TL_POST, sl->k, t, t1);
         lock(R);
-        R->st.busy[SI_STAGE_POST] += si_now() - t;
+        R->st.busy[SI_STAGE_POST] += t1 - t;
         if (sl->last) {
             R->done_c[(R->d_head + R->d_count) % CHUNK_SLOTS] = c;
             R->d_count++;
@@ -382,9 +384,10 @@ static si_status drain(run *R) {
         snapshot(R, &s);
         double t = si_now();
         si_status st = R->h->chunk_done(R->h->ctx, c, &s);
-        si_timeline_add(R->cfg->timeline, SI_TL_WRITE, (int64_t)c->id, t, si_now());
+        double t1 = si_now();
+        si_timeline_add(R->cfg->timeline, SI_TL_WRITE, (int64_t)c->id, t, t1);
         lock(R);
-        R->st.busy[SI_STAGE_WRITE] += si_now() - t;
+        R->st.busy[SI_STAGE_WRITE] += t1 - t;
         R->d_head = (R->d_head + 1) % CHUNK_SLOTS;
         R->d_count--;
         R->free_c[R->n_free++] = c;
@@ -485,6 +488,13 @@ static si_status to_post(run *R, const float *const *outs, const flight *f) {
     signal_all(R);
     unlock(R);
     return SI_OK;
+}
+
+/* --test-slow-rank: this rank sleeps after each batch. */
+static void test_slow(const si_pipeline_config *cfg) {
+    if (cfg->slow_ms <= 0) return;
+    struct timespec ts = {cfg->slow_ms / 1000, (long)(cfg->slow_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
 }
 
 /* GPU: waits for the oldest batch in flight and hands it to post. */
@@ -705,9 +715,10 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
                 si_normalize_chw(pixels + plane * 3 * (size_t)rowmap[r], cfg->pre.crop_h,
                                  cfg->pre.crop_w, cfg->mean, cfg->std, x + plane * 3 * (size_t)r);
         }
-        R->st.busy[SI_STAGE_DECODE] += si_now() - t;
+        double t1 = si_now();
+        R->st.busy[SI_STAGE_DECODE] += t1 - t;
         si_trace_pop();
-        si_timeline_add(cfg->timeline, SI_TL_DECODE, (int64_t)k, t, si_now());
+        si_timeline_add(cfg->timeline, SI_TL_DECODE, (int64_t)k, t, t1);
         lock(R); /* the read slot goes back to the reader */
         R->r_filled--;
         signal_all(R);
@@ -728,10 +739,7 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
                 R->st.busy[SI_STAGE_COMPUTE] += si_now() - t;
                 if (st != SI_OK) break;
             }
-            if (cfg->slow_ms > 0) {
-                struct timespec ts = {cfg->slow_ms / 1000, (long)(cfg->slow_ms % 1000) * 1000000L};
-                nanosleep(&ts, NULL);
-            }
+            test_slow(cfg);
             if ((st = service(R)) != SI_OK) break;
             continue;
         }
@@ -739,15 +747,13 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
             si_trace_push("compute");
             t = si_now();
             st = si_engine_run(e, rows);
-            R->st.busy[SI_STAGE_COMPUTE] += si_now() - t;
+            t1 = si_now();
+            R->st.busy[SI_STAGE_COMPUTE] += t1 - t;
             si_trace_pop();
-            si_timeline_add(cfg->timeline, SI_TL_COMPUTE, (int64_t)k, t, si_now());
+            si_timeline_add(cfg->timeline, SI_TL_COMPUTE, (int64_t)k, t, t1);
             if (st != SI_OK) break;
         }
-        if (cfg->slow_ms > 0) {
-            struct timespec ts = {cfg->slow_ms / 1000, (long)(cfg->slow_ms % 1000) * 1000000L};
-            nanosleep(&ts, NULL);
-        }
+        test_slow(cfg);
         const float *outs[SI_MAX_OUTPUTS] = {0};
         for (int o = 0; o < p->n_outputs && rows > 0; o++) {
             si_shape sh;
