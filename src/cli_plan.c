@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "devplan.h"
 #include "engine.h"
+#include "pipeline.h"
 
 static double mib(size_t b) {
     return (double)b / 1048576.0;
@@ -85,8 +86,8 @@ int si_cli_plan(int argc, char **argv) {
     size_t ppi = 0; /* --resize-on gpu: the packed buffer per image */
     if (gpu_resize && pixels) {
         int h = (int)in->shape.dims[2], w = (int)in->shape.dims[3];
-        int resize = (int)((h > w ? h : w) / 0.875 + 0.5); /* the run's default */
-        ppi = pack_kb > 0 ? (size_t)pack_kb << 10 : SI_RS_PACK_DEFAULT(resize);
+        ppi = pack_kb > 0 ? (size_t)pack_kb << 10
+                          : SI_RS_PACK_DEFAULT(si_pipeline_default_resize(h, w));
     }
     if ((st = si_devplan_build(g, (int)batch, elem, (int)slots, ws, pixels, ppi, &p)) != SI_OK) {
         si_log_error("%s", si_error_msg());

@@ -24,6 +24,10 @@ const char *const si_stage_names[SI_STAGES] = {"read", "decode", "compute",
 #define CHUNK_SLOTS 4 /* being filled, in post, finished and not yet handed over */
 #define CLAIM_AHEAD 2 /* chunks claimed beyond the one being read */
 
+int si_pipeline_default_resize(int h, int w) {
+    return (int)((h > w ? h : w) / 0.875 + 0.5);
+}
+
 si_status si_pipeline_check_model(si_graph *g, si_pipeline_config *cfg) {
     const si_value *in = &g->values[g->inputs[0]];
     if (g->n_inputs != 1)
@@ -49,8 +53,7 @@ si_status si_pipeline_check_model(si_graph *g, si_pipeline_config *cfg) {
         return si_error(SI_ERR_ARG, "--crop %dx%d does not match the model's input %dx%d",
                         cfg->pre.crop_h, cfg->pre.crop_w, h, w);
     }
-    if (cfg->pre.resize == 0) /* the usual 0.875 center crop: 224 from 256 */
-        cfg->pre.resize = (int)((h > w ? h : w) / 0.875 + 0.5);
+    if (cfg->pre.resize == 0) cfg->pre.resize = si_pipeline_default_resize(h, w);
     if (cfg->pre.resize < (h > w ? h : w))
         return si_error(SI_ERR_ARG, "--resize %d is smaller than the crop %dx%d", cfg->pre.resize,
                         h, w);

@@ -66,6 +66,10 @@ typedef struct {
     si_status (*pump)(void *ctx, const si_rank_stats *s);
 } si_pipeline_hooks;
 
+/* The resize a crop of h x w gets by default: the longer side over 0.875, the usual ImageNet
+ * center crop (256 for 224). */
+int si_pipeline_default_resize(int h, int w);
+
 /* Checks that the graph is a model the pipeline can feed: one input (N, 3, H, W) float; makes
  * cfg->plan for cfg->post from the outputs' shapes. Fills the crop size from the model when
  * cfg->pre.crop_h is 0, and the resize from the crop when cfg->pre.resize is 0. */
