@@ -168,7 +168,7 @@ def plot_stages(rows, kind, label, out):
 
 
 def plot_timeline(path, rank, label, out):
-    # one file, or one per rank (FILE.rank0, FILE.rank1, ...: src/cli_run.c with several ranks)
+    # one file, or one per rank (FILE.rank0, FILE.rank1, ...: src/cli/run.c with several ranks)
     rows = [r for p in [path] + sorted(glob.glob(path + ".rank*")) for r in (read_csv(p) or [])]
     if not rows:
         print(f"plot_perf: {path} is empty")

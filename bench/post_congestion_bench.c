@@ -1,4 +1,4 @@
-/* Throughput of the congestion postprocessor (--post congestion, src/post.c) on seeded smooth
+/* Throughput of the congestion postprocessor (--post congestion, src/post/post.c) on seeded smooth
  * maps: images/s on one thread and on all of them, images in parallel as the pipeline's pool runs
  * them, with one scratch per thread. The parallel run's scores are checked against the serial
  * run's, so a fast wrong answer does not pass as a result.
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/post.h"
+#include "post/post.h"
 
 #define N_MAPS  16 /* distinct maps, cycled: enough that caches do not hold one image's input */
 #define REPEATS 5

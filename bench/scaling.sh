@@ -149,7 +149,7 @@ si_run() {
         --batch "$BATCH" --threads "$c" --progress none "${extra[@]}" $RUN_ARGS >"$log" 2>&1
     rc=$?
     if [ ${#extra[@]} -gt 0 ] && compgen -G "${extra[1]}.rank*" >/dev/null; then
-        # more than one rank: FILE.rank0, FILE.rank1, ... (src/cli_run.c) joined into FILE
+        # more than one rank: FILE.rank0, FILE.rank1, ... (src/cli/run.c) joined into FILE
         parts=("${extra[1]}".rank*)
         { head -n 1 "${parts[0]}"; tail -q -n +2 "${parts[@]}"; } >"${extra[1]}" && rm -f "${parts[@]}"
     fi
@@ -216,7 +216,7 @@ def grab(pat, text, cast=float):
 
 
 def stage_rows(text):
-    """The per-rank table of shardinfer's summary, read by its header (src/cli_run.c,
+    """The per-rank table of shardinfer's summary, read by its header (src/cli/run.c,
     print_summary): rank images failed first-result [s] busy%: STAGES... total [s] peak-MB."""
     lines = text.splitlines()
     for k, l in enumerate(lines):

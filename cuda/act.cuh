@@ -4,7 +4,7 @@
 #ifndef SI_CUDA_ACT_CUH
 #define SI_CUDA_ACT_CUH
 
-#include "src/kernel_math.h"
+#include "engine/kernel_math.h"
 
 __device__ __forceinline__ float act_apply(float v, const si_act &a) {
     return si_act_eval(v, a);

@@ -2,7 +2,7 @@
 // tensor cores by default, bias + residual + ReLU fused where cuDNN fuses them), cuBLASLt the
 // Gemm/MatMul (bias and ReLU as epilogues), cuda/kernels.cu the rest.
 //
-// Memory is planned by src/devplan.c and allocated at init in one device block and one pinned
+// Memory is planned by src/engine/devplan.c and allocated at init in one device block and one pinned
 // block ("malloc and point"): weights once, then per slot an activation arena, scratch, a
 // workspace, input staging and float outputs. A slot also has a stream, a cuDNN handle, an
 // event and a CUDA Graph of the model captured at init; the steady state allocates nothing and
@@ -22,8 +22,8 @@
 #include "cuda/kernels.cuh"
 #include "cuda/resize.cuh"
 extern "C" {
-#include "src/devplan.h"
-#include "src/engine.h"
+#include "engine/devplan.h"
+#include "engine/engine.h"
 }
 
 #define cudnnCheck(call)                                                                           \
@@ -654,7 +654,7 @@ static si_status gemm_init(si_engine *e, cuda_state *cs, int j) {
     return SI_OK;
 }
 
-// promotes MatMul operands like numpy (src/cpu_backend.c does the same)
+// promotes MatMul operands like numpy (src/cpu/backend.c does the same)
 static void matmul_dims(const si_graph *g, const si_gnode *n, int *nd, int64_t *ad, int64_t *bd,
                         int64_t *yd) {
     si_shape a = g->values[n->in[0]].shape, b = g->values[n->in[1]].shape;

@@ -6,7 +6,7 @@
 
 #include <cuda_runtime.h>
 
-#include "src/common.h"
+#include "base/common.h"
 
 #define cudaCheck(call)                                                                            \
     do {                                                                                           \

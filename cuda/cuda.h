@@ -4,7 +4,7 @@
 #define SI_CUDA_H
 
 #include "io/resample.h"
-#include "src/common.h"
+#include "base/common.h"
 
 #ifdef __cplusplus
 extern "C" {

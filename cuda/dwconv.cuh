@@ -9,7 +9,7 @@
 
 #include <cuda_runtime.h>
 
-#include "src/cpu_kernels.h"
+#include "cpu/kernels.h"
 
 typedef struct {
     si_conv_shape s; /* n, c (== m == group), h, w, kh, kw, sh, sw, pt, pl, oh, ow */

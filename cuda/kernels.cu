@@ -1,5 +1,5 @@
 // The CUDA backend's own kernels; see kernels.cuh. Each mirrors a CPU kernel in
-// src/cpu_kernels.c formula for formula (same activation bodies, same resize taps in double), so
+// src/cpu/kernels.c formula for formula (same activation bodies, same resize taps in double), so
 // FP32 results differ from the CPU's only by summation order.
 #include "cuda/kernels.cuh"
 #include "cuda/act.cuh"

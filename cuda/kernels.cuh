@@ -1,6 +1,6 @@
 /* The CUDA backend's own kernels (everything cuDNN and cuBLASLt do not do), as launchers the
  * backend calls on a stream. Activations are T = float, __half or __nv_bfloat16; every kernel
- * computes in float. Each kernel has a CPU twin in src/cpu_kernels.c, and the backend's parity
+ * computes in float. Each kernel has a CPU twin in src/cpu/kernels.c, and the backend's parity
  * tests (tests/gpu_tests.cmake) hold them to it.
  *
  * Layout: 4-D activations live in NHWC (what cuDNN's tensor-core convolutions want). Most ops
@@ -15,7 +15,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "src/cpu_kernels.h"
+#include "cpu/kernels.h"
 
 #define SI_TV_MAXD 8
 

@@ -1,7 +1,7 @@
 /* HDF5 helpers shared by pack, result and resultview. */
-#include "h5util.h"
+#include "io/h5util.h"
 
-#include "src/common.h"
+#include "base/common.h"
 
 #include <stdbool.h>
 #include <stdlib.h>

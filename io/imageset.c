@@ -3,9 +3,9 @@
  * the offsets in between are checked when a range of them is read, so a bad one is reported with
  * its index instead of crashing a read. HDF5's own error printing is silenced: every failure
  * becomes one message naming the file and the dataset. */
-#include "imageset.h"
+#include "io/imageset.h"
 
-#include "h5util.h"
+#include "io/h5util.h"
 
 #include <errno.h>
 #include <hdf5.h>

@@ -8,7 +8,7 @@
 #ifndef SI_IMAGESET_H
 #define SI_IMAGESET_H
 
-#include "../src/common.h"
+#include "base/common.h"
 
 #define SI_PACK_FORMAT_VERSION 1
 

@@ -8,8 +8,8 @@
  * On x86-64 the two resize passes have AVX2 versions chosen at run time; integer sums do not
  * depend on their order, so they are bit-identical to the plain C ones, which build alone with
  * -DSI_JPEG_NO_SIMD (to test them on x86 too). */
-#include "jpeg.h"
-#include "resample.h"
+#include "io/jpeg.h"
+#include "io/resample.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -5,7 +5,7 @@
 #ifndef SI_JPEG_H
 #define SI_JPEG_H
 
-#include "../src/common.h"
+#include "base/common.h"
 
 typedef struct {
     int resize;          /* shorter side after resize, in pixels; >= crop */

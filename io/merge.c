@@ -5,9 +5,9 @@
  * with images, failed and ranks summed. Parts must agree on the model, preprocessing and
  * postprocessing (their resume keys without the input and image count). Rows are copied in
  * blocks, in the file's own types, so memory does not grow with the number of images. */
-#include "merge.h"
+#include "io/merge.h"
 
-#include "h5util.h"
+#include "io/h5util.h"
 
 #include <errno.h>
 #include <hdf5.h>

@@ -3,7 +3,7 @@
 #ifndef SI_MERGE_H
 #define SI_MERGE_H
 
-#include "src/common.h"
+#include "base/common.h"
 
 /* Writes OUTPUT (via OUTPUT.tmp and a rename) from the parts, in the order given. The parts must
  * have been made with the same model, preprocessing, postprocessing and batch size (SI_ERR_ARG

@@ -2,7 +2,7 @@
  * minor version byte, the header length (2 bytes little-endian in 1.0, 4 bytes in 2.0 and 3.0),
  * the header (an ASCII/UTF-8 Python dict literal with keys descr, fortran_order and shape, padded
  * with spaces and a newline), then the raw array data. */
-#include "npy.h"
+#include "io/npy.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
 #ifndef SI_NPY_H
 #define SI_NPY_H
 
-#include "../src/onnx.h"
+#include "engine/onnx.h"
 
 /* Reads path into *out (dtype as si_dtype, dims, numel; name NULL). On success the caller owns
  * out's members and frees them with si_tensor_free_data; on failure *out is zeroed. */

@@ -2,10 +2,10 @@
  * through fixed buffers (16 MiB of bytes, 16384 offsets/ids/labels) that are appended to
  * chunked, extendible datasets when full, so memory does not grow with the number of images.
  * The file is built as OUTPUT.tmp and renamed at the end: a failed pack leaves nothing behind. */
-#include "pack.h"
+#include "io/pack.h"
 
-#include "h5util.h"
-#include "imageset.h"
+#include "io/h5util.h"
+#include "io/imageset.h"
 
 #include <dirent.h>
 #include <errno.h>

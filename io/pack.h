@@ -4,7 +4,7 @@
 #ifndef SI_PACK_H
 #define SI_PACK_H
 
-#include "../src/common.h"
+#include "base/common.h"
 
 typedef struct {
     const char *source; /* a directory, or a list file (one image per line, see below) */

@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "src/hd.h"
+#include "base/hd.h"
 
 /* Pillow's Resample.c: 32 bits minus 8 for the pixel value minus 2 of headroom. */
 #define SI_RS_PREC 22

@@ -1,8 +1,8 @@
 /* The result writer and journal (see result.h for the design and why it survives a kill). */
-#include "result.h"
+#include "io/result.h"
 
-#include "h5util.h"
-#include "src/chunk.h"
+#include "io/h5util.h"
+#include "pipeline/chunk.h"
 
 #include <errno.h>
 #include <fcntl.h>

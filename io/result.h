@@ -5,7 +5,7 @@
  *                 place. After creation no HDF5 metadata changes, so a process killed at any
  *                 moment leaves a file HDF5 can open.
  *   PATH.journal  append-only: a header, then one CRC-checked record per finished chunk (its
- *                 statuses, failure messages and detections: the chunk's tail, src/chunk.h).
+ *                 statuses, failure messages and detections: the chunk's tail, src/pipeline/chunk.h).
  *                 A chunk is complete exactly when its record is in the journal. Records are
  *                 appended only after the partial file has been flushed, so the journal never
  *                 names rows that are not on disk; a torn last record is dropped on resume.
@@ -16,8 +16,8 @@
 #ifndef SI_RESULT_H
 #define SI_RESULT_H
 
-#include "source.h"
-#include "src/post.h"
+#include "io/source.h"
+#include "post/post.h"
 
 typedef struct {
     const char *model_path;
@@ -50,7 +50,7 @@ si_status si_result_resume(const char *path, const si_post_plan *plan, uint64_t 
                            const si_result_meta *meta, uint32_t *chunk, uint8_t **done,
                            si_result **out);
 
-/* Writes one chunk: rows (its n * row_bytes bytes) and tail (src/chunk.h), both borrowed. The
+/* Writes one chunk: rows (its n * row_bytes bytes) and tail (src/pipeline/chunk.h), both borrowed. The
  * tail is checked; a chunk written before is SI_ERR_VERIFY (it would be counted twice). rows
  * NULL: the chunk's statuses and rows were written into the partial file by its rank already
  * (--writer parallel, mpi/pwrite.h); only the journal record is added. */

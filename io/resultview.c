@@ -1,9 +1,9 @@
 /* `shardinfer show`: reads a result in blocks and prints a line per image: the top-K classes of a
  * classify result; for the other postprocessors the per-image values (an embedding's first
  * values, the congestion score, the detections). */
-#include "resultview.h"
+#include "io/resultview.h"
 
-#include "h5util.h"
+#include "io/h5util.h"
 #include <stdlib.h>
 #include <string.h>
 

@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "../src/common.h"
+#include "base/common.h"
 
 /* Prints up to `limit` images (all if limit < 0) of the result at `path` to `out`. labels may
  * be NULL. Reads in blocks: memory does not grow with the number of images. */

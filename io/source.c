@@ -4,10 +4,10 @@
  * have been told about at start. The packed layout with its default names is read through
  * imageset.c; the other layouts (and packed sets with other dataset names) are read here.
  * A source belongs to one thread: its scratch buffers and open-file cache are not locked. */
-#include "source.h"
+#include "io/source.h"
 
-#include "h5util.h"
-#include "imageset.h"
+#include "io/h5util.h"
+#include "io/imageset.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -13,7 +13,7 @@
 
 #include <stdio.h>
 
-#include "../src/common.h"
+#include "base/common.h"
 
 /* (named si_src_kind: a type called si_source_kind would collide with the function below) */
 typedef enum { SI_SRC_ENCODED = 0, SI_SRC_PIXELS } si_src_kind;

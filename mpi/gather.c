@@ -1,6 +1,6 @@
 /* Streaming gather to rank 0 (see gather.h). Chunk messages are plain bytes of any length up to
  * INT_MAX; the receiver learns the length with MPI_Probe's count, so nothing is sized ahead. */
-#include "gather.h"
+#include "mpi/gather.h"
 
 #include <limits.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
 #ifndef SI_GATHER_H
 #define SI_GATHER_H
 
-#include "ranks.h"
+#include "mpi/ranks.h"
 
 #define SI_GATHER_INFLIGHT 3
 

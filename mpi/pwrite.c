@@ -1,5 +1,5 @@
 /* Parallel writing of chunk rows with MPI-IO (see pwrite.h). */
-#include "pwrite.h"
+#include "mpi/pwrite.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -8,8 +8,8 @@
 #ifndef SI_PWRITE_H
 #define SI_PWRITE_H
 
-#include "ranks.h"
-#include "src/chunk.h"
+#include "mpi/ranks.h"
+#include "pipeline/chunk.h"
 
 typedef struct si_pwriter si_pwriter;
 

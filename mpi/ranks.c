@@ -1,5 +1,5 @@
 /* MPI start-up, shares and error agreement. */
-#include "ranks.h"
+#include "mpi/ranks.h"
 
 #include <sched.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
 
 #include <mpi.h>
 
-#include "src/common.h"
+#include "base/common.h"
 
 /* one checking macro for MPI calls: a failure here is a broken invariant of the job */
 #define mpiCheck(call)                                                                             \

@@ -1,7 +1,7 @@
 /* Static and dynamic chunk scheduling (see sched.h). The chunks still to do are kept as the done
  * bitmap plus a count of pending chunks before every block of 64 words, so that the k-th pending
  * chunk is found without a list of them: memory is n_chunks / 8 bytes plus 1/32 of that. */
-#include "sched.h"
+#include "mpi/sched.h"
 
 #include <stdlib.h>
 #include <string.h>

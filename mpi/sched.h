@@ -7,7 +7,7 @@
 #ifndef SI_SCHED_H
 #define SI_SCHED_H
 
-#include "ranks.h"
+#include "mpi/ranks.h"
 
 typedef enum { SI_SCHED_STATIC, SI_SCHED_DYNAMIC } si_sched_kind;
 

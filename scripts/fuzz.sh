@@ -13,13 +13,13 @@ out=$root/build-fuzz
 mkdir -p "$out/corpus-$target"
 case "$target" in
   model)
-    srcs=(src/common.c src/onnx.c src/graph.c src/graph_ops.c src/host_eval.c src/memplan.c
+    srcs=(src/base/common.c src/engine/onnx.c src/engine/graph.c src/engine/graph_ops.c src/engine/host_eval.c src/engine/memplan.c
           tests/fuzz/fuzz_model.c)
     find "$root/build/testdata" -name model.onnx -size -2M 2>/dev/null | head -400 |
       while read -r f; do cp "$f" "$out/corpus-$target/$(echo "$f" | md5sum | cut -c1-16).onnx"; done
     ;;
   decode)
-    srcs=(src/common.c io/jpeg.c tests/fuzz/fuzz_decode.c)
+    srcs=(src/base/common.c io/jpeg.c tests/fuzz/fuzz_decode.c)
     libs=(-lturbojpeg)
     # io_ref.py's and make_e2e_set.py's JPEGs (good, oriented, large, hostile), under 256 KiB
     find "$root/build/testdata" -name '*.jpg' -size -256k 2>/dev/null | head -400 |
@@ -28,7 +28,7 @@ case "$target" in
   *) echo "fuzz.sh: unknown target '$target' (targets: model, decode)" >&2; exit 2 ;;
 esac
 (cd "$root" && clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
-  -fno-sanitize-recover=undefined -I. -I/usr/include/x86_64-linux-gnu/openblas-openmp \
+  -fno-sanitize-recover=undefined -I. -Isrc -I/usr/include/x86_64-linux-gnu/openblas-openmp \
   "${srcs[@]}" -lcrypto ${libs[@]+"${libs[@]}"} -lm -o "$out/fuzz_$target")
 cd "$out"
 # -rss_limit_mb: a case that makes us allocate past 2 GB is a finding, not a host problem

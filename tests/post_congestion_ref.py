@@ -1,4 +1,4 @@
-"""Reference cases for src/post_congestion.c, written once as a fixture.
+"""Reference cases for src/post/congestion.c, written once as a fixture.
 
 usage: post_congestion_ref.py gen DIR
 

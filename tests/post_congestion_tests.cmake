@@ -1,4 +1,4 @@
-# Congestion score (src/post_congestion.c). post_congestion_ref.py writes seeded maps, its exact
+# Congestion score (src/post/congestion.c). post_congestion_ref.py writes seeded maps, its exact
 # port of the C sampling and k-means, and OpenCV's Canny and GaussianBlur of the same label maps
 # once, as a fixture; the C test compares. OpenCV (opencv-python-headless) comes with .venv-torch
 # (scripts/setup_torch.sh installs it for ultralytics), so CI compares against it.

@@ -1,4 +1,4 @@
-"""Reference cases for src/post_detect.c (YOLOv8 detection decoding).
+"""Reference cases for src/post/detect.c (YOLOv8 detection decoding).
 
     post_detect_ref.py gen DIR
 

@@ -1,4 +1,4 @@
-# YOLOv8 detection decoding (src/post_detect.c). post_detect_ref.py writes seeded random cases
+# YOLOv8 detection decoding (src/post/detect.c). post_detect_ref.py writes seeded random cases
 # with expected detections from torchvision.ops.nms (cross-checked by its own numpy NMS), once, as
 # a fixture; torchvision lives in .venv-torch, and without it the script uses numpy alone.
 set(SI_POST_DETECT_DATA ${SI_TEST_DATA}/post_detect)

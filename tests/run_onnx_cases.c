@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "src/engine.h"
+#include "engine/engine.h"
 #ifdef SI_HAVE_CUDA
 #include "cuda/cuda.h"
 #endif

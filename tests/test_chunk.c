@@ -1,7 +1,7 @@
-/* Chunk tails (src/chunk.c): pack -> parse round trip with statuses, messages and detections;
+/* Chunk tails (src/pipeline/chunk.c): pack -> parse round trip with statuses, messages and detections;
  * every corruption of a tail's structure is refused with a message; the progress line's text. */
-#include "src/chunk.h"
-#include "src/progress.h"
+#include "pipeline/chunk.h"
+#include "job/progress.h"
 #include "tests/test_util.h"
 
 #include <string.h>

@@ -33,7 +33,7 @@ def fail(what):
 
 
 def sanitise(name):
-    """The file name exec gives an output (see output_paths in src/cli_exec.c)."""
+    """The file name exec gives an output (see output_paths in src/cli/exec.c)."""
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
 

@@ -8,8 +8,8 @@
 
 #include "cuda/cuda.h"
 #include "io/jpeg.h"
-#include "src/engine.h"
-#include "test_util.h"
+#include "engine/engine.h"
+#include "tests/test_util.h"
 
 #define B 8
 

@@ -4,7 +4,7 @@
 
 #include "cuda/cuda.h"
 #include "io/jpeg.h"
-#include "test_util.h"
+#include "tests/test_util.h"
 
 int main(void) {
     int dev = si_cuda_device_count();

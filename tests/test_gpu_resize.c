@@ -7,7 +7,7 @@
 #include "cuda/cuda.h"
 #include "io/jpeg.h"
 #include "io/resample.h"
-#include "test_util.h"
+#include "tests/test_util.h"
 
 int main(void) {
     if (si_cuda_device_count() == 0) {

@@ -4,7 +4,7 @@
 #include "io/imageset.h"
 #include "io/pack.h"
 #include "io/result.h"
-#include "src/chunk.h"
+#include "pipeline/chunk.h"
 #include "io/source.h"
 #include "tests/test_util.h"
 

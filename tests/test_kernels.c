@@ -2,8 +2,8 @@
  * double accumulation, one output element at a time. Inputs are seeded random, outputs poisoned
  * with NaN before each call. A few cases carry expected values from ONNX's own node tests, so a
  * misreading of the spec shared by a kernel and its naive reference still shows. */
-#include "src/cpu_kernels.h"
-#include "test_util.h"
+#include "cpu/kernels.h"
+#include "tests/test_util.h"
 
 #include <math.h>
 #include <stdbool.h>

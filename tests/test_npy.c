@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "io/npy.h"
-#include "test_util.h"
+#include "tests/test_util.h"
 
 static char dir[] = "/tmp/si_test_npy_XXXXXX";
 static char path[512];

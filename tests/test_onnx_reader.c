@@ -4,8 +4,8 @@
  * building errors: unsupported ops listed together, cycles, missing initializers. */
 #include <string.h>
 
-#include "src/graph.h"
-#include "test_util.h"
+#include "engine/graph.h"
+#include "tests/test_util.h"
 
 typedef struct {
     uint8_t b[8192];

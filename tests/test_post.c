@@ -1,4 +1,4 @@
-/* The --post postprocessors (src/post.c): the plan of each kind (columns, offsets, row size),
+/* The --post postprocessors (src/post/post.c): the plan of each kind (columns, offsets, row size),
  * the messages of rejected shapes, and known answers per kind on seeded inputs, with every output
  * buffer poisoned before the call. The kinds' building blocks (softmax + top-K, YOLOv8 decoding,
  * the congestion score) have their own reference tests; here they are compared through. */
@@ -6,8 +6,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "src/post.h"
-#include "test_util.h"
+#include "post/post.h"
+#include "tests/test_util.h"
 
 #define POISON 0xA5
 

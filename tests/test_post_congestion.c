@@ -1,8 +1,8 @@
-/* Tests of src/post_congestion.c: known answers (constant map, one vertical step, checkerboard),
+/* Tests of src/post/congestion.c: known answers (constant map, one vertical step, checkerboard),
  * argument checks, determinism, and, given the fixture directory written by
  * post_congestion_ref.py, the Canny and blur stages against OpenCV on the same label maps and the
  * whole score against the Python pipeline. Ends with a one-core images/s figure for 224x224. */
-#include "src/post_congestion.h"
+#include "post/congestion.h"
 #include "tests/test_util.h"
 
 #include <string.h>

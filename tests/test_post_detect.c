@@ -1,12 +1,12 @@
-/* YOLOv8 detection decoding (src/post_detect.c): hand-made cases with known answers, then the
+/* YOLOv8 detection decoding (src/post/detect.c): hand-made cases with known answers, then the
  * seeded random cases post_detect_ref.py wrote with torchvision.ops.nms (cross-checked by numpy),
  * compared exactly. Usage: test_post_detect DATA_DIR */
 #include <stdint.h>
 #include <string.h>
 
-#include "src/common.h"
-#include "src/post_detect.h"
-#include "test_util.h"
+#include "base/common.h"
+#include "post/detect.h"
+#include "tests/test_util.h"
 
 #define MAGIC 0x54454450
 

@@ -3,8 +3,8 @@
 #include <omp.h>
 #include <stdlib.h>
 
-#include "src/postprocess.h"
-#include "test_util.h"
+#include "post/classify.h"
+#include "tests/test_util.h"
 
 static int cmp_desc(const void *a, const void *b, void *ctx) {
     const double *p = ctx;

@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "src/graph.h"
-#include "src/memplan.h"
+#include "engine/graph.h"
+#include "engine/memplan.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     si_model_proto *m = NULL;

@@ -3,7 +3,7 @@
  *   main thread     decodes and resizes (OpenMP), normalizes, runs the model
  *   post thread     an OpenMP pool of post_threads running the postprocessor over the batch
  *   main thread     hands each finished chunk to the caller (rank 0 writes it, others send it)
- * Work arrives as chunks (src/chunk.h) from the caller's next_chunk, claimed a little ahead of
+ * Work arrives as chunks (src/pipeline/chunk.h) from the caller's next_chunk, claimed a little ahead of
  * the reader. The pipeline knows nothing of ranks: the hooks are where MPI happens, always on
  * the main thread, and `pump` is called whenever the main thread would otherwise wait, so that
  * rank 0 keeps receiving and writing while it computes its own share. */
@@ -11,7 +11,7 @@
 #define SI_PIPELINE_H
 
 #include "chunk.h"
-#include "engine.h"
+#include "engine/engine.h"
 #include "io/jpeg.h"
 #include "io/source.h"
 #include "timeline.h"

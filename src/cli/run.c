@@ -20,15 +20,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "io/result.h"
 #include "mpi/gather.h"
 #include "mpi/pwrite.h"
 #include "mpi/ranks.h"
 #include "mpi/sched.h"
-#include "pipeline.h"
-#include "progress.h"
-#include "signals.h"
+#include "pipeline/pipeline.h"
+#include "job/progress.h"
+#include "job/signals.h"
 #ifdef SI_HAVE_CUDA
 #include "cuda/cuda.h"
 #endif

@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "cli.h"
-#include "engine.h"
+#include "engine/engine.h"
 #include "io/source.h"
-#include "memplan.h"
+#include "engine/memplan.h"
 
 static void print_shape(const si_value *v, bool symbolic_batch) {
     printf("(");

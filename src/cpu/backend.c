@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "memplan.h"
+#include "engine/engine.h"
+#include "engine/memplan.h"
 
 /* The kernels call sgemm from inside their OpenMP threads and expect OpenBLAS's OpenMP build,
  * which then runs single-threaded there. When the loader finds another libopenblas.so.0 (on the

@@ -1,14 +1,14 @@
 /* The postprocessors behind --post: the plan checks the model's output shapes once, at load, so a
  * mismatch is one clear message before any image is read; si_post_image then only computes. Rows
  * are written with memcpy, so a row buffer needs no particular alignment. */
-#include "src/post.h"
+#include "post.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "src/cpu_kernels.h"
-#include "src/postprocess.h"
+#include "cpu/kernels.h"
+#include "classify.h"
 
 /* Per image and output: 2^30 floats (4 GiB) is far beyond any real head and keeps every count in
  * an int32 (class indices, congestion's int sizes) and every byte count far from overflow. */

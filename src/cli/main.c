@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "common.h"
+#include "base/common.h"
 
 static const char usage[] =
     "shardinfer " SI_VERSION " - batch image inference over HDF5 image sets\n"

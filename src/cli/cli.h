@@ -24,13 +24,13 @@ bool si_cli_parse_hw(const char *s, int *h, int *w);
 char *si_cli_join_args(int argc, char **argv);
 
 int si_cli_pack(int argc, char **argv);
-int si_cli_run(int argc, char **argv); /* src/cli_run.c */
+int si_cli_run(int argc, char **argv); /* src/cli/run.c */
 int si_cli_show(int argc, char **argv);
 int si_cli_merge(int argc, char **argv);
-int si_cli_exec(int argc, char **argv);         /* src/cli_exec.c */
-int si_cli_inspect(int argc, char **argv);      /* src/cli_inspect.c */
-int si_cli_bench(int argc, char **argv);        /* src/cli_inspect.c */
-int si_cli_plan(int argc, char **argv);         /* src/cli_plan.c */
-int si_cli_bench_decode(int argc, char **argv); /* src/cli_bench_decode.c */
+int si_cli_exec(int argc, char **argv);         /* src/cli/exec.c */
+int si_cli_inspect(int argc, char **argv);      /* src/cli/inspect.c */
+int si_cli_bench(int argc, char **argv);        /* src/cli/inspect.c */
+int si_cli_plan(int argc, char **argv);         /* src/cli/plan.c */
+int si_cli_bench_decode(int argc, char **argv); /* src/cli/bench_decode.c */
 
 #endif

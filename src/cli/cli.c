@@ -12,13 +12,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "io/merge.h"
 #include "io/pack.h"
 #include "io/result.h"
 #include "io/resultview.h"
 #include "mpi/ranks.h"
-#include "pipeline.h"
+#include "pipeline/pipeline.h"
 
 /* --- option value parsing ------------------------------------------------------------------- */
 bool si_cli_parse_int(const char *s, long lo, long hi, long *out) {

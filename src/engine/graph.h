@@ -11,7 +11,7 @@
 #ifndef SI_GRAPH_H
 #define SI_GRAPH_H
 
-#include "cpu_kernels.h"
+#include "cpu/kernels.h"
 #include "onnx.h"
 
 typedef enum {

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "io/npy.h"
 
 static const char exec_usage[] =

@@ -6,7 +6,7 @@
 #ifndef SI_ONNX_H
 #define SI_ONNX_H
 
-#include "common.h"
+#include "base/common.h"
 
 #define SI_MAX_DIMS 8
 

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "common.h"
+#include "base/common.h"
 #include "io/imageset.h"
 #include "io/jpeg.h"
 #include "io/resample.h"

@@ -6,18 +6,18 @@
  *   classify    softmax of output 0 (N, C) or (N, C, 1, 1), top-K: topk_class int32 [K] (-1 when
  *               none), topk_prob float32 [K] (0 when none)
  *   detect      YOLOv8 head output 0 (N, 4 + C, A): score threshold, class-wise NMS
- *               (src/post_detect.h); no fixed columns, detections in the list
+ *               (src/post/detect.h); no fixed columns, detections in the list
  *   embed       output 0 (N, D) or (N, D, 1, 1), L2-normalized: embedding float32 [D]
- *   congestion  output 0 (N, H, W) or (N, 1, H, W) (src/post_congestion.h):
+ *   congestion  output 0 (N, H, W) or (N, 1, H, W) (src/post/congestion.h):
  *               congestion/score float64, congestion/map_mean float64
  *   raw         every output as it is: raw/<name> float32 [per-image dims]
  * A failed image's row holds the fill values: int32 -1, float NaN (topk_prob 0). */
 #ifndef SI_POST_H
 #define SI_POST_H
 
-#include "graph.h"
-#include "post_congestion.h"
-#include "post_detect.h"
+#include "engine/graph.h"
+#include "congestion.h"
+#include "detect.h"
 
 typedef enum {
     SI_POST_CLASSIFY,

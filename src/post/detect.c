@@ -2,12 +2,12 @@
  * the score threshold reach NMS, so its quadratic pass runs over tens to hundreds of candidates,
  * not the 8400 anchors; it stops as soon as max_detections boxes are kept, which is exact because
  * boxes are kept in the same score order they are output in. */
-#include "post_detect.h"
+#include "detect.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "common.h"
+#include "base/common.h"
 
 typedef struct {
     float x1, y1, x2, y2, area, score;

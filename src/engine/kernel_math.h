@@ -1,4 +1,4 @@
-/* The formulas the CPU backend (src/cpu_kernels.c) and the CUDA kernels (cuda/kernels.cu,
+/* The formulas the CPU backend (src/cpu/kernels.c) and the CUDA kernels (cuda/kernels.cu,
  * cuda/dwconv.cu) share: activations, pooling windows, Pad's source index and Resize's
  * coordinates and taps. Inline functions that compile for the host and the device, so that
  * the GPU computes the CPU's formula, not a copy of it that could drift. */
@@ -8,9 +8,9 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "cpu_kernels.h"
+#include "cpu/kernels.h"
 
-#include "hd.h"
+#include "base/hd.h"
 
 /* The activations, kind for kind. NaN propagates through every kind but RELU. */
 SI_HD static inline float si_act_eval(float v, si_act a) {

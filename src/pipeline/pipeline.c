@@ -14,7 +14,7 @@
 #ifdef SI_HAVE_CUDA
 #include "cuda/cuda.h"
 #endif
-#include "trace.h"
+#include "base/trace.h"
 
 const char *const si_stage_names[SI_STAGES] = {"read", "decode", "compute",
                                                "post", "write",  "starved"};

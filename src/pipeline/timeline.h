@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "common.h"
+#include "base/common.h"
 
 typedef enum {
     SI_TL_READ,

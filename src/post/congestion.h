@@ -23,7 +23,7 @@
 #ifndef SI_POST_CONGESTION_H
 #define SI_POST_CONGESTION_H
 
-#include "src/common.h"
+#include "base/common.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 
-#include "pipeline.h"
+#include "pipeline/pipeline.h"
 
 typedef enum {
     SI_PROGRESS_AUTO,

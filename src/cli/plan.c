@@ -1,5 +1,5 @@
 /* `shardinfer plan`: the GPU memory budget of a run, before the run. The numbers come from the
- * same planner the CUDA backend allocates from (src/devplan.c), so they hold on the GPU; this
+ * same planner the CUDA backend allocates from (src/engine/devplan.c), so they hold on the GPU; this
  * command itself needs no GPU. */
 #include <getopt.h>
 #include <stdio.h>
@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "cli.h"
-#include "devplan.h"
-#include "engine.h"
-#include "pipeline.h"
+#include "engine/devplan.h"
+#include "engine/engine.h"
+#include "pipeline/pipeline.h"
 
 static double mib(size_t b) {
     return (double)b / 1048576.0;

@@ -1,7 +1,7 @@
 /* Congestion score of one dense map: see post_congestion.h for the exact definitions. Integer
  * Canny, 1-D k-means on a 256-bin histogram of the sample, and the blurred map's mean from
  * separable per-pixel weights, so one 224x224 map costs well under a millisecond. */
-#include "src/post_congestion.h"
+#include "congestion.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,10 +1,10 @@
 /* CPU kernels. Parallelism: an outer OpenMP loop over independent (image, group) or (image,
  * channel) planes; OpenBLAS (its OpenMP build) runs single-threaded inside those regions and
  * threads by itself when there are too few planes to share out (batch 1, no groups). */
-#include "cpu_kernels.h"
+#include "kernels.h"
 
-#include "common.h"
-#include "kernel_math.h"
+#include "base/common.h"
+#include "engine/kernel_math.h"
 
 #include <cblas.h>
 #include <stdbool.h>

@@ -1,9 +1,9 @@
 /* Softmax + top-K. K is small (default 5), so a insertion pass over the row beats sorting. */
-#include "postprocess.h"
+#include "classify.h"
 
 #include <omp.h>
 
-#include "cpu_kernels.h"
+#include "cpu/kernels.h"
 
 void si_post_topk_row(const float *p, int64_t cols, int k, int32_t *cls, float *prob) {
     int n = 0;

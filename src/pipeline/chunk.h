@@ -14,7 +14,7 @@
 #ifndef SI_CHUNK_H
 #define SI_CHUNK_H
 
-#include "post.h"
+#include "post/post.h"
 
 #define SI_MSG_LEN 256 /* one failed image's message, truncated */
 
