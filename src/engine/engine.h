@@ -62,6 +62,11 @@ typedef struct {
     si_status (*times)(si_engine *e, int slot, double *t0, double *t1);
     /* replays the model alone on inputs already on the device (compute-only benchmarks) */
     si_status (*run_compute)(si_engine *e);
+    /* Load-time check, before init and before anything is allocated: whether this backend runs
+     * node n of g (shapes inferred) with these options. false: a short reason in why[cap].
+     * NULL: every op the graph can hold. */
+    bool (*supports_op)(const si_graph *g, const si_gnode *n, const si_engine_opts *opts,
+                        char *why, size_t cap);
 } si_backend;
 
 struct si_engine {
