@@ -166,83 +166,102 @@ static herr_t read_u64(hid_t d, uint64_t i, uint64_t *v) {
     return e;
 }
 
-/* Opens the datasets of f by the names src_probe resolved and checks them. Used both by the first
+/* Packed data read here (not through imageset.c): a 1-D uint8 data dataset and N+1 integer
+ * offsets from 0 to its size. *n gets the image count. */
+static si_status check_packed(src_file *f, int rank, const hsize_t dims[4], const char *ts,
+                              uint64_t *n) {
+    hid_t t = H5Dget_type(f->data);
+    bool u8 = t >= 0 && src_is_u8(t);
+    if (t >= 0) H5Tclose(t);
+    if (!u8 || rank != 1)
+        return si_error(SI_ERR_FORMAT, "%s: packed data dataset %s is %s: expected 1-D uint8",
+                        f->path, f->data_name, ts);
+    f->total = dims[0];
+    si_status st = open_dataset(f, f->offsets_name, &f->offsets);
+    if (st != SI_OK) return st;
+    hid_t ot = H5Dget_type(f->offsets);
+    bool oint = ot >= 0 && H5Tget_class(ot) == H5T_INTEGER;
+    if (ot >= 0) H5Tclose(ot);
+    hsize_t od[4] = {0};
+    if (!oint || src_dims_of(f->offsets, od) != 1 || od[0] < 1)
+        return si_error(SI_ERR_FORMAT, "%s: offsets dataset %s must be 1-D integers (N+1 entries)",
+                        f->path, f->offsets_name);
+    *n = od[0] - 1;
+    uint64_t first = 1, last = 0;
+    if (read_u64(f->offsets, 0, &first) < 0 || read_u64(f->offsets, *n, &last) < 0)
+        return si_error(SI_ERR_IO, "%s: cannot read %s", f->path, f->offsets_name);
+    if (first != 0 || last != f->total)
+        return si_error(SI_ERR_FORMAT,
+                        "%s: %s runs from %llu to %llu, expected 0 to %llu (the size of "
+                        "%s)",
+                        f->path, f->offsets_name, (unsigned long long)first,
+                        (unsigned long long)last, (unsigned long long)f->total, f->data_name);
+    return SI_OK;
+}
+
+/* Dense: a 4-D uint8 dataset whose per-image shape has not changed since the first open. */
+static si_status check_dense(src_file *f, int kind, const hsize_t dims[4], const char *ts,
+                             uint64_t n_expected) {
+    if (kind != CAND_DENSE)
+        return si_error(SI_ERR_FORMAT,
+                        "%s: %s is %s: a dense image set needs a 4-D uint8 dataset "
+                        "(N, H, W, C) or (N, C, H, W)",
+                        f->path, f->data_name, ts);
+    if (n_expected != UINT64_MAX &&
+        (dims[1] != f->dims[1] || dims[2] != f->dims[2] || dims[3] != f->dims[3]))
+        return si_error(SI_ERR_FORMAT,
+                        "%s: %s changed shape since the set was opened: [%llu, %llu, "
+                        "%llu] per image, was [%llu, %llu, %llu]",
+                        f->path, f->data_name, (unsigned long long)dims[1],
+                        (unsigned long long)dims[2], (unsigned long long)dims[3],
+                        (unsigned long long)f->dims[1], (unsigned long long)f->dims[2],
+                        (unsigned long long)f->dims[3]);
+    memcpy(f->dims, dims, sizeof f->dims);
+    return SI_OK;
+}
+
+/* The data dataset of f opened here and checked for its layout; *n gets the image count. */
+static si_status open_data(src_file *f, int layout, uint64_t n_expected, uint64_t *n) {
+    si_status st = SI_OK;
+    char ts[160];
+    hsize_t dims[4] = {0};
+    if (f->file < 0 && (st = src_h5_open(f->path, &f->file)) != SI_OK) return st;
+    if (!src_path_exists(f->file, f->data_name))
+        return si_error(SI_ERR_FORMAT, "%s: no dataset %s", f->path, f->data_name);
+    f->data = src_is_dense(layout) ? open_dense(f->file, f->data_name)
+                                   : H5Dopen2(f->file, f->data_name, H5P_DEFAULT);
+    if (f->data < 0)
+        return si_error(SI_ERR_FORMAT, "%s: %s is not a dataset", f->path, f->data_name);
+    int kind = src_classify(f->data, ts, sizeof ts, NULL);
+    int rank = src_dims_of(f->data, dims);
+    if (layout == SI_LAYOUT_PACKED) return check_packed(f, rank, dims, ts, n);
+    if (layout == SI_LAYOUT_VLEN) {
+        if (kind != CAND_VLEN)
+            return si_error(SI_ERR_FORMAT,
+                            "%s: %s is %s: a vlen image set needs a 1-D variable-length uint8 "
+                            "dataset (h5py.vlen_dtype(numpy.uint8))",
+                            f->path, f->data_name, ts);
+        *n = dims[0];
+        return SI_OK;
+    }
+    if ((st = check_dense(f, kind, dims, ts, n_expected)) != SI_OK) return st;
+    *n = dims[0];
+    return SI_OK;
+}
+
+/* Opens the datasets of f by the names probe resolved and checks them. Used both by the first
  * open and by a reopen after eviction; n_expected is UINT64_MAX the first time, else the count
  * seen then: a file rewritten in between is an error, not a wrong answer (nor, for dense sets
  * whose images grew, a read past the end of the caller's buffer). */
 si_status src_open_handles(si_source *s, src_file *f, int layout, uint64_t n_expected) {
     si_status st = SI_OK;
-    char ts[160];
     uint64_t n = 0;
     src_mark_open(s, f);
     if (layout == SI_LAYOUT_PACKED && f->use_set) {
         if ((st = si_imageset_open(f->path, &f->set)) != SI_OK) return st;
         n = si_imageset_count(f->set);
-    } else {
-        hsize_t dims[4] = {0};
-        if (f->file < 0 && (st = src_h5_open(f->path, &f->file)) != SI_OK) return st;
-        if (!src_path_exists(f->file, f->data_name))
-            return si_error(SI_ERR_FORMAT, "%s: no dataset %s", f->path, f->data_name);
-        f->data = src_is_dense(layout) ? open_dense(f->file, f->data_name)
-                                       : H5Dopen2(f->file, f->data_name, H5P_DEFAULT);
-        if (f->data < 0)
-            return si_error(SI_ERR_FORMAT, "%s: %s is not a dataset", f->path, f->data_name);
-        int kind = src_classify(f->data, ts, sizeof ts, NULL);
-        int rank = src_dims_of(f->data, dims);
-        if (layout == SI_LAYOUT_PACKED) {
-            hid_t t = H5Dget_type(f->data);
-            bool u8 = t >= 0 && src_is_u8(t);
-            if (t >= 0) H5Tclose(t);
-            if (!u8 || rank != 1)
-                return si_error(SI_ERR_FORMAT,
-                                "%s: packed data dataset %s is %s: expected 1-D uint8", f->path,
-                                f->data_name, ts);
-            f->total = dims[0];
-            if ((st = open_dataset(f, f->offsets_name, &f->offsets)) != SI_OK) return st;
-            hid_t ot = H5Dget_type(f->offsets);
-            bool oint = ot >= 0 && H5Tget_class(ot) == H5T_INTEGER;
-            if (ot >= 0) H5Tclose(ot);
-            hsize_t od[4] = {0};
-            if (!oint || src_dims_of(f->offsets, od) != 1 || od[0] < 1)
-                return si_error(SI_ERR_FORMAT,
-                                "%s: offsets dataset %s must be 1-D integers (N+1 entries)",
-                                f->path, f->offsets_name);
-            n = od[0] - 1;
-            uint64_t first = 1, last = 0;
-            if (read_u64(f->offsets, 0, &first) < 0 || read_u64(f->offsets, n, &last) < 0)
-                return si_error(SI_ERR_IO, "%s: cannot read %s", f->path, f->offsets_name);
-            if (first != 0 || last != f->total)
-                return si_error(SI_ERR_FORMAT,
-                                "%s: %s runs from %llu to %llu, expected 0 to %llu (the size of "
-                                "%s)",
-                                f->path, f->offsets_name, (unsigned long long)first,
-                                (unsigned long long)last, (unsigned long long)f->total,
-                                f->data_name);
-        } else if (layout == SI_LAYOUT_VLEN) {
-            if (kind != CAND_VLEN)
-                return si_error(SI_ERR_FORMAT,
-                                "%s: %s is %s: a vlen image set needs a 1-D variable-length uint8 "
-                                "dataset (h5py.vlen_dtype(numpy.uint8))",
-                                f->path, f->data_name, ts);
-            n = dims[0];
-        } else {
-            if (kind != CAND_DENSE)
-                return si_error(SI_ERR_FORMAT,
-                                "%s: %s is %s: a dense image set needs a 4-D uint8 dataset "
-                                "(N, H, W, C) or (N, C, H, W)",
-                                f->path, f->data_name, ts);
-            if (n_expected != UINT64_MAX &&
-                (dims[1] != f->dims[1] || dims[2] != f->dims[2] || dims[3] != f->dims[3]))
-                return si_error(SI_ERR_FORMAT,
-                                "%s: %s changed shape since the set was opened: [%llu, %llu, "
-                                "%llu] per image, was [%llu, %llu, %llu]",
-                                f->path, f->data_name, (unsigned long long)dims[1],
-                                (unsigned long long)dims[2], (unsigned long long)dims[3],
-                                (unsigned long long)f->dims[1], (unsigned long long)f->dims[2],
-                                (unsigned long long)f->dims[3]);
-            memcpy(f->dims, dims, sizeof dims);
-            n = dims[0];
-        }
+    } else if ((st = open_data(f, layout, n_expected, &n)) != SI_OK) {
+        return st;
     }
     if (n_expected != UINT64_MAX && n != n_expected)
         return si_error(SI_ERR_FORMAT, "%s: %s now holds %llu images, %llu when the set was opened",
@@ -284,6 +303,65 @@ si_status src_touch(si_source *s, src_file *f) {
 
 /* --- open / close ----------------------------------------------------------------------------- */
 
+/* A file after the first must agree with the first on layout, pixel shape and whether ids are
+ * stored. */
+static si_status check_same(const si_source *s, const src_file *f, int layout, int h, int w,
+                            int c) {
+    const src_file *f0 = &s->files[0];
+    if (layout != s->layout)
+        return si_error(SI_ERR_FORMAT,
+                        "%s: layout %s (%s), but %s (the first file) is %s (%s): all files "
+                        "of one source must share one layout",
+                        f->path, si_source_layout_name(layout), f->data_name, f0->path,
+                        si_source_layout_name(s->layout), f0->data_name);
+    if (h != s->h || w != s->w || c != s->c)
+        return si_error(SI_ERR_FORMAT,
+                        "%s: %s holds %dx%dx%d images (HxWxC), but %s (the first file) "
+                        "holds %dx%dx%d: all files of one source must share the pixel "
+                        "shape",
+                        f->path, f->data_name, h, w, c, f0->path, s->h, s->w, s->c);
+    if (!f->ids_name != !f0->ids_name)
+        return si_error(SI_ERR_FORMAT,
+                        "%s: %s, but %s (the first file) %s: ids would mix stored names and "
+                        "indices (name the ids dataset with --ids-dataset)",
+                        f->path, f->ids_name ? "has ids" : "has no ids dataset", f0->path,
+                        f0->ids_name ? "has them" : "has none");
+    return SI_OK;
+}
+
+/* Probes file i of s (its path already set) and adds its images; the first file sets the
+ * source's layout and pixel shape. */
+static si_status add_file(si_source *s, int i, const si_source_opts *o) {
+    src_file *f = &s->files[i];
+    int layout = o->layout;
+    hsize_t dd[4] = {0};
+    si_status st = src_probe(s, f, o, &layout, dd);
+    if (st != SI_OK) {
+        src_close_handles(s, f);
+        return st;
+    }
+    int h = 0, w = 0, c = 0;
+    if (layout == SI_LAYOUT_DENSE_NHWC) h = (int)dd[1], w = (int)dd[2], c = (int)dd[3];
+    if (layout == SI_LAYOUT_DENSE_NCHW) c = (int)dd[1], h = (int)dd[2], w = (int)dd[3];
+    /* an image must fit an int-sized buffer; each dim is at most 2^31 here, so the first
+     * product cannot overflow and the second is checked by division */
+    if (src_is_dense(layout) && (dd[1] == 0 || dd[2] == 0 || dd[1] > INT32_MAX ||
+                                 dd[2] > INT32_MAX || dd[1] * dd[2] > (uint64_t)INT32_MAX / dd[3]))
+        return si_error(SI_ERR_UNSUPPORTED,
+                        "%s: %s: images of [%llu, %llu, %llu] bytes: empty or over 2 GiB", f->path,
+                        f->data_name, (unsigned long long)dd[1], (unsigned long long)dd[2],
+                        (unsigned long long)dd[3]);
+    if (i == 0) {
+        s->layout = layout;
+        s->h = h, s->w = w, s->c = c;
+    } else if ((st = check_same(s, f, layout, h, w, c)) != SI_OK) {
+        return st;
+    }
+    f->start = s->total;
+    s->total += f->n;
+    return SI_OK;
+}
+
 /* Borrows spec and opts; on success *out owns everything and the caller closes it. */
 si_status si_source_open(const char *spec, const si_source_opts *opts, si_source **out) {
     *out = NULL;
@@ -320,59 +398,7 @@ si_status si_source_open(const char *spec, const si_source_opts *opts, si_source
         f->file = f->data = f->offsets = f->ids = H5I_INVALID_HID;
         s->nfiles = i + 1;
         src_evict(s, NULL);
-        int layout = o->layout;
-        hsize_t dd[4] = {0};
-        st = src_probe(s, f, o, &layout, dd);
-        if (st != SI_OK) {
-            src_close_handles(s, f);
-            goto fail_file;
-        }
-        int h = 0, w = 0, c = 0;
-        if (layout == SI_LAYOUT_DENSE_NHWC) h = (int)dd[1], w = (int)dd[2], c = (int)dd[3];
-        if (layout == SI_LAYOUT_DENSE_NCHW) c = (int)dd[1], h = (int)dd[2], w = (int)dd[3];
-        /* an image must fit an int-sized buffer; each dim is at most 2^31 here, so the first
-         * product cannot overflow and the second is checked by division */
-        if (src_is_dense(layout) &&
-            (dd[1] == 0 || dd[2] == 0 || dd[1] > INT32_MAX || dd[2] > INT32_MAX ||
-             dd[1] * dd[2] > (uint64_t)INT32_MAX / dd[3])) {
-            st = si_error(SI_ERR_UNSUPPORTED,
-                          "%s: %s: images of [%llu, %llu, %llu] bytes: empty or over 2 GiB",
-                          f->path, f->data_name, (unsigned long long)dd[1],
-                          (unsigned long long)dd[2], (unsigned long long)dd[3]);
-            goto fail_file;
-        }
-        if (i == 0) {
-            s->layout = layout;
-            s->h = h, s->w = w, s->c = c;
-        } else {
-            const src_file *f0 = &s->files[0];
-            if (layout != s->layout) {
-                st = si_error(SI_ERR_FORMAT,
-                              "%s: layout %s (%s), but %s (the first file) is %s (%s): all files "
-                              "of one source must share one layout",
-                              f->path, si_source_layout_name(layout), f->data_name, f0->path,
-                              si_source_layout_name(s->layout), f0->data_name);
-                goto fail_file;
-            }
-            if (h != s->h || w != s->w || c != s->c) {
-                st = si_error(SI_ERR_FORMAT,
-                              "%s: %s holds %dx%dx%d images (HxWxC), but %s (the first file) "
-                              "holds %dx%dx%d: all files of one source must share the pixel "
-                              "shape",
-                              f->path, f->data_name, h, w, c, f0->path, s->h, s->w, s->c);
-                goto fail_file;
-            }
-            if (!f->ids_name != !f0->ids_name) {
-                st = si_error(SI_ERR_FORMAT,
-                              "%s: %s, but %s (the first file) %s: ids would mix stored names and "
-                              "indices (name the ids dataset with --ids-dataset)",
-                              f->path, f->ids_name ? "has ids" : "has no ids dataset", f0->path,
-                              f0->ids_name ? "has them" : "has none");
-                goto fail_file;
-            }
-        }
-        f->start = s->total;
-        s->total += f->n;
+        if ((st = add_file(s, i, o)) != SI_OK) goto fail_file;
     }
     src_list_free(&l);
     *out = s;

@@ -172,119 +172,120 @@ static void cand_free(cand_search *cs) {
 
 /* --- detection -------------------------------------------------------------------------------- */
 
-/* Finds out the layout of f (or checks the forced one), resolves its dataset names and opens it.
- * *layout: in, the wanted layout (AUTO or forced); out, the one found. dense shape in dd. */
-si_status src_probe(si_source *s, src_file *f, const si_source_opts *o, int *layout,
-                    hsize_t dd[4]) {
-    src_mark_open(s, f);
-    si_status st = src_h5_open(f->path, &f->file);
-    if (st != SI_OK) return st;
-    int want = *layout;
+/* Whether f is read as packed: forced, offsets named, or the default offsets present (unless the
+ * named data dataset is itself an image dataset). f->offsets_name is set. */
+static bool is_packed(src_file *f, const si_source_opts *o, int want) {
     f->offsets_name = abs_name(o->offsets_dataset ? o->offsets_dataset : "/images/offsets");
-    bool packed = want == SI_LAYOUT_PACKED;
-    if (want == SI_LAYOUT_AUTO && o->offsets_dataset) {
-        packed = true;
-    } else if (want == SI_LAYOUT_AUTO && src_path_exists(f->file, f->offsets_name)) {
-        /* a packed file may hold other datasets too: a named data dataset that is itself an
-         * image dataset is read as one, the packed bytes otherwise */
-        packed = true;
-        if (o->data_dataset && src_path_exists(f->file, o->data_dataset)) {
-            hid_t d = H5Dopen2(f->file, o->data_dataset, H5P_DEFAULT);
-            char why[160];
-            if (d >= 0 && src_classify(d, why, sizeof why, NULL) != CAND_NONE) packed = false;
-            if (d >= 0) H5Dclose(d);
-        }
-    }
-    if (packed) {
-        *layout = SI_LAYOUT_PACKED;
-        f->data_name = abs_name(o->data_dataset ? o->data_dataset : "/images/data");
-        f->use_set = strcmp(f->data_name, "/images/data") == 0 &&
-                     strcmp(f->offsets_name, "/images/offsets") == 0;
-    } else if (o->data_dataset) {
-        f->data_name = abs_name(o->data_dataset);
-        if (!src_path_exists(f->file, f->data_name))
-            return si_error(SI_ERR_FORMAT, "%s: no dataset %s (given with --data-dataset)", f->path,
-                            f->data_name);
-        hid_t d = H5Dopen2(f->file, f->data_name, H5P_DEFAULT);
-        if (d < 0) return si_error(SI_ERR_FORMAT, "%s: %s is not a dataset", f->path, f->data_name);
+    if (want == SI_LAYOUT_PACKED) return true;
+    if (want != SI_LAYOUT_AUTO) return false;
+    if (o->offsets_dataset) return true;
+    if (!src_path_exists(f->file, f->offsets_name)) return false;
+    /* a packed file may hold other datasets too: a named data dataset that is itself an image
+     * dataset is read as one, the packed bytes otherwise */
+    bool packed = true;
+    if (o->data_dataset && src_path_exists(f->file, o->data_dataset)) {
+        hid_t d = H5Dopen2(f->file, o->data_dataset, H5P_DEFAULT);
         char why[160];
-        int kind = src_classify(d, why, sizeof why, NULL);
-        H5Dclose(d);
-        if (kind == CAND_NONE)
-            return si_error(SI_ERR_FORMAT,
-                            "%s: %s is %s: expected variable-length uint8 (rank 1: encoded "
-                            "images) or uint8 of rank 4 (pixels)",
-                            f->path, f->data_name, why);
-        if (want == SI_LAYOUT_AUTO) *layout = kind == CAND_VLEN ? SI_LAYOUT_VLEN : DENSE_UNDECIDED;
-    } else {
-        cand_search cs = {.want_vlen = want == SI_LAYOUT_AUTO || want == SI_LAYOUT_VLEN,
-                          .want_dense = want == SI_LAYOUT_AUTO || src_is_dense(want)};
-        herr_t e;
-#if H5_VERSION_GE(1, 12, 0)
-        e = H5Ovisit3(f->file, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &cs, H5O_INFO_BASIC);
-#else
-        e = H5Ovisit2(f->file, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &cs, H5O_INFO_BASIC);
-#endif
-        if (e < 0) {
-            cand_free(&cs);
-            return si_error(SI_ERR_FORMAT, "%s: cannot list the datasets in the file", f->path);
-        }
-        if (cs.n == 0) {
-            const char *what = want == SI_LAYOUT_VLEN ? "a 1-D variable-length uint8 dataset"
-                               : src_is_dense(want)
-                                   ? "a 4-D uint8 dataset"
-                                   : "/images/offsets (packed), a 1-D variable-length uint8 "
-                                     "dataset (vlen) or a 4-D uint8 dataset (dense)";
-            return si_error(SI_ERR_FORMAT, "%s: no image dataset: looked for %s%s%s", f->path, what,
-                            cs.misses[0] ? "; not usable: " : "", cs.misses);
-        }
-        if (cs.n > 1) {
-            char list[1024] = "";
-            for (int i = 0; i < cs.n && i < MAX_CANDIDATES; i++) {
-                size_t used = strlen(list);
-                snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", cs.names[i]);
-            }
-            st = si_error(SI_ERR_ARG,
-                          "%s: file has %d candidate image datasets: %s%s - pick one with "
-                          "--data-dataset",
-                          f->path, cs.n, list, cs.n > MAX_CANDIDATES ? ", ..." : "");
-            cand_free(&cs);
-            return st;
-        }
-        f->data_name = cs.names[0];
-        if (want == SI_LAYOUT_AUTO)
-            *layout = cs.kinds[0] == CAND_VLEN ? SI_LAYOUT_VLEN : DENSE_UNDECIDED;
-    }
-    /* dense: the order of the axes, from the dims unless forced */
-    if (*layout == DENSE_UNDECIDED || src_is_dense(*layout)) {
-        hid_t d = H5Dopen2(f->file, f->data_name, H5P_DEFAULT);
-        int rank = d >= 0 ? src_dims_of(d, dd) : -1;
+        if (d >= 0 && src_classify(d, why, sizeof why, NULL) != CAND_NONE) packed = false;
         if (d >= 0) H5Dclose(d);
-        if (rank != 4)
-            return si_error(SI_ERR_FORMAT, "%s: %s has rank %d: a dense set needs rank 4", f->path,
-                            f->data_name, rank);
-        bool last = dd[3] == 1 || dd[3] == 3, second = dd[1] == 1 || dd[1] == 3;
-        if (*layout == DENSE_UNDECIDED) {
-            if (!last && !second)
-                return si_error(
-                    SI_ERR_FORMAT,
-                    "%s: %s is [%llu, %llu, %llu, %llu]: neither dim 3 (NHWC) nor dim 1 "
-                    "(NCHW) is 1 or 3 channels",
-                    f->path, f->data_name, (unsigned long long)dd[0], (unsigned long long)dd[1],
-                    (unsigned long long)dd[2], (unsigned long long)dd[3]);
-            *layout = last ? SI_LAYOUT_DENSE_NHWC : SI_LAYOUT_DENSE_NCHW;
-            if (last && second) s->ambiguous = true;
-        } else if ((*layout == SI_LAYOUT_DENSE_NHWC && !last) ||
-                   (*layout == SI_LAYOUT_DENSE_NCHW && !second)) {
+    }
+    return packed;
+}
+
+/* The data dataset named with --data-dataset, which must be an image dataset. */
+static si_status named_data(src_file *f, const si_source_opts *o, int want, int *layout) {
+    f->data_name = abs_name(o->data_dataset);
+    if (!src_path_exists(f->file, f->data_name))
+        return si_error(SI_ERR_FORMAT, "%s: no dataset %s (given with --data-dataset)", f->path,
+                        f->data_name);
+    hid_t d = H5Dopen2(f->file, f->data_name, H5P_DEFAULT);
+    if (d < 0) return si_error(SI_ERR_FORMAT, "%s: %s is not a dataset", f->path, f->data_name);
+    char why[160];
+    int kind = src_classify(d, why, sizeof why, NULL);
+    H5Dclose(d);
+    if (kind == CAND_NONE)
+        return si_error(SI_ERR_FORMAT,
+                        "%s: %s is %s: expected variable-length uint8 (rank 1: encoded "
+                        "images) or uint8 of rank 4 (pixels)",
+                        f->path, f->data_name, why);
+    if (want == SI_LAYOUT_AUTO) *layout = kind == CAND_VLEN ? SI_LAYOUT_VLEN : DENSE_UNDECIDED;
+    return SI_OK;
+}
+
+/* No dataset named: the one image dataset of the wanted kind in the file. */
+static si_status search_data(src_file *f, int want, int *layout) {
+    cand_search cs = {.want_vlen = want == SI_LAYOUT_AUTO || want == SI_LAYOUT_VLEN,
+                      .want_dense = want == SI_LAYOUT_AUTO || src_is_dense(want)};
+    herr_t e;
+#if H5_VERSION_GE(1, 12, 0)
+    e = H5Ovisit3(f->file, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &cs, H5O_INFO_BASIC);
+#else
+    e = H5Ovisit2(f->file, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &cs, H5O_INFO_BASIC);
+#endif
+    if (e < 0) {
+        cand_free(&cs);
+        return si_error(SI_ERR_FORMAT, "%s: cannot list the datasets in the file", f->path);
+    }
+    if (cs.n == 0) {
+        const char *what = want == SI_LAYOUT_VLEN ? "a 1-D variable-length uint8 dataset"
+                           : src_is_dense(want)
+                               ? "a 4-D uint8 dataset"
+                               : "/images/offsets (packed), a 1-D variable-length uint8 "
+                                 "dataset (vlen) or a 4-D uint8 dataset (dense)";
+        return si_error(SI_ERR_FORMAT, "%s: no image dataset: looked for %s%s%s", f->path, what,
+                        cs.misses[0] ? "; not usable: " : "", cs.misses);
+    }
+    if (cs.n > 1) {
+        char list[1024] = "";
+        for (int i = 0; i < cs.n && i < MAX_CANDIDATES; i++) {
+            size_t used = strlen(list);
+            snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", cs.names[i]);
+        }
+        si_status st = si_error(SI_ERR_ARG,
+                                "%s: file has %d candidate image datasets: %s%s - pick one with "
+                                "--data-dataset",
+                                f->path, cs.n, list, cs.n > MAX_CANDIDATES ? ", ..." : "");
+        cand_free(&cs);
+        return st;
+    }
+    f->data_name = cs.names[0];
+    if (want == SI_LAYOUT_AUTO)
+        *layout = cs.kinds[0] == CAND_VLEN ? SI_LAYOUT_VLEN : DENSE_UNDECIDED;
+    return SI_OK;
+}
+
+/* Dense: the order of the axes, from the dims unless forced; dd gets the dims. */
+static si_status dense_axes(si_source *s, src_file *f, int *layout, hsize_t dd[4]) {
+    hid_t d = H5Dopen2(f->file, f->data_name, H5P_DEFAULT);
+    int rank = d >= 0 ? src_dims_of(d, dd) : -1;
+    if (d >= 0) H5Dclose(d);
+    if (rank != 4)
+        return si_error(SI_ERR_FORMAT, "%s: %s has rank %d: a dense set needs rank 4", f->path,
+                        f->data_name, rank);
+    bool last = dd[3] == 1 || dd[3] == 3, second = dd[1] == 1 || dd[1] == 3;
+    if (*layout == DENSE_UNDECIDED) {
+        if (!last && !second)
             return si_error(SI_ERR_FORMAT,
-                            "%s: %s is [%llu, %llu, %llu, %llu]: %s needs %s of 1 or 3 channels",
+                            "%s: %s is [%llu, %llu, %llu, %llu]: neither dim 3 (NHWC) nor dim 1 "
+                            "(NCHW) is 1 or 3 channels",
                             f->path, f->data_name, (unsigned long long)dd[0],
                             (unsigned long long)dd[1], (unsigned long long)dd[2],
-                            (unsigned long long)dd[3], si_source_layout_name(*layout),
-                            *layout == SI_LAYOUT_DENSE_NHWC ? "dim 3" : "dim 1");
-        }
+                            (unsigned long long)dd[3]);
+        *layout = last ? SI_LAYOUT_DENSE_NHWC : SI_LAYOUT_DENSE_NCHW;
+        if (last && second) s->ambiguous = true;
+    } else if ((*layout == SI_LAYOUT_DENSE_NHWC && !last) ||
+               (*layout == SI_LAYOUT_DENSE_NCHW && !second)) {
+        return si_error(
+            SI_ERR_FORMAT, "%s: %s is [%llu, %llu, %llu, %llu]: %s needs %s of 1 or 3 channels",
+            f->path, f->data_name, (unsigned long long)dd[0], (unsigned long long)dd[1],
+            (unsigned long long)dd[2], (unsigned long long)dd[3], si_source_layout_name(*layout),
+            *layout == SI_LAYOUT_DENSE_NHWC ? "dim 3" : "dim 1");
     }
-    /* ids: the named dataset (must exist), else an "ids" beside the images if there is one */
+    return SI_OK;
+}
+
+/* ids: the named dataset (must exist), else an "ids" beside the images if there is one. */
+static si_status find_ids(src_file *f, const si_source_opts *o) {
     if (o->ids_dataset) {
         f->ids_name = abs_name(o->ids_dataset);
         if (!src_path_exists(f->file, f->ids_name))
@@ -297,6 +298,29 @@ si_status src_probe(si_source *s, src_file *f, const si_source_opts *o, int *lay
             free(sib);
     }
     if (f->use_set && f->ids_name && strcmp(f->ids_name, "/images/ids") == 0) f->ids_kind = IDS_SET;
+    return SI_OK;
+}
+
+si_status src_probe(si_source *s, src_file *f, const si_source_opts *o, int *layout,
+                    hsize_t dd[4]) {
+    src_mark_open(s, f);
+    si_status st = src_h5_open(f->path, &f->file);
+    if (st != SI_OK) return st;
+    int want = *layout;
+    if (is_packed(f, o, want)) {
+        *layout = SI_LAYOUT_PACKED;
+        f->data_name = abs_name(o->data_dataset ? o->data_dataset : "/images/data");
+        f->use_set = strcmp(f->data_name, "/images/data") == 0 &&
+                     strcmp(f->offsets_name, "/images/offsets") == 0;
+    } else if (o->data_dataset) {
+        st = named_data(f, o, want, layout);
+    } else {
+        st = search_data(f, want, layout);
+    }
+    if (st == SI_OK && (*layout == DENSE_UNDECIDED || src_is_dense(*layout)))
+        st = dense_axes(s, f, layout, dd);
+    if (st == SI_OK) st = find_ids(f, o);
+    if (st != SI_OK) return st;
     if (f->use_set && (f->ids_kind == IDS_SET || !f->ids_name)) {
         H5Fclose(f->file); /* imageset.c opens its own */
         f->file = H5I_INVALID_HID;
