@@ -1,8 +1,8 @@
-/* What the parts of io/source.c share: a source's state (the files, their resolved dataset names
- * and open handles) and the calls one part makes into another. The parts: source.c (open, close,
- * the open-file cache), source_probe.c (layout detection and the dataset checks it needs),
- * source_paths.c (the list of files a spec names), source_read.c (the readers) and
- * source_describe.c (`shardinfer inspect`). Not for use outside io/source*.c. */
+/* What the parts of an image source (io/source*.c) share: a source's state (the files, their
+ * resolved dataset names and open handles) and the calls one part makes into another. The parts:
+ * source.c (open, close, the open-file cache), source_probe.c (layout detection and the dataset
+ * checks it needs), source_paths.c (the list of files a spec names), source_read.c (the readers)
+ * and source_describe.c (`shardinfer inspect`). Not for use outside io/source*.c. */
 #ifndef SI_SOURCE_INTERNAL_H
 #define SI_SOURCE_INTERNAL_H
 

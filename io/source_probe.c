@@ -1,5 +1,5 @@
-/* Layout detection for io/source.c: which datasets of a file hold images, in which layout, and
- * the checks on datasets that opening needs. */
+/* Layout detection for an image source (io/source.h): which datasets of a file hold images, in
+ * which layout, and the checks on datasets that opening needs. */
 #include "io/source_internal.h"
 
 #include <stdlib.h>

@@ -1,5 +1,5 @@
-/* The readers of io/source.c: encoded records (packed, vlen), pixels (dense) and ids, across
- * the files of a source, reopening evicted files as they are met. */
+/* The readers of an image source (io/source.h): encoded records (packed, vlen), pixels (dense) and
+ * ids, across the files of a source, reopening evicted files as they are met. */
 #include "io/source_internal.h"
 
 #include <stdlib.h>
