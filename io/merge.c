@@ -158,109 +158,129 @@ static herr_t set_u64(hid_t file, const char *name, uint64_t v) {
     return si_h5_attr(file, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v);
 }
 
+/* The parts being merged: their files and sizes, and what the merged file sums over them. */
+typedef struct {
+    char *const *parts;
+    int n_parts;
+    hid_t *f;
+    uint64_t *images, *errs, *dets; /* per part */
+    walk w;                         /* the first part's datasets */
+    char *key0;                     /* the first part's key */
+    uint64_t total, total_err, total_det, failed;
+    int ranks;
+} merge;
+
+/* Opens part p, checks that it is a result made like the first, and adds up its sizes. */
+static si_status open_part(merge *m, int p) {
+    const char *path = m->parts[p];
+    m->f[p] = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (m->f[p] < 0) return si_error(SI_ERR_FORMAT, "%s: missing or not an HDF5 file", path);
+    char *key = part_key(m->f[p]);
+    if (!key || H5Lexists(m->f[p], "status", H5P_DEFAULT) <= 0) {
+        free(key);
+        return si_error(SI_ERR_FORMAT, "%s: not a shardinfer result (format 2)", path);
+    }
+    si_status st = SI_OK;
+    if (p == 0) {
+        m->key0 = key;
+        H5Ovisit(m->f[0], H5_INDEX_NAME, H5_ITER_NATIVE, visit, &m->w);
+    } else {
+        if (strcmp(key, m->key0))
+            st = si_error(SI_ERR_ARG,
+                          "%s: made with other settings than %s (model, preprocessing, "
+                          "postprocessing or batch): '%s' vs '%s'",
+                          path, m->parts[0], key, m->key0);
+        free(key);
+    }
+    m->images[p] = rows_of(m->f[p], "status");
+    m->errs[p] = rows_of(m->f[p], "errors/index");
+    m->dets[p] = H5Lexists(m->f[p], "detections", H5P_DEFAULT) > 0
+                     ? rows_of(m->f[p], "detections/scores")
+                     : 0;
+    m->total += m->images[p];
+    m->total_err += m->errs[p];
+    m->total_det += m->dets[p];
+    m->failed += m->errs[p];
+    int r = 0;
+    hid_t a = H5Aexists(m->f[p], "ranks") > 0 ? H5Aopen(m->f[p], "ranks", H5P_DEFAULT) : -1;
+    if (a >= 0 && H5Aread(a, H5T_NATIVE_INT, &r) >= 0) m->ranks += r;
+    if (a >= 0) H5Aclose(a);
+    return st;
+}
+
+/* Dataset d of the merged file: created at its full size, then every part's rows in order. */
+static si_status merge_dataset(const merge *m, hid_t out, const dset *d) {
+    uint64_t rows = d->kind == 0   ? m->total
+                    : d->kind <= 2 ? m->total_err
+                    : d->kind == 3 ? m->total + 1
+                                   : m->total_det;
+    si_status st = create_like(m->f[0], out, d->name, rows);
+    uint64_t at = 0, err_at = 0, det_at = 0;
+    for (int p = 0; p < m->n_parts && st == SI_OK; p++) {
+        const char *name = d->name, *path = m->parts[p];
+        hid_t f = m->f[p];
+        if (d->kind == 0)
+            st = copy_rows(f, out, name, at, !strcmp(name, "index") ? at : 0, m->images[p], path);
+        else if (d->kind == 1)
+            st = copy_rows(f, out, name, err_at, at, m->errs[p], path);
+        else if (d->kind == 2)
+            st = copy_rows(f, out, name, err_at, 0, m->errs[p], path);
+        else if (d->kind == 3) /* offsets: N + 1 per part, the last one is the next part's 0 */
+            st = copy_rows(f, out, name, at, det_at, m->images[p] + (p == m->n_parts - 1 ? 1 : 0),
+                           path);
+        else
+            st = copy_rows(f, out, name, det_at, 0, m->dets[p], path);
+        at += m->images[p];
+        err_at += m->errs[p];
+        det_at += m->dets[p];
+    }
+    return st;
+}
+
+/* The first part's attributes, with images, failed and ranks summed and merged_parts added. */
+static si_status merge_attrs(const merge *m, hid_t out, const char *tmp) {
+    H5Aiterate2(m->f[0], H5_INDEX_NAME, H5_ITER_NATIVE, NULL, copy_attr, &out);
+    herr_t e = set_u64(out, "images", m->total);
+    if (e >= 0) e = set_u64(out, "failed", m->failed);
+    if (e >= 0 && H5Aexists(out, "ranks") > 0) H5Adelete(out, "ranks");
+    if (e >= 0) e = si_h5_attr(out, "ranks", H5T_STD_I32LE, H5T_NATIVE_INT, &m->ranks);
+    int np = m->n_parts;
+    if (e >= 0) e = si_h5_attr(out, "merged_parts", H5T_STD_I32LE, H5T_NATIVE_INT, &np);
+    if (e < 0) return si_error(SI_ERR_IO, "%s: cannot write the attributes", tmp);
+    return SI_OK;
+}
+
 si_status si_result_merge(const char *output, char *const *parts, int n_parts, bool overwrite) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     if (n_parts < 1) return si_error(SI_ERR_ARG, "merge: no parts given");
     if (!overwrite && access(output, F_OK) == 0)
         return si_error(SI_ERR_ARG, "%s: exists; pass --overwrite to replace it", output);
-    hid_t *f = si_xcalloc((size_t)n_parts, sizeof *f);
-    uint64_t *images = si_xcalloc((size_t)n_parts, sizeof *images);
-    uint64_t *errs = si_xcalloc((size_t)n_parts, sizeof *errs);
-    uint64_t *dets = si_xcalloc((size_t)n_parts, sizeof *dets);
-    walk w = {.n = 0};
+    merge m = {.parts = parts,
+               .n_parts = n_parts,
+               .f = si_xcalloc((size_t)n_parts, sizeof(hid_t)),
+               .images = si_xcalloc((size_t)n_parts, sizeof(uint64_t)),
+               .errs = si_xcalloc((size_t)n_parts, sizeof(uint64_t)),
+               .dets = si_xcalloc((size_t)n_parts, sizeof(uint64_t))};
     si_status st = SI_OK;
-    char *key0 = NULL;
-    uint64_t total = 0, total_err = 0, total_det = 0, failed = 0;
-    int ranks = 0;
-    for (int p = 0; p < n_parts && st == SI_OK; p++) {
-        f[p] = H5Fopen(parts[p], H5F_ACC_RDONLY, H5P_DEFAULT);
-        if (f[p] < 0) {
-            st = si_error(SI_ERR_FORMAT, "%s: missing or not an HDF5 file", parts[p]);
-            break;
-        }
-        char *key = part_key(f[p]);
-        if (!key || H5Lexists(f[p], "status", H5P_DEFAULT) <= 0) {
-            free(key);
-            st = si_error(SI_ERR_FORMAT, "%s: not a shardinfer result (format 2)", parts[p]);
-            break;
-        }
-        if (p == 0) {
-            key0 = key;
-            H5Ovisit(f[0], H5_INDEX_NAME, H5_ITER_NATIVE, visit, &w);
-        } else {
-            if (strcmp(key, key0))
-                st = si_error(SI_ERR_ARG,
-                              "%s: made with other settings than %s (model, preprocessing, "
-                              "postprocessing or batch): '%s' vs '%s'",
-                              parts[p], parts[0], key, key0);
-            free(key);
-        }
-        images[p] = rows_of(f[p], "status");
-        errs[p] = rows_of(f[p], "errors/index");
-        dets[p] =
-            H5Lexists(f[p], "detections", H5P_DEFAULT) > 0 ? rows_of(f[p], "detections/scores") : 0;
-        total += images[p];
-        total_err += errs[p];
-        total_det += dets[p];
-        failed += errs[p];
-        int r = 0;
-        hid_t a = H5Aexists(f[p], "ranks") > 0 ? H5Aopen(f[p], "ranks", H5P_DEFAULT) : -1;
-        if (a >= 0 && H5Aread(a, H5T_NATIVE_INT, &r) >= 0) ranks += r;
-        if (a >= 0) H5Aclose(a);
-    }
+    for (int p = 0; p < n_parts && st == SI_OK; p++) st = open_part(&m, p);
     char *tmp = NULL;
     if (asprintf(&tmp, "%s.tmp", output) < 0) si_fatal(__FILE__, __LINE__, "asprintf", NULL);
     hid_t out = st == SI_OK ? H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT) : -1;
     if (st == SI_OK && out < 0) st = si_error(SI_ERR_IO, "%s: cannot create", tmp);
-    for (int k = 0; k < w.n && st == SI_OK; k++) {
-        const dset *d = &w.d[k];
-        uint64_t rows = d->kind == 0   ? total
-                        : d->kind <= 2 ? total_err
-                        : d->kind == 3 ? total + 1
-                                       : total_det;
-        st = create_like(f[0], out, d->name, rows);
-        uint64_t at = 0, err_at = 0, det_at = 0;
-        for (int p = 0; p < n_parts && st == SI_OK; p++) {
-            const char *name = d->name;
-            if (d->kind == 0)
-                st = copy_rows(f[p], out, name, at, !strcmp(name, "index") ? at : 0, images[p],
-                               parts[p]);
-            else if (d->kind == 1)
-                st = copy_rows(f[p], out, name, err_at, at, errs[p], parts[p]);
-            else if (d->kind == 2)
-                st = copy_rows(f[p], out, name, err_at, 0, errs[p], parts[p]);
-            else if (d->kind == 3) /* offsets: N + 1 per part, the last one is the next part's 0 */
-                st = copy_rows(f[p], out, name, at, det_at, images[p] + (p == n_parts - 1 ? 1 : 0),
-                               parts[p]);
-            else
-                st = copy_rows(f[p], out, name, det_at, 0, dets[p], parts[p]);
-            at += images[p];
-            err_at += errs[p];
-            det_at += dets[p];
-        }
-    }
-    if (st == SI_OK) {
-        H5Aiterate2(f[0], H5_INDEX_NAME, H5_ITER_NATIVE, NULL, copy_attr, &out);
-        herr_t e = set_u64(out, "images", total);
-        if (e >= 0) e = set_u64(out, "failed", failed);
-        if (e >= 0 && H5Aexists(out, "ranks") > 0) H5Adelete(out, "ranks");
-        if (e >= 0) e = si_h5_attr(out, "ranks", H5T_STD_I32LE, H5T_NATIVE_INT, &ranks);
-        int np = n_parts;
-        if (e >= 0) e = si_h5_attr(out, "merged_parts", H5T_STD_I32LE, H5T_NATIVE_INT, &np);
-        if (e < 0) st = si_error(SI_ERR_IO, "%s: cannot write the attributes", tmp);
-    }
+    for (int k = 0; k < m.w.n && st == SI_OK; k++) st = merge_dataset(&m, out, &m.w.d[k]);
+    if (st == SI_OK) st = merge_attrs(&m, out, tmp);
     if (out >= 0 && H5Fclose(out) < 0 && st == SI_OK)
         st = si_error(SI_ERR_IO, "%s: cannot close (disk full?)", tmp);
     if (st == SI_OK && rename(tmp, output) != 0)
         st = si_error(SI_ERR_IO, "%s: cannot rename %s to it: %s", output, tmp, strerror(errno));
     if (st != SI_OK) unlink(tmp);
     for (int p = 0; p < n_parts; p++)
-        if (f[p] >= 0) H5Fclose(f[p]);
+        if (m.f[p] >= 0) H5Fclose(m.f[p]);
     free(tmp);
-    free(key0);
-    free(f);
-    free(images);
-    free(errs);
-    free(dets);
+    free(m.key0);
+    free(m.f);
+    free(m.images);
+    free(m.errs);
+    free(m.dets);
     return st;
 }

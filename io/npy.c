@@ -12,18 +12,30 @@
 
 static const char magic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 
-static const struct {
-    const char *descr;
+typedef struct {
+    const char *descr, *name;
     int dtype;
-} dtypes[] = {
-    {"<f4", SI_DT_FLOAT}, {"<f8", SI_DT_DOUBLE}, {"<f2", SI_DT_FLOAT16}, {"<i8", SI_DT_INT64},
-    {"<i4", SI_DT_INT32}, {"|u1", SI_DT_UINT8},  {"|i1", SI_DT_INT8},    {"|b1", SI_DT_BOOL},
+    int size;
+} dtype_info;
+
+static const dtype_info dtypes[] = {
+    {"<f4", "float32", SI_NPY_FLOAT32, 4}, {"<f8", "float64", SI_NPY_FLOAT64, 8},
+    {"<f2", "float16", SI_NPY_FLOAT16, 2}, {"<i8", "int64", SI_NPY_INT64, 8},
+    {"<i4", "int32", SI_NPY_INT32, 4},     {"|u1", "uint8", SI_NPY_UINT8, 1},
+    {"|i1", "int8", SI_NPY_INT8, 1},       {"|b1", "bool", SI_NPY_BOOL, 1},
 };
+#define N_DTYPES (sizeof dtypes / sizeof *dtypes)
+
+/* NULL for a dtype .npy files do not carry here. */
+static const dtype_info *info_of(int dtype) {
+    for (size_t i = 0; i < N_DTYPES; i++)
+        if (dtypes[i].dtype == dtype) return &dtypes[i];
+    return NULL;
+}
 
 const char *si_npy_descr(int dtype) {
-    for (size_t i = 0; i < sizeof dtypes / sizeof *dtypes; i++)
-        if (dtypes[i].dtype == dtype) return dtypes[i].descr;
-    return NULL;
+    const dtype_info *d = info_of(dtype);
+    return d ? d->descr : NULL;
 }
 
 /* --- header parsing ------------------------------------------------------------------------- */
@@ -104,8 +116,8 @@ static bool parse_dim(cur *c, int64_t *v) {
 typedef struct {
     char descr[64];
     bool fortran;
-    int ndim; /* may exceed SI_MAX_DIMS: the caller refuses that with its own message */
-    int64_t dims[SI_MAX_DIMS];
+    int ndim; /* may exceed SI_NPY_MAX_DIMS: the caller refuses that with its own message */
+    int64_t dims[SI_NPY_MAX_DIMS];
 } header;
 
 /* "(2, 3)", "(3,)" or "()". */
@@ -116,7 +128,7 @@ static bool parse_shape(cur *c, header *h) {
     for (;;) {
         int64_t d;
         if (!parse_dim(c, &d)) return false;
-        if (h->ndim < SI_MAX_DIMS) h->dims[h->ndim] = d;
+        if (h->ndim < SI_NPY_MAX_DIMS) h->dims[h->ndim] = d;
         if (h->ndim < 1000) h->ndim++;
         if (accept(c, ')')) return true;
         if (!expect(c, ',')) return false;
@@ -169,15 +181,16 @@ static bool parse_header(cur *c, header *h) {
     return true;
 }
 
-static int descr_dtype(const char *descr) {
-    for (size_t i = 0; i < sizeof dtypes / sizeof *dtypes; i++) {
+/* The dtype of a descr; NULL for one not read. */
+static const dtype_info *descr_dtype(const char *descr) {
+    for (size_t i = 0; i < N_DTYPES; i++) {
         const char *d = dtypes[i].descr;
-        if (!strcmp(d, descr)) return dtypes[i].dtype;
+        if (!strcmp(d, descr)) return &dtypes[i];
         /* byte-sized types have no byte order: '<u1' and '|u1' are the same */
         if (d[0] == '|' && (descr[0] == '<' || descr[0] == '=') && !strcmp(d + 1, descr + 1))
-            return dtypes[i].dtype;
+            return &dtypes[i];
     }
-    return SI_DT_UNDEFINED;
+    return NULL;
 }
 
 /* --- reading -------------------------------------------------------------------------------- */
@@ -194,13 +207,9 @@ static si_status read_exact(FILE *f, void *buf, size_t n, const char *path, cons
     return si_error(SI_ERR_FORMAT, "%s: the file ends inside the %s", path, what);
 }
 
-static si_status read_file(FILE *f, const char *path, si_tensor *out) {
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0)
-        return si_error(SI_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode)) return si_error(SI_ERR_IO, "%s: not a regular file", path);
-    int64_t size = (int64_t)sb.st_size;
-
+/* The magic, version and header length: *off gets where the header starts, *hlen its length. */
+static si_status read_preamble(FILE *f, const char *path, int64_t size, int64_t *off,
+                               int64_t *hlen) {
     uint8_t pre[12];
     if (size < 8 || fread(pre, 1, 8, f) != 8 || memcmp(pre, magic, sizeof magic))
         return si_error(SI_ERR_FORMAT, "%s: not a .npy file (no \\x93NUMPY magic at the start)",
@@ -213,51 +222,64 @@ static si_status read_file(FILE *f, const char *path, si_tensor *out) {
     int lenbytes = major == 1 ? 2 : 4;
     si_status st = read_exact(f, pre + 8, (size_t)lenbytes, path, "header length");
     if (st != SI_OK) return st;
-    int64_t hlen = major == 1 ? (int64_t)(pre[8] | pre[9] << 8) : (int64_t)le32(pre + 8);
-    int64_t off = 8 + lenbytes;
-    if (hlen > size - off)
+    *hlen = major == 1 ? (int64_t)(pre[8] | pre[9] << 8) : (int64_t)le32(pre + 8);
+    *off = 8 + lenbytes;
+    if (*hlen > size - *off)
         return si_error(SI_ERR_FORMAT,
                         "%s: header length %lld runs past the end of the file (%lld bytes)", path,
-                        (long long)hlen, (long long)size);
+                        (long long)*hlen, (long long)size);
+    return SI_OK;
+}
 
-    char *text = malloc((size_t)hlen + 1); /* bounded by the file's size, checked above */
+/* The header's text (hlen bytes, bounded by the file's size) parsed into h. */
+static si_status read_header(FILE *f, const char *path, int64_t hlen, header *h) {
+    char *text = malloc((size_t)hlen + 1); /* bounded by the file's size, checked before */
     if (!text)
         return si_error(SI_ERR_NOMEM, "%s: no memory for a %lld-byte header", path,
                         (long long)hlen);
-    if ((st = read_exact(f, text, (size_t)hlen, path, "header")) != SI_OK) {
+    si_status st = read_exact(f, text, (size_t)hlen, path, "header");
+    if (st != SI_OK) {
         free(text);
         return st;
     }
     text[hlen] = 0;
-    header h = {0};
     cur c = {.p = text, .end = text + hlen, .start = text};
-    bool ok = parse_header(&c, &h);
+    bool ok = parse_header(&c, h);
     free(text);
     if (!ok) return si_error(SI_ERR_FORMAT, "%s: malformed .npy header: %s", path, c.err);
+    return SI_OK;
+}
 
-    int dtype = descr_dtype(h.descr);
-    if (dtype == SI_DT_UNDEFINED)
+/* What the header declares that this reader does not take: the dtype, the rank, Fortran order. */
+static si_status check_header(const char *path, const header *h, const dtype_info **dt) {
+    *dt = descr_dtype(h->descr);
+    if (!*dt)
         return si_error(SI_ERR_UNSUPPORTED,
                         "%s: dtype '%s' is not supported (little-endian f4, f8, f2, i8, i4, u1, "
                         "i1, b1 are)%s",
-                        path, h.descr, h.descr[0] == '>' ? "; the file is big-endian" : "");
-    if (h.ndim > SI_MAX_DIMS)
+                        path, h->descr, h->descr[0] == '>' ? "; the file is big-endian" : "");
+    if (h->ndim > SI_NPY_MAX_DIMS)
         return si_error(SI_ERR_UNSUPPORTED, "%s: rank %d array (at most %d dimensions)", path,
-                        h.ndim, SI_MAX_DIMS);
+                        h->ndim, SI_NPY_MAX_DIMS);
     /* Fortran and C order lay out the same bytes when at most one dimension exceeds 1 */
     int big = 0;
-    for (int d = 0; d < h.ndim; d++) big += h.dims[d] > 1;
-    if (h.fortran && big > 1)
+    for (int d = 0; d < h->ndim; d++) big += h->dims[d] > 1;
+    if (h->fortran && big > 1)
         return si_error(SI_ERR_UNSUPPORTED,
                         "%s: Fortran-order array (fortran_order: True); only C order is read "
                         "(save np.ascontiguousarray(a) instead)",
                         path);
+    return SI_OK;
+}
 
+/* The element count the shape declares, which must fill exactly the data_bytes that follow. */
+static si_status data_numel(const char *path, const header *h, const dtype_info *dt,
+                            int64_t data_bytes, int64_t *numel) {
     /* the product of the nonzero dims bounds what any shape may claim, zero-sized ones included */
-    int64_t es = (int64_t)si_dtype_size(dtype), nonzero = 1;
+    int64_t es = dt->size, nonzero = 1;
     bool empty = false;
-    for (int d = 0; d < h.ndim; d++) {
-        int64_t x = h.dims[d];
+    for (int d = 0; d < h->ndim; d++) {
+        int64_t x = h->dims[d];
         if (x == 0) {
             empty = true;
             continue;
@@ -266,15 +288,30 @@ static si_status read_file(FILE *f, const char *path, si_tensor *out) {
             return si_error(SI_ERR_FORMAT, "%s: shape declares an absurd element count", path);
         nonzero *= x;
     }
-    int64_t numel = empty ? 0 : nonzero;
-    int64_t data_bytes = size - off - hlen, need = numel * es;
+    *numel = empty ? 0 : nonzero;
+    int64_t need = *numel * es;
     if (need != data_bytes)
         return si_error(SI_ERR_FORMAT,
                         "%s: shape needs %lld elements (%lld bytes of %s) but %lld data bytes "
                         "follow the header",
-                        path, (long long)numel, (long long)need, si_dtype_name(dtype),
-                        (long long)data_bytes);
+                        path, (long long)*numel, (long long)need, dt->name, (long long)data_bytes);
+    return SI_OK;
+}
 
+static si_status read_file(FILE *f, const char *path, si_npy_array *out) {
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0)
+        return si_error(SI_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return si_error(SI_ERR_IO, "%s: not a regular file", path);
+    int64_t size = (int64_t)sb.st_size, off = 0, hlen = 0, numel = 0;
+    header h = {0};
+    const dtype_info *dt = NULL;
+    si_status st = read_preamble(f, path, size, &off, &hlen);
+    if (st == SI_OK) st = read_header(f, path, hlen, &h);
+    if (st == SI_OK) st = check_header(path, &h, &dt);
+    if (st == SI_OK) st = data_numel(path, &h, dt, size - off - hlen, &numel);
+    if (st != SI_OK) return st;
+    int64_t need = numel * dt->size;
     void *data = malloc(need ? (size_t)need : 1); /* exactly the file's remaining bytes */
     if (!data)
         return si_error(SI_ERR_NOMEM, "%s: no memory for %lld bytes of data", path,
@@ -283,7 +320,7 @@ static si_status read_file(FILE *f, const char *path, si_tensor *out) {
         free(data);
         return st;
     }
-    out->dtype = dtype;
+    out->dtype = dt->dtype;
     out->ndim = h.ndim;
     memcpy(out->dims, h.dims, sizeof(int64_t) * (size_t)h.ndim);
     out->numel = numel;
@@ -291,8 +328,8 @@ static si_status read_file(FILE *f, const char *path, si_tensor *out) {
     return SI_OK;
 }
 
-/* Caller frees out's members (si_tensor_free_data); zeroed on failure. */
-si_status si_npy_read(const char *path, si_tensor *out) {
+/* Caller frees out->data (si_npy_free); zeroed on failure. */
+si_status si_npy_read(const char *path, si_npy_array *out) {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
     if (!f) return si_error(SI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -301,19 +338,25 @@ si_status si_npy_read(const char *path, si_tensor *out) {
     return st;
 }
 
+void si_npy_free(si_npy_array *a) {
+    if (!a) return;
+    free(a->data);
+    memset(a, 0, sizeof *a);
+}
+
 /* --- writing -------------------------------------------------------------------------------- */
 
 /* Borrows everything; path is replaced, or removed again if writing fails. */
 si_status si_npy_write_data(const char *path, int dtype, int ndim, const int64_t *dims,
                             const void *data) {
-    const char *descr = si_npy_descr(dtype);
-    if (!descr)
-        return si_error(SI_ERR_UNSUPPORTED, "%s: cannot write %s tensors as .npy", path,
-                        si_dtype_name(dtype));
-    if (ndim < 0 || ndim > SI_MAX_DIMS)
+    const dtype_info *dt = info_of(dtype);
+    if (!dt)
+        return si_error(SI_ERR_UNSUPPORTED, "%s: cannot write data type %d as .npy", path, dtype);
+    const char *descr = dt->descr;
+    if (ndim < 0 || ndim > SI_NPY_MAX_DIMS)
         return si_error(SI_ERR_ARG, "%s: rank %d tensor (at most %d dimensions)", path, ndim,
-                        SI_MAX_DIMS);
-    int64_t es = (int64_t)si_dtype_size(dtype), numel = 1, nonzero = 1;
+                        SI_NPY_MAX_DIMS);
+    int64_t es = dt->size, numel = 1, nonzero = 1;
     char hdr[512];
     int n = snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
     for (int d = 0; d < ndim; d++) {
@@ -353,7 +396,7 @@ si_status si_npy_write_data(const char *path, int dtype, int ndim, const int64_t
     return SI_OK;
 }
 
-/* Borrows t. */
-si_status si_npy_write(const char *path, const si_tensor *t) {
-    return si_npy_write_data(path, t->dtype, t->ndim, t->dims, t->data);
+/* Borrows a. */
+si_status si_npy_write(const char *path, const si_npy_array *a) {
+    return si_npy_write_data(path, a->dtype, a->ndim, a->dims, a->data);
 }

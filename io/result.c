@@ -2,7 +2,7 @@
 #include "io/result.h"
 
 #include "io/h5util.h"
-#include "pipeline/chunk.h"
+#include "io/tail.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,8 +31,8 @@ typedef struct {
 
 struct si_result {
     char *path, *partial, *journal;
-    hid_t file, status_ds, col_ds[SI_POST_MAX_COLS];
-    si_post_plan plan;
+    hid_t file, status_ds, col_ds[SI_RESULT_MAX_COLS];
+    si_result_schema schema;
     uint64_t n, n_chunks, images_done, chunks_done;
     uint32_t chunk;
     uint8_t *done; /* bitmap */
@@ -55,13 +55,25 @@ char *si_result_journal_path(const char *path) {
     return suffixed(path, ".journal");
 }
 
-static hid_t col_mem_type(si_col_type t) {
-    return t == SI_COL_I32   ? H5T_NATIVE_INT32
-           : t == SI_COL_F32 ? H5T_NATIVE_FLOAT
-                             : H5T_NATIVE_DOUBLE;
+static hid_t col_mem_type(si_result_type t) {
+    return t == SI_RESULT_I32   ? H5T_NATIVE_INT32
+           : t == SI_RESULT_F32 ? H5T_NATIVE_FLOAT
+                                : H5T_NATIVE_DOUBLE;
 }
-static hid_t col_file_type(si_col_type t) {
-    return t == SI_COL_I32 ? H5T_STD_I32LE : t == SI_COL_F32 ? H5T_IEEE_F32LE : H5T_IEEE_F64LE;
+static hid_t col_file_type(si_result_type t) {
+    return t == SI_RESULT_I32   ? H5T_STD_I32LE
+           : t == SI_RESULT_F32 ? H5T_IEEE_F32LE
+                                : H5T_IEEE_F64LE;
+}
+
+/* Copies column c of n consecutive rows (s->row_bytes each) back to back into dst
+ * (n * cols[c].bytes): the layout of the column's dataset. Borrows everything. */
+static void gather_column(const si_result_schema *s, int c, const uint8_t *rows, uint32_t n,
+                          void *dst) {
+    const si_result_col *col = &s->cols[c];
+    uint8_t *d = dst;
+    for (uint32_t j = 0; j < n; j++)
+        memcpy(d + col->bytes * j, rows + s->row_bytes * j + col->offset, col->bytes);
 }
 
 static bool bit(const uint8_t *b, uint64_t i) {
@@ -70,7 +82,7 @@ static bool bit(const uint8_t *b, uint64_t i) {
 
 static void result_free(si_result *r) {
     if (!r) return;
-    for (int c = 0; c < r->plan.n_cols; c++)
+    for (int c = 0; c < r->schema.n_cols; c++)
         if (r->col_ds[c] >= 0) H5Dclose(r->col_ds[c]);
     if (r->status_ds >= 0) H5Dclose(r->status_ds);
     if (r->file >= 0) H5Fclose(r->file);
@@ -84,16 +96,16 @@ static void result_free(si_result *r) {
     free(r);
 }
 
-static si_result *result_new(const char *path, const si_post_plan *plan, uint64_t n, uint32_t chunk,
-                             const si_result_meta *meta) {
+static si_result *result_new(const char *path, const si_result_schema *schema, uint64_t n,
+                             uint32_t chunk, const si_result_meta *meta) {
     si_result *r = si_xcalloc(1, sizeof *r);
     r->path = si_xstrdup(path);
     r->partial = si_result_partial_path(path);
     r->journal = si_result_journal_path(path);
     r->file = r->status_ds = H5I_INVALID_HID;
-    for (int c = 0; c < SI_POST_MAX_COLS; c++) r->col_ds[c] = H5I_INVALID_HID;
+    for (int c = 0; c < SI_RESULT_MAX_COLS; c++) r->col_ds[c] = H5I_INVALID_HID;
     r->jfd = -1;
-    r->plan = *plan;
+    r->schema = *schema;
     r->n = n;
     r->chunk = chunk;
     r->n_chunks = chunk ? (n + chunk - 1) / chunk : 0;
@@ -107,7 +119,7 @@ static si_result *result_new(const char *path, const si_post_plan *plan, uint64_
  * rows into it later changes no metadata. */
 static hid_t make_fixed(hid_t file, const char *name, hid_t ftype, uint64_t n, int ndim,
                         const int64_t *dims) {
-    hsize_t d[SI_MAX_DIMS + 1] = {n};
+    hsize_t d[SI_RESULT_MAX_DIMS + 1] = {n};
     for (int i = 0; i < ndim; i++) d[i + 1] = (hsize_t)dims[i];
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
     H5Pset_layout(dcpl, H5D_CONTIGUOUS);
@@ -133,8 +145,8 @@ static si_status write_header(si_result *r, const si_result_meta *meta) {
     journal_header h = {
         .n_images = r->n,
         .chunk = r->chunk,
-        .row_bytes = (uint32_t)r->plan.row_bytes,
-        .detect = r->plan.kind == SI_POST_DETECT,
+        .row_bytes = (uint32_t)r->schema.row_bytes,
+        .detect = r->schema.detect,
         .key_hash = crc32(0, (const Bytef *)meta->resume_key, (uInt)strlen(meta->resume_key))};
     memcpy(h.magic, JOURNAL_MAGIC, 8);
     if (write(r->jfd, &h, sizeof h) != (ssize_t)sizeof h || fsync(r->jfd) != 0)
@@ -142,11 +154,11 @@ static si_status write_header(si_result *r, const si_result_meta *meta) {
     return SI_OK;
 }
 
-si_status si_result_create(const char *path, const si_post_plan *plan, uint64_t n, uint32_t chunk,
-                           const si_result_meta *meta, si_result **out) {
+si_status si_result_create(const char *path, const si_result_schema *schema, uint64_t n,
+                           uint32_t chunk, const si_result_meta *meta, si_result **out) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     SI_ASSERT(chunk > 0 && meta->resume_key);
-    si_result *r = result_new(path, plan, n, chunk, meta);
+    si_result *r = result_new(path, schema, n, chunk, meta);
     unlink(r->journal); /* a journal without its partial file is meaningless */
     hid_t fapl = file_access();
     r->file = H5Fcreate(r->partial, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
@@ -164,8 +176,8 @@ si_status si_result_create(const char *path, const si_post_plan *plan, uint64_t 
     if (e >= 0) e = si_h5_attr(r->file, "runs", H5T_STD_I32LE, H5T_NATIVE_INT, &runs);
     H5Tclose(strtype);
     r->status_ds = make_fixed(r->file, "status", H5T_STD_I32LE, n, 0, NULL);
-    for (int c = 0; c < plan->n_cols && e >= 0; c++) {
-        const si_post_col *col = &plan->cols[c];
+    for (int c = 0; c < schema->n_cols && e >= 0; c++) {
+        const si_result_col *col = &schema->cols[c];
         r->col_ds[c] =
             make_fixed(r->file, col->name, col_file_type(col->type), n, col->ndim, col->dims);
         if (r->col_ds[c] < 0) e = -1;
@@ -219,7 +231,7 @@ static void key_difference(const char *a, const char *b, char *out, size_t cap) 
 /* The record at *pos, read into b (grown) and parsed into t; *pos moves past it. Returns 1, 0 at
  * the end of the journal or at a record that does not check out (torn or damaged: the records
  * before it stand), -1 when b cannot grow (message set). */
-static int next_record(si_result *r, off_t *pos, si_bytes *b, si_chunk_tail *t) {
+static int next_record(si_result *r, off_t *pos, si_bytes *b, si_tail *t) {
     uint32_t rh[2];
     uint64_t len;
     if (pread(r->jfd, rh, 8, *pos) != 8 || pread(r->jfd, &len, 8, *pos + 8) != 8 ||
@@ -228,8 +240,7 @@ static int next_record(si_result *r, off_t *pos, si_bytes *b, si_chunk_tail *t) 
     if (si_bytes_reserve(b, len + 1) != SI_OK) return -1;
     if (pread(r->jfd, b->data, len, *pos + 16) != (ssize_t)len ||
         crc32(0, b->data, (uInt)len) != rh[1] ||
-        si_chunk_tail_parse(b->data, len, r->plan.kind == SI_POST_DETECT, r->n, r->chunk, t) !=
-            SI_OK)
+        si_tail_parse(b->data, len, r->schema.detect, r->n, r->chunk, t) != SI_OK)
         return 0;
     *pos += 16 + (off_t)len;
     return 1;
@@ -243,14 +254,14 @@ static si_status read_journal(si_result *r, const si_result_meta *meta) {
             SI_ERR_FORMAT,
             "%s: not a shardinfer journal; start again with --overwrite instead of --resume",
             r->journal);
-    if (h.n_images != r->n || h.chunk != r->chunk || h.row_bytes != r->plan.row_bytes ||
-        h.detect != (r->plan.kind == SI_POST_DETECT) ||
+    if (h.n_images != r->n || h.chunk != r->chunk || h.row_bytes != r->schema.row_bytes ||
+        h.detect != (r->schema.detect) ||
         h.key_hash != crc32(0, (const Bytef *)meta->resume_key, (uInt)strlen(meta->resume_key)))
         return si_error(SI_ERR_FORMAT, "%s: does not belong to %s", r->journal, r->partial);
     off_t pos = (off_t)sizeof h;
     si_bytes b = {0};
     si_status st = SI_OK;
-    si_chunk_tail t;
+    si_tail t;
     int got;
     while ((got = next_record(r, &pos, &b, &t)) == 1) {
         if (!bit(r->done, t.id)) {
@@ -273,7 +284,7 @@ static si_status read_journal(si_result *r, const si_result_meta *meta) {
     return SI_OK;
 }
 
-si_status si_result_resume(const char *path, const si_post_plan *plan, uint64_t n,
+si_status si_result_resume(const char *path, const si_result_schema *schema, uint64_t n,
                            const si_result_meta *meta, uint32_t *chunk, uint8_t **done,
                            si_result **out) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
@@ -313,15 +324,15 @@ si_status si_result_resume(const char *path, const si_post_plan *plan, uint64_t 
                         path, diff);
     }
     free(key);
-    si_result *r = result_new(path, plan, n, chunk_file, meta);
+    si_result *r = result_new(path, schema, n, chunk_file, meta);
     r->file = file;
     si_status st = SI_OK;
     r->status_ds = H5Dopen2(file, "status", H5P_DEFAULT);
-    for (int c = 0; c < plan->n_cols; c++) {
-        r->col_ds[c] = H5Dopen2(file, plan->cols[c].name, H5P_DEFAULT);
+    for (int c = 0; c < schema->n_cols; c++) {
+        r->col_ds[c] = H5Dopen2(file, schema->cols[c].name, H5P_DEFAULT);
         if (r->col_ds[c] < 0)
             st = si_error(SI_ERR_FORMAT, "--resume: %s has no dataset %s", r->partial,
-                          plan->cols[c].name);
+                          schema->cols[c].name);
     }
     if (r->status_ds < 0 && st == SI_OK)
         st = si_error(SI_ERR_FORMAT, "--resume: %s has no dataset status", r->partial);
@@ -354,7 +365,8 @@ si_status si_result_resume(const char *path, const si_post_plan *plan, uint64_t 
 static herr_t write_rows(hid_t ds, hid_t mt, int ndim_extra, uint64_t first, uint32_t n,
                          const void *buf) {
     hid_t fs = H5Dget_space(ds);
-    hsize_t dims[SI_MAX_DIMS + 1], start[SI_MAX_DIMS + 1] = {first}, count[SI_MAX_DIMS + 1];
+    hsize_t dims[SI_RESULT_MAX_DIMS + 1], start[SI_RESULT_MAX_DIMS + 1] = {first},
+                                                                     count[SI_RESULT_MAX_DIMS + 1];
     int nd = H5Sget_simple_extent_dims(fs, dims, NULL);
     SI_ASSERT(nd == ndim_extra + 1);
     count[0] = n;
@@ -368,9 +380,8 @@ static herr_t write_rows(hid_t ds, hid_t mt, int ndim_extra, uint64_t first, uin
 }
 
 si_status si_result_put(si_result *r, const uint8_t *rows, const uint8_t *tail, size_t tail_len) {
-    si_chunk_tail t;
-    si_status st =
-        si_chunk_tail_parse(tail, tail_len, r->plan.kind == SI_POST_DETECT, r->n, r->chunk, &t);
+    si_tail t;
+    si_status st = si_tail_parse(tail, tail_len, r->schema.detect, r->n, r->chunk, &t);
     if (st != SI_OK) return st;
     if (bit(r->done, t.id))
         return si_error(SI_ERR_VERIFY,
@@ -381,10 +392,10 @@ si_status si_result_put(si_result *r, const uint8_t *rows, const uint8_t *tail, 
     if (rows && t.n > 0 &&
         write_rows(r->status_ds, H5T_NATIVE_INT32, 0, t.first, t.n, t.status) < 0)
         return si_error(SI_ERR_IO, "%s: cannot write status (disk full?)", r->partial);
-    for (int c = 0; c < r->plan.n_cols && t.n > 0 && rows; c++) {
-        const si_post_col *col = &r->plan.cols[c];
+    for (int c = 0; c < r->schema.n_cols && t.n > 0 && rows; c++) {
+        const si_result_col *col = &r->schema.cols[c];
         if ((st = si_bytes_reserve(&r->colbuf, col->bytes * t.n)) != SI_OK) return st;
-        si_post_column(&r->plan, c, rows, t.n, r->colbuf.data);
+        gather_column(&r->schema, c, rows, t.n, r->colbuf.data);
         if (write_rows(r->col_ds[c], col_mem_type(col->type), col->ndim, t.first, t.n,
                        r->colbuf.data) < 0)
             return si_error(SI_ERR_IO, "%s: cannot write %s (disk full?)", r->partial, col->name);
@@ -429,7 +440,7 @@ si_status si_result_flush(si_result *r, bool force) {
 void si_result_column_offsets(const si_result *r, uint64_t *offsets) {
     haddr_t a = H5Dget_offset(r->status_ds);
     offsets[0] = a == HADDR_UNDEF ? 0 : (uint64_t)a;
-    for (int c = 0; c < r->plan.n_cols; c++) {
+    for (int c = 0; c < r->schema.n_cols; c++) {
         a = H5Dget_offset(r->col_ds[c]);
         offsets[1 + c] = a == HADDR_UNDEF ? 0 : (uint64_t)a;
     }
@@ -456,13 +467,13 @@ si_status si_result_close(si_result *r) {
 
 /* Calls fn for each journal record in file order (each chunk once: the journal was verified and
  * every chunk is done). */
-typedef si_status (*record_fn)(si_result *r, const si_chunk_tail *t, void *ctx);
+typedef si_status (*record_fn)(si_result *r, const si_tail *t, void *ctx);
 static si_status each_record(si_result *r, record_fn fn, void *ctx) {
     off_t pos = (off_t)sizeof(journal_header);
     si_bytes b = {0};
     si_status st = SI_OK;
     for (uint64_t k = 0; k < r->n_chunks && st == SI_OK; k++) {
-        si_chunk_tail t;
+        si_tail t;
         int got = next_record(r, &pos, &b, &t);
         if (got < 0)
             st = SI_ERR_NOMEM;
@@ -482,7 +493,7 @@ typedef struct {
     hid_t ei, em, boxes, scores, classes, offsets, strtype;
 } finish_ctx;
 
-static si_status count_record(si_result *r, const si_chunk_tail *t, void *ctx) {
+static si_status count_record(si_result *r, const si_tail *t, void *ctx) {
     finish_ctx *f = ctx;
     f->err_base[t->id] = t->n_errors;
     f->det_base[t->id] = t->n_dets;
@@ -495,7 +506,7 @@ static hid_t make_col(hid_t file, const char *name, hid_t ftype, uint64_t n, hsi
     return si_h5_create_chunked(file, name, ftype, width ? 2 : 1, dims, ID_BLOCK);
 }
 
-static si_status place_record(si_result *r, const si_chunk_tail *t, void *ctx) {
+static si_status place_record(si_result *r, const si_tail *t, void *ctx) {
     finish_ctx *f = ctx;
     if (t->n_errors) {
         uint64_t *idx = si_xmalloc(sizeof *idx * t->n_errors);
@@ -503,7 +514,7 @@ static si_status place_record(si_result *r, const si_chunk_tail *t, void *ctx) {
         size_t pos = 0;
         const char *m;
         uint16_t l;
-        for (uint32_t k = 0; si_chunk_tail_error(t, &pos, &idx[k], &m, &l); k++) {
+        for (uint32_t k = 0; si_tail_error(t, &pos, &idx[k], &m, &l); k++) {
             msg[k] = si_xmalloc((size_t)l + 1);
             memcpy(msg[k], m, l);
             msg[k][l] = 0;
@@ -515,7 +526,7 @@ static si_status place_record(si_result *r, const si_chunk_tail *t, void *ctx) {
         free(idx);
         if (e < 0) return si_error(SI_ERR_IO, "%s: cannot write /errors (disk full?)", r->partial);
     }
-    if (r->plan.kind != SI_POST_DETECT) return SI_OK;
+    if (!r->schema.detect) return SI_OK;
     uint64_t base = f->det_base[t->id], m = t->n_dets;
     uint64_t *off = si_xmalloc(sizeof *off * (t->n + 1));
     off[0] = base;
@@ -524,7 +535,7 @@ static si_status place_record(si_result *r, const si_chunk_tail *t, void *ctx) {
           *scores = si_xmalloc(sizeof(float) * (m + 1));
     int32_t *cls = si_xmalloc(sizeof(int32_t) * (m + 1));
     for (uint64_t k = 0; k < m; k++) {
-        const si_detection *d = &t->dets[k];
+        const si_tail_det *d = &t->dets[k];
         boxes[4 * k] = d->x1, boxes[4 * k + 1] = d->y1, boxes[4 * k + 2] = d->x2,
                   boxes[4 * k + 3] = d->y2;
         scores[k] = d->score;
@@ -567,6 +578,71 @@ static si_status write_ids(si_result *r, si_source *input, hid_t strtype) {
     return st;
 }
 
+/* The first row of each chunk's errors and detections (counted from the journal), then
+ * /errors and, when the run detects, /detections created at their final sizes. */
+static si_status create_lists(si_result *r, finish_ctx *f) {
+    si_status st = each_record(r, count_record, f);
+    for (uint64_t c = 0; c < r->n_chunks; c++) { /* counts -> first rows */
+        uint64_t e = f->err_base[c], d = f->det_base[c];
+        f->err_base[c] = f->n_err;
+        f->det_base[c] = f->n_det;
+        f->n_err += e;
+        f->n_det += d;
+    }
+    if (st != SI_OK) return st;
+    f->ei = make_col(r->file, "errors/index", H5T_STD_U64LE, f->n_err, 0);
+    f->em = make_col(r->file, "errors/message", f->strtype, f->n_err, 0);
+    if (r->schema.detect) {
+        f->boxes = make_col(r->file, "detections/boxes", H5T_IEEE_F32LE, f->n_det, 4);
+        f->scores = make_col(r->file, "detections/scores", H5T_IEEE_F32LE, f->n_det, 0);
+        f->classes = make_col(r->file, "detections/classes", H5T_STD_I32LE, f->n_det, 0);
+        f->offsets = make_col(r->file, "detections/offsets", H5T_STD_U64LE, r->n + 1, 0);
+    }
+    if (f->ei < 0 || f->em < 0 ||
+        (r->schema.detect && (f->boxes < 0 || f->scores < 0 || f->classes < 0 || f->offsets < 0)))
+        return si_error(SI_ERR_IO, "%s: cannot create /errors or /detections", r->partial);
+    return SI_OK;
+}
+
+/* The root attributes of the finished file (docs/output-format.md), in their fixed order. */
+static si_status write_attrs(si_result *r, const si_result_meta *meta, uint64_t n_err, hid_t t) {
+    int version = FORMAT_VERSION;
+    hid_t file = r->file;
+    herr_t e = si_h5_attr(file, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT, &version);
+    if (e >= 0) e = si_h5_attr_str(file, "shardinfer_version", t, SI_VERSION);
+    if (e >= 0) e = si_h5_attr_str(file, "model", t, meta->model_path);
+    if (e >= 0) e = si_h5_attr_str(file, "model_sha256", t, meta->model_sha256);
+    if (e >= 0) e = si_h5_attr_str(file, "input", t, meta->input_path);
+    if (e >= 0) e = si_h5_attr(file, "ranks", H5T_STD_I32LE, H5T_NATIVE_INT, &meta->ranks);
+    if (e >= 0)
+        e = si_h5_attr(file, "batch_size", H5T_STD_I32LE, H5T_NATIVE_INT, &meta->batch_size);
+    if (e >= 0)
+        e = si_h5_attr(file, "elapsed_seconds", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+                       &meta->elapsed_seconds);
+    if (e >= 0) e = si_h5_attr(file, "failed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &n_err);
+    if (e >= 0) e = si_h5_attr_str(file, "command_line", t, meta->command_line);
+    if (e >= 0) e = si_h5_attr_str(file, "preprocess", t, meta->preprocess);
+    if (e >= 0) e = si_h5_attr_str(file, "post", t, r->schema.post);
+    if (e >= 0) e = si_h5_attr_str(file, "post_params", t, meta->post_params);
+    if (e < 0) return si_error(SI_ERR_IO, "%s: cannot write the root attributes", r->partial);
+    return SI_OK;
+}
+
+/* Closes the complete partial file, renames it to PATH and removes the journal. */
+static si_status publish(si_result *r) {
+    for (int c = 0; c < r->schema.n_cols; c++) H5Dclose(r->col_ds[c]), r->col_ds[c] = -1;
+    H5Dclose(r->status_ds);
+    r->status_ds = -1;
+    herr_t e = H5Fclose(r->file);
+    r->file = -1;
+    if (e < 0) return si_error(SI_ERR_IO, "%s: cannot close (disk full?)", r->partial);
+    if (rename(r->partial, r->path) != 0)
+        return si_error(SI_ERR_IO, "%s: cannot rename %s to it: %s", r->path, r->partial,
+                        strerror(errno));
+    unlink(r->journal);
+    return SI_OK;
+}
+
 si_status si_result_finish(si_result *r, si_source *input, const si_result_meta *meta,
                            uint64_t *failed) {
     si_status st = si_result_flush(r, true);
@@ -582,55 +658,13 @@ si_status si_result_finish(si_result *r, si_source *input, const si_result_meta 
                     .det_base = si_xcalloc(r->n_chunks + 1, sizeof(uint64_t)),
                     .strtype = si_h5_utf8_type()};
     f.ei = f.em = f.boxes = f.scores = f.classes = f.offsets = H5I_INVALID_HID;
-    st = each_record(r, count_record, &f);
-    for (uint64_t c = 0; c < r->n_chunks; c++) { /* counts -> first rows */
-        uint64_t e = f.err_base[c], d = f.det_base[c];
-        f.err_base[c] = f.n_err;
-        f.det_base[c] = f.n_det;
-        f.n_err += e;
-        f.n_det += d;
-    }
-    if (st == SI_OK) {
-        f.ei = make_col(r->file, "errors/index", H5T_STD_U64LE, f.n_err, 0);
-        f.em = make_col(r->file, "errors/message", f.strtype, f.n_err, 0);
-        if (r->plan.kind == SI_POST_DETECT) {
-            f.boxes = make_col(r->file, "detections/boxes", H5T_IEEE_F32LE, f.n_det, 4);
-            f.scores = make_col(r->file, "detections/scores", H5T_IEEE_F32LE, f.n_det, 0);
-            f.classes = make_col(r->file, "detections/classes", H5T_STD_I32LE, f.n_det, 0);
-            f.offsets = make_col(r->file, "detections/offsets", H5T_STD_U64LE, r->n + 1, 0);
-        }
-        if (f.ei < 0 || f.em < 0 ||
-            (r->plan.kind == SI_POST_DETECT &&
-             (f.boxes < 0 || f.scores < 0 || f.classes < 0 || f.offsets < 0)))
-            st = si_error(SI_ERR_IO, "%s: cannot create /errors or /detections", r->partial);
-    }
+    st = create_lists(r, &f);
     if (st == SI_OK) st = each_record(r, place_record, &f);
     if (st == SI_OK && f.offsets >= 0 &&
         write_rows(f.offsets, H5T_NATIVE_UINT64, 0, r->n, 1, &f.n_det) < 0)
         st = si_error(SI_ERR_IO, "%s: cannot write /detections/offsets", r->partial);
     if (st == SI_OK) st = write_ids(r, input, f.strtype);
-    if (st == SI_OK) {
-        int version = FORMAT_VERSION;
-        const char *post = si_post_kind_name(r->plan.kind);
-        hid_t file = r->file, t = f.strtype;
-        herr_t e = si_h5_attr(file, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT, &version);
-        if (e >= 0) e = si_h5_attr_str(file, "shardinfer_version", t, SI_VERSION);
-        if (e >= 0) e = si_h5_attr_str(file, "model", t, meta->model_path);
-        if (e >= 0) e = si_h5_attr_str(file, "model_sha256", t, meta->model_sha256);
-        if (e >= 0) e = si_h5_attr_str(file, "input", t, meta->input_path);
-        if (e >= 0) e = si_h5_attr(file, "ranks", H5T_STD_I32LE, H5T_NATIVE_INT, &meta->ranks);
-        if (e >= 0)
-            e = si_h5_attr(file, "batch_size", H5T_STD_I32LE, H5T_NATIVE_INT, &meta->batch_size);
-        if (e >= 0)
-            e = si_h5_attr(file, "elapsed_seconds", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
-                           &meta->elapsed_seconds);
-        if (e >= 0) e = si_h5_attr(file, "failed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &f.n_err);
-        if (e >= 0) e = si_h5_attr_str(file, "command_line", t, meta->command_line);
-        if (e >= 0) e = si_h5_attr_str(file, "preprocess", t, meta->preprocess);
-        if (e >= 0) e = si_h5_attr_str(file, "post", t, post);
-        if (e >= 0) e = si_h5_attr_str(file, "post_params", t, meta->post_params);
-        if (e < 0) st = si_error(SI_ERR_IO, "%s: cannot write the root attributes", r->partial);
-    }
+    if (st == SI_OK) st = write_attrs(r, meta, f.n_err, f.strtype);
     hid_t hs[6] = {f.ei, f.em, f.boxes, f.scores, f.classes, f.offsets};
     for (int i = 0; i < 6; i++)
         if (hs[i] >= 0) H5Dclose(hs[i]);
@@ -638,20 +672,7 @@ si_status si_result_finish(si_result *r, si_source *input, const si_result_meta 
     free(f.err_base);
     free(f.det_base);
     *failed = f.n_err;
-    if (st == SI_OK) {
-        for (int c = 0; c < r->plan.n_cols; c++) H5Dclose(r->col_ds[c]), r->col_ds[c] = -1;
-        H5Dclose(r->status_ds);
-        r->status_ds = -1;
-        herr_t e = H5Fclose(r->file);
-        r->file = -1;
-        if (e < 0)
-            st = si_error(SI_ERR_IO, "%s: cannot close (disk full?)", r->partial);
-        else if (rename(r->partial, r->path) != 0)
-            st = si_error(SI_ERR_IO, "%s: cannot rename %s to it: %s", r->path, r->partial,
-                          strerror(errno));
-        else
-            unlink(r->journal);
-    }
+    if (st == SI_OK) st = publish(r);
     result_free(r);
     return st;
 }

@@ -5,7 +5,7 @@
  *                 place. After creation no HDF5 metadata changes, so a process killed at any
  *                 moment leaves a file HDF5 can open.
  *   PATH.journal  append-only: a header, then one CRC-checked record per finished chunk (its
- *                 statuses, failure messages and detections: the chunk's tail, src/pipeline/chunk.h).
+ *                 statuses, failure messages and detections: the chunk's tail, io/tail.h).
  *                 A chunk is complete exactly when its record is in the journal. Records are
  *                 appended only after the partial file has been flushed, so the journal never
  *                 names rows that are not on disk; a torn last record is dropped on resume.
@@ -17,7 +17,31 @@
 #define SI_RESULT_H
 
 #include "io/source.h"
-#include "post/post.h"
+
+#define SI_RESULT_MAX_COLS 16
+#define SI_RESULT_MAX_DIMS 8
+
+typedef enum { SI_RESULT_I32, SI_RESULT_F32, SI_RESULT_F64 } si_result_type;
+
+/* One fixed-size column: the dataset NAME of [N, dims...] values of `type`, whose values for one
+ * image sit at `offset` in that image's row (`bytes` = numel * the type's size). */
+typedef struct {
+    char name[160]; /* the dataset's path in the result, relative to the root: "topk_class" */
+    si_result_type type;
+    int ndim; /* per-image dims; 0 = one value per image */
+    int64_t dims[SI_RESULT_MAX_DIMS];
+    size_t offset, bytes;
+} si_result_col;
+
+/* What a result holds besides /status, /ids, /index and /errors: told by the postprocessor
+ * (si_post_schema, src/post/post.h), so the writer needs no knowledge of postprocessing. */
+typedef struct {
+    char post[32]; /* the postprocessor's name: the root attribute "post" */
+    bool detect;   /* the chunks' tails carry detections: /detections is written */
+    int n_cols;
+    si_result_col cols[SI_RESULT_MAX_COLS];
+    size_t row_bytes; /* one image's row: every column at its offset */
+} si_result_schema;
 
 typedef struct {
     const char *model_path;
@@ -39,18 +63,18 @@ typedef struct si_result si_result;
 
 /* Creates PATH.partial and PATH.journal for n images in chunks of `chunk` images; an existing
  * partial run at PATH is replaced. Borrows everything. */
-si_status si_result_create(const char *path, const si_post_plan *plan, uint64_t n, uint32_t chunk,
-                           const si_result_meta *meta, si_result **out);
+si_status si_result_create(const char *path, const si_result_schema *schema, uint64_t n,
+                           uint32_t chunk, const si_result_meta *meta, si_result **out);
 
 /* Opens the partial run at PATH to continue it: the resume key, image count and column layout
  * must match (SI_ERR_ARG naming what differs otherwise). *chunk gets the run's chunk size and
  * *done (allocated here, caller frees) a bitmap of the chunks complete (bit c of byte c/8).
  * Truncates a torn last journal record. */
-si_status si_result_resume(const char *path, const si_post_plan *plan, uint64_t n,
+si_status si_result_resume(const char *path, const si_result_schema *schema, uint64_t n,
                            const si_result_meta *meta, uint32_t *chunk, uint8_t **done,
                            si_result **out);
 
-/* Writes one chunk: rows (its n * row_bytes bytes) and tail (src/pipeline/chunk.h), both borrowed. The
+/* Writes one chunk: rows (its n * row_bytes bytes) and tail (io/tail.h), both borrowed. The
  * tail is checked; a chunk written before is SI_ERR_VERIFY (it would be counted twice). rows
  * NULL: the chunk's statuses and rows were written into the partial file by its rank already
  * (--writer parallel, mpi/pwrite.h); only the journal record is added. */
@@ -59,7 +83,7 @@ si_status si_result_put(si_result *r, const uint8_t *rows, const uint8_t *tail, 
 /* Flushes when flush_interval has passed since the last flush, or always when force. */
 si_status si_result_flush(si_result *r, bool force);
 
-/* The byte offsets in PATH.partial of /status and of each of the plan's columns (n_cols + 1
+/* The byte offsets in PATH.partial of /status and of each of the schema's columns (n_cols + 1
  * values; 0 for an empty dataset), for writers that bypass HDF5 (mpi/pwrite.h). */
 void si_result_column_offsets(const si_result *r, uint64_t *offsets);
 

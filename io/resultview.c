@@ -142,73 +142,66 @@ static si_status print_generic(hid_t f, const char *path, long limit, FILE *out)
     return st;
 }
 
-si_status si_result_print(const char *path, const char *labels, long limit, FILE *out) {
-    int nlab = 0;
-    char **lab = NULL;
-    if (labels && !(lab = read_labels(labels, &nlab)))
-        return si_error(SI_ERR_IO, "%s: cannot read the labels file", labels);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    si_status st = SI_OK;
-    hid_t f = -1, ids = -1, sta = -1, cls = -1, prob = -1, strtype = -1;
-    if (H5Fis_hdf5(path) <= 0) {
-        char partial[4096];
-        snprintf(partial, sizeof partial, "%s.partial", path);
-        if (H5Fis_hdf5(partial) > 0)
-            st = si_error(SI_ERR_FORMAT,
-                          "%s: not complete: an interrupted run left %s; finish it by running "
-                          "the same command with --resume",
-                          path, partial);
-        else
-            st = si_error(SI_ERR_FORMAT, "%s: missing or not an HDF5 file", path);
-        goto done;
+/* Why path, which is not an HDF5 file, cannot be shown: missing, or a run not finished yet. */
+static si_status not_hdf5(const char *path) {
+    char partial[4096];
+    snprintf(partial, sizeof partial, "%s.partial", path);
+    if (H5Fis_hdf5(partial) > 0)
+        return si_error(SI_ERR_FORMAT,
+                        "%s: not complete: an interrupted run left %s; finish it by running "
+                        "the same command with --resume",
+                        path, partial);
+    return si_error(SI_ERR_FORMAT, "%s: missing or not an HDF5 file", path);
+}
+
+/* The open classify datasets of a result, and the labels that name its classes. */
+typedef struct {
+    hid_t ids, sta, cls, prob;
+    char **lab;
+    int nlab;
+} topk_view;
+
+/* One line per image of rows [b, b + c): id, status and, for an image that is ok, its top-k. */
+static void print_block(const topk_view *v, hsize_t c, hsize_t k, char **idbuf, const int32_t *sbuf,
+                        const int32_t *cbuf, const float *pbuf, FILE *out) {
+    for (hsize_t i = 0; i < c; i++) {
+        fprintf(out, "%-28s %-10s", idbuf[i] ? idbuf[i] : "?", si_image_status_name(sbuf[i]));
+        for (hsize_t j = 0; sbuf[i] == 0 && j < k; j++) {
+            int32_t cl = cbuf[i * k + j];
+            if (cl >= 0 && cl < v->nlab)
+                fprintf(out, "%s %s %.3f", j ? " |" : "", v->lab[cl], pbuf[i * k + j]);
+            else
+                fprintf(out, "%s %d %.3f", j ? " |" : "", cl, pbuf[i * k + j]);
+        }
+        fputc('\n', out);
     }
-    f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f >= 0 && H5Lexists(f, "topk_class", H5P_DEFAULT) <= 0) {
-        st = print_generic(f, path, limit, out);
-        goto done;
-    }
-    if (f < 0 || (ids = H5Dopen2(f, "/ids", H5P_DEFAULT)) < 0 ||
-        (sta = H5Dopen2(f, "/status", H5P_DEFAULT)) < 0 ||
-        (cls = H5Dopen2(f, "/topk_class", H5P_DEFAULT)) < 0 ||
-        (prob = H5Dopen2(f, "/topk_prob", H5P_DEFAULT)) < 0) {
-        st = si_error(SI_ERR_FORMAT,
-                      "%s: not a shardinfer result (datasets /ids, /status, "
-                      "/topk_class, /topk_prob expected)",
-                      path);
-        goto done;
-    }
+}
+
+/* The classify table: up to limit images (all when negative), read in blocks. */
+static si_status print_topk(const topk_view *v, const char *path, long limit, FILE *out) {
     hsize_t dims[2] = {0, 0};
-    hid_t sp = H5Dget_space(cls);
+    hid_t sp = H5Dget_space(v->cls);
     H5Sget_simple_extent_dims(sp, dims, NULL);
     H5Sclose(sp);
     hsize_t n = dims[0], k = dims[1];
     if (limit >= 0 && (hsize_t)limit < n) n = (hsize_t)limit;
-    strtype = si_h5_utf8_type();
+    hid_t strtype = si_h5_utf8_type();
     char **idbuf = si_xmalloc(sizeof(char *) * BLOCK);
     int32_t *sbuf = si_xmalloc(sizeof(int32_t) * BLOCK);
     int32_t *cbuf = si_xmalloc(sizeof(int32_t) * BLOCK * (k ? k : 1));
     float *pbuf = si_xmalloc(sizeof(float) * BLOCK * (k ? k : 1));
+    si_status st = SI_OK;
     fprintf(out, "%-28s %-10s top-%llu\n", "image", "status", (unsigned long long)k);
     for (hsize_t b = 0; b < n && st == SI_OK; b += BLOCK) {
         hsize_t c = n - b < BLOCK ? n - b : BLOCK;
-        if (read_rows(ids, strtype, b, c, 1, idbuf) < 0 ||
-            read_rows(sta, H5T_NATIVE_INT32, b, c, 1, sbuf) < 0 ||
-            read_rows(cls, H5T_NATIVE_INT32, b, c, k, cbuf) < 0 ||
-            read_rows(prob, H5T_NATIVE_FLOAT, b, c, k, pbuf) < 0) {
+        if (read_rows(v->ids, strtype, b, c, 1, idbuf) < 0 ||
+            read_rows(v->sta, H5T_NATIVE_INT32, b, c, 1, sbuf) < 0 ||
+            read_rows(v->cls, H5T_NATIVE_INT32, b, c, k, cbuf) < 0 ||
+            read_rows(v->prob, H5T_NATIVE_FLOAT, b, c, k, pbuf) < 0) {
             st = si_error(SI_ERR_IO, "%s: read error at row %llu", path, (unsigned long long)b);
             break;
         }
-        for (hsize_t i = 0; i < c; i++) {
-            fprintf(out, "%-28s %-10s", idbuf[i] ? idbuf[i] : "?", si_image_status_name(sbuf[i]));
-            for (hsize_t j = 0; sbuf[i] == 0 && j < k; j++) {
-                int32_t cl = cbuf[i * k + j];
-                if (cl >= 0 && cl < nlab)
-                    fprintf(out, "%s %s %.3f", j ? " |" : "", lab[cl], pbuf[i * k + j]);
-                else
-                    fprintf(out, "%s %d %.3f", j ? " |" : "", cl, pbuf[i * k + j]);
-            }
-            fputc('\n', out);
-        }
+        print_block(v, c, k, idbuf, sbuf, cbuf, pbuf, out);
         hid_t ms = H5Screate_simple(1, &c, NULL);
         H5Dvlen_reclaim(strtype, ms, H5P_DEFAULT, idbuf);
         H5Sclose(ms);
@@ -217,14 +210,44 @@ si_status si_result_print(const char *path, const char *labels, long limit, FILE
     free(sbuf);
     free(cbuf);
     free(pbuf);
+    H5Tclose(strtype);
+    return st;
+}
+
+si_status si_result_print(const char *path, const char *labels, long limit, FILE *out) {
+    topk_view v = {.ids = -1, .sta = -1, .cls = -1, .prob = -1};
+    if (labels && !(v.lab = read_labels(labels, &v.nlab)))
+        return si_error(SI_ERR_IO, "%s: cannot read the labels file", labels);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    si_status st = SI_OK;
+    hid_t f = -1;
+    if (H5Fis_hdf5(path) <= 0) {
+        st = not_hdf5(path);
+        goto done;
+    }
+    f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f >= 0 && H5Lexists(f, "topk_class", H5P_DEFAULT) <= 0) {
+        st = print_generic(f, path, limit, out);
+        goto done;
+    }
+    if (f < 0 || (v.ids = H5Dopen2(f, "/ids", H5P_DEFAULT)) < 0 ||
+        (v.sta = H5Dopen2(f, "/status", H5P_DEFAULT)) < 0 ||
+        (v.cls = H5Dopen2(f, "/topk_class", H5P_DEFAULT)) < 0 ||
+        (v.prob = H5Dopen2(f, "/topk_prob", H5P_DEFAULT)) < 0) {
+        st = si_error(SI_ERR_FORMAT,
+                      "%s: not a shardinfer result (datasets /ids, /status, "
+                      "/topk_class, /topk_prob expected)",
+                      path);
+        goto done;
+    }
+    st = print_topk(&v, path, limit, out);
 done:
-    if (strtype >= 0) H5Tclose(strtype);
-    if (prob >= 0) H5Dclose(prob);
-    if (cls >= 0) H5Dclose(cls);
-    if (sta >= 0) H5Dclose(sta);
-    if (ids >= 0) H5Dclose(ids);
+    if (v.prob >= 0) H5Dclose(v.prob);
+    if (v.cls >= 0) H5Dclose(v.cls);
+    if (v.sta >= 0) H5Dclose(v.sta);
+    if (v.ids >= 0) H5Dclose(v.ids);
     if (f >= 0) H5Fclose(f);
-    for (int i = 0; i < nlab; i++) free(lab[i]);
-    free(lab);
+    for (int i = 0; i < v.nlab; i++) free(v.lab[i]);
+    free(v.lab);
     return st;
 }

@@ -1,5 +1,6 @@
-/* Chunk tails (src/pipeline/chunk.c): pack -> parse round trip with statuses, messages and detections;
- * every corruption of a tail's structure is refused with a message; the progress line's text. */
+/* Chunk tails (src/pipeline/chunk.c): pack -> parse round trip with statuses, messages and
+ * detections; every corruption of a tail's structure is refused with a message; the progress line's
+ * text. */
 #include "pipeline/chunk.h"
 #include "job/progress.h"
 #include "tests/test_util.h"
@@ -42,8 +43,8 @@ int main(void) {
         uint8_t *b = malloc(len);
         memset(b, 0xAB, len); /* poisoned */
         si_chunk_tail_pack(&c, b);
-        si_chunk_tail t;
-        CHECK_MSG(si_chunk_tail_parse(b, len, true, N, size, &t) == SI_OK, "%s", si_error_msg());
+        si_tail t;
+        CHECK_MSG(si_tail_parse(b, len, true, N, size, &t) == SI_OK, "%s", si_error_msg());
         CHECK(t.id == id && t.first == id * size && t.n == n && t.n_dets == dets);
         CHECK(memcmp(t.status, c.status, 4 * n) == 0);
         CHECK(memcmp(t.dets, c.dets, sizeof(si_detection) * dets) == 0);
@@ -52,7 +53,7 @@ int main(void) {
         const char *msg;
         uint16_t ml;
         uint32_t seen = 0;
-        while (si_chunk_tail_error(&t, &pos, &idx, &msg, &ml)) {
+        while (si_tail_error(&t, &pos, &idx, &msg, &ml)) {
             char want[64];
             snprintf(want, sizeof want, "image %u is bad", (unsigned)(idx - id * size));
             CHECK(ml == strlen(want) && memcmp(msg, want, ml) == 0 && c.status[idx - id * size]);
@@ -72,8 +73,8 @@ int main(void) {
             case 4: bad[24] ^= 2; break;                         /* detection total */
             case 5: bad[32] = bad[32] ? 0 : 3; break;            /* a status flipped */
             }
-            si_chunk_tail tt;
-            CHECK_MSG(si_chunk_tail_parse(bad, blen, true, N, size, &tt) == SI_ERR_FORMAT,
+            si_tail tt;
+            CHECK_MSG(si_tail_parse(bad, blen, true, N, size, &tt) == SI_ERR_FORMAT,
                       "corruption %d of chunk %llu accepted", k, (unsigned long long)id);
         }
         free(bad);

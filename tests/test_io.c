@@ -584,6 +584,8 @@ static void test_result(void) {
         const char *names[1] = {"logits"};
         si_post_plan p;
         CHECK_MSG(si_post_plan_make(&cfg, 1, names, &per, &p) == SI_OK, "%s", si_error_msg());
+        si_result_schema sc;
+        si_post_schema(&p, &sc);
         int32_t *status = malloc((n + 1) * sizeof *status);
         int32_t *cls = malloc((n * k + 1) * sizeof *cls);
         float *prob = malloc((n * k + 1) * sizeof *prob);
@@ -608,7 +610,7 @@ static void test_result(void) {
                             .flush_interval = 1e-3};
         char *out = fmt("%s/result%d.h5", work, variant);
         si_result *r = NULL;
-        si_status st = si_result_create(out, &p, n, size, &m, &r);
+        si_status st = si_result_create(out, &sc, n, size, &m, &r);
         CHECK_MSG(st == SI_OK, "%s", si_error_msg());
         if (!r) continue;
         uint64_t nc = (n + size - 1) / size;
@@ -644,11 +646,11 @@ static void test_result(void) {
                 uint32_t got_size = 0;
                 uint8_t *done = NULL;
                 r = NULL;
-                st = si_result_resume(out, &p, n, &other, &got_size, &done, &r);
+                st = si_result_resume(out, &sc, n, &other, &got_size, &done, &r);
                 CHECK_MSG(st == SI_ERR_ARG && strstr(si_error_msg(), "batch=7") &&
                               strstr(si_error_msg(), "batch=8"),
                           "%s", si_error_msg());
-                st = si_result_resume(out, &p, n, &m, &got_size, &done, &r);
+                st = si_result_resume(out, &sc, n, &m, &got_size, &done, &r);
                 CHECK_MSG(st == SI_OK, "%s", si_error_msg());
                 if (!r) break;
                 runs = 2;
@@ -675,7 +677,7 @@ static void test_result(void) {
         uint32_t sz;
         uint8_t *dn = NULL;
         r = NULL;
-        st = si_result_resume(out, &p, n, &m, &sz, &dn, &r);
+        st = si_result_resume(out, &sc, n, &m, &sz, &dn, &r);
         CHECK(st == SI_ERR_ARG && !r);
         free(order);
         free(empty);

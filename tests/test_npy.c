@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/onnx.h"
 #include "io/npy.h"
 #include "tests/test_util.h"
 
@@ -43,7 +44,7 @@ static void round_trips(void) {
     unsigned seed = 12345;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         for (int rank = 0; rank <= 4; rank++) {
-            si_tensor t = {.dtype = types[ti], .ndim = rank, .numel = 1};
+            si_npy_array t = {.dtype = types[ti], .ndim = rank, .numel = 1};
             for (int d = 0; d < rank; d++) {
                 t.dims[d] = 1 + (int64_t)(test_rand(&seed) % 4);
                 t.numel *= t.dims[d];
@@ -56,16 +57,15 @@ static void round_trips(void) {
             t.data = data;
             snprintf(path, sizeof path, "%s/rt_%zu_%d.npy", dir, ti, rank);
             CHECK_MSG(si_npy_write(path, &t) == SI_OK, "%s", si_error_msg());
-            si_tensor r;
+            si_npy_array r;
             si_status st = si_npy_read(path, &r);
             CHECK_MSG(st == SI_OK, "%s", si_error_msg());
             if (st == SI_OK) {
                 CHECK(r.dtype == t.dtype && r.ndim == rank && r.numel == t.numel);
                 CHECK(!memcmp(r.dims, t.dims, sizeof(int64_t) * (size_t)rank));
                 CHECK(!memcmp(r.data, data, bytes));
-                CHECK(r.name == NULL);
             }
-            si_tensor_free_data(&r);
+            si_npy_free(&r);
             /* data starts 64-byte aligned, as NumPy writes it */
             FILE *f = fopen(path, "rb");
             fseek(f, 0, SEEK_END);
@@ -78,9 +78,9 @@ static void round_trips(void) {
     int64_t dims[2] = {0, 3};
     snprintf(path, sizeof path, "%s/empty.npy", dir);
     CHECK(si_npy_write_data(path, SI_DT_FLOAT, 2, dims, NULL) == SI_OK);
-    si_tensor r;
+    si_npy_array r;
     CHECK(si_npy_read(path, &r) == SI_OK && r.numel == 0 && r.ndim == 2 && r.dims[1] == 3);
-    si_tensor_free_data(&r);
+    si_npy_free(&r);
     /* unsupported dtype and rank are refused on writing */
     CHECK(si_npy_write_data(path, SI_DT_STRING, 1, dims + 1, "abc") == SI_ERR_UNSUPPORTED);
     CHECK(si_npy_write_data(path, SI_DT_FLOAT, 9, dims, NULL) == SI_ERR_ARG);
@@ -112,18 +112,18 @@ static void accepted_headers(void) {
         snprintf(path, sizeof path, "%s/ok_%zu.npy", dir, i);
         write_npy(path, cases[i].major, cases[i].hdr,
                   (size_t)numel[i] * si_dtype_size(cases[i].dtype));
-        si_tensor t;
+        si_npy_array t;
         si_status st = si_npy_read(path, &t);
         CHECK_MSG(st == SI_OK, "case %zu: %s", i, si_error_msg());
         CHECK_MSG(t.ndim == cases[i].ndim && t.dtype == cases[i].dtype && t.numel == numel[i] &&
                       (t.ndim == 0 || t.dims[0] == cases[i].d0),
                   "case %zu", i);
-        si_tensor_free_data(&t);
+        si_npy_free(&t);
     }
 }
 
 static void expect_fail(const char *name, si_status want) {
-    si_tensor t;
+    si_npy_array t;
     memset(&t, 0x5a, sizeof t); /* poisoned: a failed read must leave it zeroed */
     si_status st = si_npy_read(path, &t);
     CHECK_MSG(st == want, "%s: got %s (%s), want %s", name, si_status_name(st), si_error_msg(),
@@ -217,10 +217,10 @@ static void hostile_files(void) {
     for (size_t len = 0; len < n; len++) {
         snprintf(path, sizeof path, "%s/cut.npy", dir);
         write_raw(path, buf, len);
-        si_tensor t;
+        si_npy_array t;
         si_status st = si_npy_read(path, &t);
         cut_ok += st == SI_ERR_FORMAT && strstr(si_error_msg(), path) != NULL;
-        si_tensor_free_data(&t);
+        si_npy_free(&t);
     }
     CHECK_MSG(cut_ok == (int)n, "%d of %zu truncations reported as format errors", cut_ok, n);
     /* bad magic, a text file, a missing file, a directory */
@@ -265,14 +265,14 @@ static void mutations(void) {
         }
         size_t len = test_rand(&seed) % 8 ? n : test_rand(&seed) % n;
         write_raw(path, buf, len);
-        si_tensor t;
+        si_npy_array t;
         si_status st = si_npy_read(path, &t);
         if (st == SI_OK)
             clean += t.numel >= 0 && t.ndim <= SI_MAX_DIMS &&
                      (size_t)t.numel * si_dtype_size(t.dtype) <= len;
         else
             clean += st == SI_ERR_FORMAT || st == SI_ERR_UNSUPPORTED;
-        si_tensor_free_data(&t);
+        si_npy_free(&t);
     }
     CHECK_MSG(clean == runs, "%d of %d mutated files handled cleanly", clean, runs);
 }

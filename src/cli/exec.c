@@ -174,6 +174,29 @@ static si_status match_inputs(const si_model_proto *m, exec_args *a) {
     return SI_OK;
 }
 
+/* io/npy.h numbers its dtypes as ONNX does, so an array becomes a tensor as it is. */
+#define SAME_DT(n, d) ((int)(n) == (int)(d))
+_Static_assert(SAME_DT(SI_NPY_FLOAT32, SI_DT_FLOAT) && SAME_DT(SI_NPY_UINT8, SI_DT_UINT8) &&
+                   SAME_DT(SI_NPY_INT8, SI_DT_INT8) && SAME_DT(SI_NPY_INT32, SI_DT_INT32) &&
+                   SAME_DT(SI_NPY_INT64, SI_DT_INT64) && SAME_DT(SI_NPY_BOOL, SI_DT_BOOL) &&
+                   SAME_DT(SI_NPY_FLOAT16, SI_DT_FLOAT16) &&
+                   SAME_DT(SI_NPY_FLOAT64, SI_DT_DOUBLE) && SI_NPY_MAX_DIMS == SI_MAX_DIMS,
+               "io/npy.h's dtypes must match si_dtype");
+
+/* Reads a .npy file into *t (name NULL; the caller frees it with si_tensor_free_data). */
+static si_status read_npy(const char *file, si_tensor *t) {
+    si_npy_array a;
+    si_status st = si_npy_read(file, &a);
+    memset(t, 0, sizeof *t);
+    if (st != SI_OK) return st;
+    t->dtype = a.dtype;
+    t->ndim = a.ndim;
+    memcpy(t->dims, a.dims, sizeof t->dims);
+    t->numel = a.numel;
+    t->data = a.data;
+    return SI_OK;
+}
+
 /* Reads each file into x->t (freed by the caller) and checks it against the model's declared dtype
  * and shape (a symbolic dim matches any size). */
 static si_status read_inputs(const si_model_proto *m, exec_args *a) {
@@ -181,7 +204,7 @@ static si_status read_inputs(const si_model_proto *m, exec_args *a) {
     for (int i = 0; i < a->n_in; i++) {
         exec_input *x = &a->in[i];
         const si_value_info *vi = x->vi;
-        si_status st = si_npy_read(x->file, &x->t);
+        si_status st = read_npy(x->file, &x->t);
         if (st != SI_OK) return si_error_prefix(st, "input '%s': ", x->name);
         if (vi->dtype != SI_DT_FLOAT && !si_npy_descr(vi->dtype))
             return si_error(SI_ERR_UNSUPPORTED,
@@ -338,9 +361,13 @@ static si_status exec_run(exec_args *a) {
     for (int o = 0; o < e->g->n_outputs; o++) {
         si_shape sh;
         const float *y = si_engine_output(e, o, &sh);
-        if ((st = si_npy_write_data(paths[o], si_engine_output_dtype(e, o), sh.ndim, sh.dims, y)) !=
-            SI_OK)
+        int dtype = si_engine_output_dtype(e, o);
+        if (!si_npy_descr(dtype)) {
+            st = si_error(SI_ERR_UNSUPPORTED, "%s: cannot write %s tensors as .npy", paths[o],
+                          si_dtype_name(dtype));
             break;
+        }
+        if ((st = si_npy_write_data(paths[o], dtype, sh.ndim, sh.dims, y)) != SI_OK) break;
         printf("%s %s float32 -> %s\n", e->g->values[e->g->outputs[o]].name,
                fmt_shape(s1, sizeof s1, sh.ndim, sh.dims, NULL), paths[o]);
     }

@@ -856,10 +856,12 @@ int si_cli_run(int argc, char **argv) {
     uint32_t chunk32 = (uint32_t)chunk;
     st = SI_OK;
     if (m.rank == 0) {
+        si_result_schema schema;
+        si_post_schema(plan, &schema);
         if (a.resume)
-            st = si_result_resume(a.output, plan, n, &meta, &chunk32, &done, &res);
+            st = si_result_resume(a.output, &schema, n, &meta, &chunk32, &done, &res);
         else
-            st = si_result_create(a.output, plan, n, chunk32, &meta, &res);
+            st = si_result_create(a.output, &schema, n, chunk32, &meta, &res);
     }
     if ((st = si_mpi_agree(&m, st)) != SI_OK) goto out;
     mpiCheck(MPI_Bcast(&chunk32, 1, MPI_UINT32_T, 0, m.comm));

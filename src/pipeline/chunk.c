@@ -1,11 +1,15 @@
-/* Chunk results and their tail encoding (layout in chunk.h). */
+/* Chunk results and their tail encoding (the layout in io/tail.h). */
 #include "chunk.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define ALIGN8(x) (((x) + 7u) & ~(size_t)7u)
-#define TAIL_HEAD 32u /* u64 id, u64 first, u32 n, u32 n_errors, u64 n_dets */
+/* the tail stores the postprocessor's detections as they are */
+_Static_assert(sizeof(si_detection) == sizeof(si_tail_det) &&
+                   offsetof(si_detection, cls) == offsetof(si_tail_det, cls),
+               "si_detection and si_tail_det differ");
 
 void si_chunk_init(si_chunk *c, uint32_t cap, const si_post_plan *p) {
     memset(c, 0, sizeof *c);
@@ -61,7 +65,7 @@ static size_t msg_len(const char *m) {
 }
 
 size_t si_chunk_tail_size(const si_chunk *c) {
-    size_t b = TAIL_HEAD + ALIGN8(sizeof(int32_t) * c->n);
+    size_t b = SI_TAIL_HEAD + ALIGN8(sizeof(int32_t) * c->n);
     if (c->detect) b += ALIGN8(sizeof(uint32_t) * c->n) + sizeof(si_detection) * c->n_det_total;
     size_t e = 0;
     for (uint32_t j = 0; j < c->n; j++)
@@ -78,7 +82,7 @@ void si_chunk_tail_pack(const si_chunk *c, uint8_t *dst) {
     memcpy(p + 16, &c->n, 4);
     memcpy(p + 20, &n_err, 4);
     memcpy(p + 24, &c->n_det_total, 8);
-    p += TAIL_HEAD;
+    p += SI_TAIL_HEAD;
     memcpy(p, c->status, sizeof(int32_t) * c->n);
     memset(p + sizeof(int32_t) * c->n, 0, ALIGN8(sizeof(int32_t) * c->n) - sizeof(int32_t) * c->n);
     p += ALIGN8(sizeof(int32_t) * c->n);
@@ -101,83 +105,4 @@ void si_chunk_tail_pack(const si_chunk *c, uint8_t *dst) {
     }
     size_t e = (size_t)(p - e0);
     memset(p, 0, ALIGN8(e) - e);
-}
-
-si_status si_chunk_tail_parse(const uint8_t *b, size_t len, bool detect, uint64_t n_images,
-                              uint32_t size, si_chunk_tail *t) {
-    memset(t, 0, sizeof *t);
-    if (len < TAIL_HEAD)
-        return si_error(SI_ERR_FORMAT, "chunk record of %zu bytes is too short", len);
-    memcpy(&t->id, b, 8);
-    memcpy(&t->first, b + 8, 8);
-    memcpy(&t->n, b + 16, 4);
-    memcpy(&t->n_errors, b + 20, 4);
-    memcpy(&t->n_dets, b + 24, 8);
-    uint64_t chunks = size ? (n_images + size - 1) / size : 0;
-    if (t->id >= chunks || t->first != t->id * size || t->n != si_chunk_len(t->id, n_images, size))
-        return si_error(SI_ERR_FORMAT,
-                        "chunk record for chunk %llu (images %llu+%u) does not fit %llu images in "
-                        "chunks of %u",
-                        (unsigned long long)t->id, (unsigned long long)t->first, t->n,
-                        (unsigned long long)n_images, size);
-    size_t o = TAIL_HEAD;
-    size_t need = ALIGN8(sizeof(int32_t) * t->n);
-    if (len - o < need)
-        return si_error(SI_ERR_FORMAT, "chunk %llu: record truncated", (unsigned long long)t->id);
-    t->status = (const int32_t *)(b + o);
-    o += need;
-    if (detect) {
-        need = ALIGN8(sizeof(uint32_t) * t->n);
-        if (len - o < need || t->n_dets > (len - o - need) / sizeof(si_detection))
-            return si_error(SI_ERR_FORMAT, "chunk %llu: detections truncated",
-                            (unsigned long long)t->id);
-        t->dets_per_image = (const uint32_t *)(b + o);
-        o += need;
-        t->dets = (const si_detection *)(b + o);
-        o += sizeof(si_detection) * t->n_dets;
-        uint64_t sum = 0;
-        for (uint32_t j = 0; j < t->n; j++) sum += t->dets_per_image[j];
-        if (sum != t->n_dets)
-            return si_error(SI_ERR_FORMAT, "chunk %llu: detection counts do not add up",
-                            (unsigned long long)t->id);
-    } else if (t->n_dets) {
-        return si_error(SI_ERR_FORMAT, "chunk %llu: detections in a run without --post detect",
-                        (unsigned long long)t->id);
-    }
-    t->errors = b + o;
-    t->errors_bytes = len - o;
-    /* every failed image has exactly one message, in ascending order */
-    size_t pos = 0;
-    uint64_t idx;
-    const char *m;
-    uint16_t l;
-    uint32_t j = 0, seen = 0;
-    while (si_chunk_tail_error(t, &pos, &idx, &m, &l)) {
-        while (j < t->n && t->status[j] == SI_IMG_OK) j++;
-        if (j == t->n || idx != t->first + j)
-            return si_error(SI_ERR_FORMAT, "chunk %llu: error message for image %llu out of place",
-                            (unsigned long long)t->id, (unsigned long long)idx);
-        j++;
-        seen++;
-    }
-    uint32_t failed = 0;
-    for (uint32_t k = 0; k < t->n; k++) failed += t->status[k] != SI_IMG_OK;
-    if (seen != t->n_errors || failed != t->n_errors || ALIGN8(pos) != t->errors_bytes)
-        return si_error(SI_ERR_FORMAT, "chunk %llu: %u failed images but %u messages",
-                        (unsigned long long)t->id, failed, seen);
-    return SI_OK;
-}
-
-bool si_chunk_tail_error(const si_chunk_tail *t, size_t *pos, uint64_t *index, const char **msg,
-                         uint16_t *len) {
-    size_t p = *pos;
-    if (t->errors_bytes - p < 10) return false;
-    uint16_t l;
-    memcpy(&l, t->errors + p + 8, 2);
-    if (l == 0 || t->errors_bytes - p - 10 < l) return false; /* padding or a torn record */
-    memcpy(index, t->errors + p, 8);
-    *len = l;
-    *msg = (const char *)t->errors + p + 10;
-    *pos = p + 10 + l;
-    return true;
 }

@@ -4,16 +4,12 @@
  * writes the fixed-size rows into the result and appends the rest (statuses, messages,
  * detections: the "tail") to the journal, the record that the chunk is complete.
  *
- * Tail layout (native byte order, every section 8-byte aligned):
- *   u64 id, u64 first, u32 n, u32 n_errors, u64 n_dets
- *   i32 status[n]
- *   u32 dets_per_image[n]          (only when the plan detects)
- *   si_detection dets[n_dets]      (image order)
- *   errors: n_errors x (u64 index, u16 length, bytes), ascending index
+ * The tail's layout is a file format (the journal keeps it): io/tail.h.
  * A message to rank 0 is: si_chunk_msg_header, rows[n * row_bytes] (8-aligned), tail. */
 #ifndef SI_CHUNK_H
 #define SI_CHUNK_H
 
+#include "io/tail.h"
 #include "post/post.h"
 
 #define SI_MSG_LEN 256 /* one failed image's message, truncated */
@@ -61,27 +57,5 @@ typedef struct {
 size_t si_chunk_tail_size(const si_chunk *c);
 /* Writes the tail of c into dst (si_chunk_tail_size bytes). */
 void si_chunk_tail_pack(const si_chunk *c, uint8_t *dst);
-
-/* A parsed tail: pointers into the borrowed bytes. */
-typedef struct {
-    uint64_t id, first, n_dets;
-    uint32_t n, n_errors;
-    const int32_t *status;
-    const uint32_t *dets_per_image; /* NULL unless detect */
-    const si_detection *dets;
-    const uint8_t *errors; /* n_errors records */
-    size_t errors_bytes;
-} si_chunk_tail;
-
-/* Parses and checks a tail (bounds of every section and record, id/first/n against N and the
- * chunk size, statuses failing exactly where messages are). Returns SI_ERR_FORMAT with a message
- * saying what is wrong; the bytes are borrowed by *t. */
-si_status si_chunk_tail_parse(const uint8_t *b, size_t len, bool detect, uint64_t n_images,
-                              uint32_t size, si_chunk_tail *t);
-
-/* Iterates the error records of t: *pos starts at 0; returns false at the end. msg is not
- * NUL-terminated: len bytes. */
-bool si_chunk_tail_error(const si_chunk_tail *t, size_t *pos, uint64_t *index, const char **msg,
-                         uint16_t *len);
 
 #endif

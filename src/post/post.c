@@ -376,3 +376,29 @@ void si_post_column(const si_post_plan *p, int c, const uint8_t *rows, uint32_t 
     for (uint32_t j = 0; j < n; j++)
         memcpy(d + col->bytes * j, rows + p->row_bytes * j + col->offset, col->bytes);
 }
+
+/* The result writer's view of a plan (io/result.h): the columns' types in its own terms, so that
+ * io/ needs nothing of the postprocessors. */
+_Static_assert(SI_POST_MAX_COLS <= SI_RESULT_MAX_COLS && SI_MAX_DIMS <= SI_RESULT_MAX_DIMS &&
+                   sizeof(((si_post_col *)0)->name) == sizeof(((si_result_col *)0)->name),
+               "a plan's columns must fit the result schema");
+
+void si_post_schema(const si_post_plan *p, si_result_schema *s) {
+    static const si_result_type types[] = {
+        [SI_COL_I32] = SI_RESULT_I32, [SI_COL_F32] = SI_RESULT_F32, [SI_COL_F64] = SI_RESULT_F64};
+    memset(s, 0, sizeof *s);
+    snprintf(s->post, sizeof s->post, "%s", si_post_kind_name(p->kind));
+    s->detect = p->kind == SI_POST_DETECT;
+    s->n_cols = p->n_cols;
+    s->row_bytes = p->row_bytes;
+    for (int c = 0; c < p->n_cols; c++) {
+        const si_post_col *pc = &p->cols[c];
+        si_result_col *rc = &s->cols[c];
+        memcpy(rc->name, pc->name, sizeof rc->name);
+        rc->type = types[pc->type];
+        rc->ndim = pc->ndim;
+        memcpy(rc->dims, pc->dims, sizeof pc->dims);
+        rc->offset = pc->offset;
+        rc->bytes = pc->bytes;
+    }
+}

@@ -16,6 +16,7 @@
 #define SI_POST_H
 
 #include "engine/graph.h"
+#include "io/result.h"
 #include "congestion.h"
 #include "detect.h"
 
@@ -91,5 +92,9 @@ void si_post_fill_empty(const si_post_plan *p, uint8_t *row);
  * and *n_dets is 0. n_dets may be NULL except for detect. */
 si_status si_post_image(const si_post_config *c, const si_post_plan *p, const float *const *outs,
                         void *scratch, uint8_t *row, si_detection *dets, int *n_dets);
+
+/* Fills s with the result's columns under plan p (names, types, per-image shapes, places in a
+ * row), what the result writer (io/result.h) needs of the plan. Borrows p. */
+void si_post_schema(const si_post_plan *p, si_result_schema *s);
 
 #endif

@@ -1,0 +1,120 @@
+/* What the parts of an image source (io/source*.c) share: a source's state (the files, their
+ * resolved dataset names and open handles) and the calls one part makes into another. The parts:
+ * source.c (open, close, the open-file cache), source_probe.c (layout detection and the dataset
+ * checks it needs), source_paths.c (the list of files a spec names), source_read.c (the readers)
+ * and source_describe.c (`shardinfer inspect`). Not for use outside io/source*.c. */
+#ifndef SI_SOURCE_INTERNAL_H
+#define SI_SOURCE_INTERNAL_H
+
+#include "io/imageset.h"
+#include "io/source.h"
+
+#include <hdf5.h>
+
+/* HDF5's default (sec2) driver holds one file descriptor per open file, and a set split into
+ * thousands of files would exceed the usual limit of 1024 descriptors. Files beyond this many
+ * are closed, least recently used first, and reopened by their resolved dataset names. */
+#define DEFAULT_MAX_OPEN 64
+#define DESCRIBE_SAMPLE  1000 /* images whose encoded size inspect samples */
+#define DESCRIBE_FILES   5    /* file names inspect lists */
+#define MAX_CANDIDATES   8    /* dataset names kept for the "several candidates" message */
+
+#if H5_VERSION_GE(1, 12, 0)
+#define vlen_reclaim(t, sp, dxpl, buf) H5Treclaim(t, sp, dxpl, buf)
+#else
+#define vlen_reclaim(t, sp, dxpl, buf) H5Dvlen_reclaim(t, sp, dxpl, buf)
+#endif
+
+enum { IDS_INDEX = 0, IDS_SET, IDS_VSTR, IDS_FSTR, IDS_INT };
+enum { DENSE_UNDECIDED = -1 }; /* a 4-D dataset found, the order of its axes not yet known */
+
+typedef struct {
+    char *path;
+    int line;        /* line in the list file, 0 otherwise: for messages */
+    hsize_t dims[4]; /* dense: the data dataset's dims when first opened */
+    uint64_t start;  /* global index of this file's first image */
+    uint64_t n;      /* images */
+    char *data_name; /* resolved at open, so a reopen needs no detection */
+    char *offsets_name;
+    char *ids_name; /* NULL: ids are the global index */
+    int ids_kind;
+    size_t ids_size; /* fixed-length strings: bytes per id */
+    H5T_cset_t ids_cset;
+    H5T_sign_t ids_sign;
+    bool use_set;   /* packed with the default names: read through imageset.c */
+    uint64_t total; /* packed read here: bytes in the data dataset */
+    /* open state: is_open counts in s->nopen from the first handle tried to the close */
+    bool is_open;
+    si_imageset *set;
+    hid_t file, data, offsets, ids;
+    uint64_t last_use;
+} src_file;
+
+struct si_source {
+    char *spec;
+    char *origin; /* "list file", "directory", "pattern" or "file": for describe */
+    int layout;
+    bool forced, ambiguous;
+    int h, w, c; /* dense pixel shape */
+    src_file *files;
+    int nfiles;
+    uint64_t total;
+    int max_open, nopen;
+    uint64_t tick;
+    hid_t vlen_u8;  /* memory type of one encoded record */
+    hid_t ids_dxpl; /* malloc/free for variable-length id strings the caller frees */
+    hvl_t *vl;      /* per-read scratch, reused: the per-batch path allocates nothing */
+    size_t vl_cap;
+    si_bytes scratch; /* NCHW transposes, packed appends, fixed-length ids */
+};
+
+enum { CAND_NONE = 0, CAND_VLEN, CAND_DENSE }; /* what src_classify finds */
+
+static inline bool src_is_dense(int layout) {
+    return layout == SI_LAYOUT_DENSE_NHWC || layout == SI_LAYOUT_DENSE_NCHW;
+}
+
+/* --- source_probe.c: dataset checks and layout detection --- */
+
+/* Whether every component of name exists in file (H5Lexists alone fails on a missing middle). */
+bool src_path_exists(hid_t file, const char *name);
+/* A type description ("uint8", "variable-length int32", ...) written into b. */
+void src_type_str(hid_t t, char *b, size_t cap);
+bool src_is_u8(hid_t t);
+/* Rank (or -1) and up to 4 dims of dataset d. */
+int src_dims_of(hid_t d, hsize_t dims[4]);
+/* CAND_VLEN, CAND_DENSE or CAND_NONE for dataset d; why gets its description, *near (may be
+ * NULL) whether it looks like what a user meant as images. */
+int src_classify(hid_t d, char *why, size_t cap, bool *near);
+/* Finds out the layout of f (or checks the forced one), resolves its dataset names and opens it.
+ * *layout: in, the wanted layout (AUTO or forced); out, the one found. dense shape in dd. */
+si_status src_probe(si_source *s, src_file *f, const si_source_opts *o, int *layout, hsize_t dd[4]);
+
+/* --- source.c: opening files, the open-file cache --- */
+
+/* Opens path read-only into *fid, with a message for each way it can fail. */
+si_status src_h5_open(const char *path, hid_t *fid);
+void src_mark_open(si_source *s, src_file *f);
+void src_close_handles(si_source *s, src_file *f);
+/* Opens the datasets of f by the names probe resolved and checks them; n_expected is UINT64_MAX
+ * on the first open, else the image count seen then. */
+si_status src_open_handles(si_source *s, src_file *f, int layout, uint64_t n_expected);
+/* Closes the least recently used open files until fewer than max_open are open, sparing keep. */
+void src_evict(si_source *s, const src_file *keep);
+/* Makes sure f is open (reopening it if evicted). */
+si_status src_touch(si_source *s, src_file *f);
+
+/* --- source_paths.c: the files a spec names --- */
+
+typedef struct {
+    char **paths;
+    int *lines;
+    int n, cap;
+} src_path_list;
+
+/* Expands spec (a file, a list file, a directory or a glob pattern) into files; *origin gets
+ * which of those spec was. The caller frees l with src_list_free, also on failure. */
+si_status src_expand(const char *spec, src_path_list *l, const char **origin);
+void src_list_free(src_path_list *l);
+
+#endif
