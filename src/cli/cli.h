@@ -3,16 +3,7 @@
 #ifndef SI_CLI_H
 #define SI_CLI_H
 
-enum {
-    SI_EXIT_OK = 0,
-    SI_EXIT_FAIL = 1,       /* the run could not be done: bad input file, model, I/O */
-    SI_EXIT_USAGE = 2,      /* bad command line */
-    SI_EXIT_FATAL = 3,      /* internal error (abort) */
-    SI_EXIT_VERIFY = 4,     /* results failed verification (an input index missing or duplicated) */
-    SI_EXIT_MAX_ERRORS = 5, /* more images failed than --max-errors allows (result still written) */
-    SI_EXIT_INTERRUPTED = 6 /* stopped by SIGTERM/SIGUSR1/SIGINT: the partial result is flushed;
-                               run again with --resume to finish it */
-};
+#include "base/exit.h"
 
 #include <stdbool.h>
 
