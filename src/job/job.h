@@ -22,7 +22,9 @@
 typedef struct {
     const char *model, *input, *output; /* paths; output is RESULT.h5 */
     const char *backend;                /* "cpu" or "cuda" */
-    si_pipeline_config pc;              /* batch, preprocessing, post; the job fills the rest */
+    /* batch, preprocessing, post, gpu_resize (the caller's choice: the CLI resolves --resize-on);
+     * the job fills the plan, chunk, threads and timeline */
+    si_pipeline_config pc;
     /* given by the user: the model's metadata ("mean", "std", "resize") does not override them */
     bool mean_set, std_set, resize_set;
     bool overwrite, resume;
