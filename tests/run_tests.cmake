@@ -31,3 +31,13 @@ add_test(NAME e2e_demo_photos
   COMMAND ${SI_E2E_CMD} demo --model ${SI_TEST_DATA}/efficientnet_lite0.onnx --labels ${SI_TEST_DATA}/imagenet_classes.txt)
 set_tests_properties(e2e_demo_photos PROPERTIES FIXTURES_REQUIRED "e2e_set;demo_model;classes"
   LABELS "mpi;slow" TIMEOUT 900)
+
+# The job as a library call (src/job), without argv, on the e2e set; its rows must equal those of
+# `shardinfer run` with the same settings (e2e_run_np1: --batch 4).
+si_add_test(test_job SOURCES test_job.c LABELS "unit" ARGS ${SI_E2E})
+set_tests_properties(test_job PROPERTIES FIXTURES_REQUIRED "e2e_set;e2e_results"
+  FIXTURES_SETUP job_result ENVIRONMENT "${SI_MPI_ENV}" TIMEOUT 300)
+add_test(NAME test_job_same_as_cli COMMAND ${SI_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/check_results.py
+  compare ${SI_E2E}/result_np1.h5 ${SI_E2E}/result_job.h5)
+set_tests_properties(test_job_same_as_cli PROPERTIES
+  FIXTURES_REQUIRED "e2e_set;e2e_results;job_result" LABELS "unit")

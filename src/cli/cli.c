@@ -1,5 +1,5 @@
-/* Command-line front ends `pack` and `show`, and the option parsers every subcommand shares
- * (`run` is in cli_run.c). */
+/* Command-line front ends `pack` and `show`, and what every subcommand shares (the command line
+ * as typed); `run` is in run.c, the job it starts in src/job/. */
 #include "cli.h"
 
 #include <errno.h>
@@ -19,48 +19,6 @@
 #include "io/resultview.h"
 #include "mpi/ranks.h"
 #include "pipeline/pipeline.h"
-
-/* --- option value parsing ------------------------------------------------------------------- */
-bool si_cli_parse_int(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
-bool si_cli_parse_floats3(const char *s, float out[3]) {
-    char *end;
-    for (int i = 0; i < 3; i++) {
-        errno = 0;
-        out[i] = strtof(s, &end);
-        if (errno || end == s) return false;
-        if (i < 2) {
-            if (*end != ',') return false;
-            s = end + 1;
-        }
-    }
-    return *end == 0;
-}
-
-bool si_cli_parse_hw(const char *s, int *h, int *w) {
-    long a, b;
-    char tmp[64];
-    snprintf(tmp, sizeof tmp, "%s", s);
-    char *x = strchr(tmp, 'x');
-    if (!x) {
-        if (!si_cli_parse_int(tmp, 1, 16384, &a)) return false;
-        *h = *w = (int)a;
-        return true;
-    }
-    *x = 0;
-    if (!si_cli_parse_int(tmp, 1, 16384, &a) || !si_cli_parse_int(x + 1, 1, 16384, &b))
-        return false;
-    *h = (int)a;
-    *w = (int)b;
-    return true;
-}
 
 /* "shardinfer run --model ..." as typed (argv here starts at the subcommand). */
 char *si_cli_join_args(int argc, char **argv) {
@@ -98,7 +56,7 @@ int si_cli_pack(int argc, char **argv) {
         case 'o': o.output = optarg; break;
         case 'f': o.overwrite = true; break;
         case 'c':
-            if (!si_cli_parse_int(optarg, 4096, 1L << 30, &v)) {
+            if (!si_parse_int(optarg, 4096, 1L << 30, &v)) {
                 fprintf(stderr, "shardinfer pack: --chunk-bytes '%s': expected 4096..2^30\n",
                         optarg);
                 return SI_EXIT_USAGE;
@@ -157,7 +115,7 @@ int si_cli_show(int argc, char **argv) {
         switch (c) {
         case 'l': labels = optarg; break;
         case 'n':
-            if (!si_cli_parse_int(optarg, 0, 1L << 40, &limit)) {
+            if (!si_parse_int(optarg, 0, 1L << 40, &limit)) {
                 fprintf(stderr, "shardinfer show: --limit '%s': expected a count\n", optarg);
                 return SI_EXIT_USAGE;
             }

@@ -3,23 +3,12 @@
 #ifndef SI_CLI_H
 #define SI_CLI_H
 
-enum {
-    SI_EXIT_OK = 0,
-    SI_EXIT_FAIL = 1,       /* the run could not be done: bad input file, model, I/O */
-    SI_EXIT_USAGE = 2,      /* bad command line */
-    SI_EXIT_FATAL = 3,      /* internal error (abort) */
-    SI_EXIT_VERIFY = 4,     /* results failed verification (an input index missing or duplicated) */
-    SI_EXIT_MAX_ERRORS = 5, /* more images failed than --max-errors allows (result still written) */
-    SI_EXIT_INTERRUPTED = 6 /* stopped by SIGTERM/SIGUSR1/SIGINT: the partial result is flushed;
-                               run again with --resume to finish it */
-};
+#include "base/exit.h"
+#include "base/parse.h"
 
 #include <stdbool.h>
 
 /* Option values: an integer lo..hi (the whole of s); "R,G,B"; "N" or "HxW" (1..16384). */
-bool si_cli_parse_int(const char *s, long lo, long hi, long *out);
-bool si_cli_parse_floats3(const char *s, float out[3]);
-bool si_cli_parse_hw(const char *s, int *h, int *w);
 /* "shardinfer ARGV..." as typed (argv starts at the subcommand); caller frees. */
 char *si_cli_join_args(int argc, char **argv);
 

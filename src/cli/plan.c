@@ -46,15 +46,15 @@ int si_cli_plan(int argc, char **argv) {
         char *end = NULL;
         switch (c) {
         case 'm': model = optarg; break;
-        case 'b': ok = si_cli_parse_int(optarg, 1, 1 << 20, &batch); break;
-        case 'S': ok = si_cli_parse_int(optarg, 1, 16, &slots); break;
-        case 'W': ok = si_cli_parse_int(optarg, 0, 1 << 20, &ws_mb); break;
+        case 'b': ok = si_parse_int(optarg, 1, 1 << 20, &batch); break;
+        case 'S': ok = si_parse_int(optarg, 1, 16, &slots); break;
+        case 'W': ok = si_parse_int(optarg, 0, 1 << 20, &ws_mb); break;
         case 'P': ok = (prec = si_precision_parse(optarg)) >= 0; break;
         case 'R':
             ok = !strcmp(optarg, "cpu") || !strcmp(optarg, "gpu");
             gpu_resize = !strcmp(optarg, "gpu");
             break;
-        case 'K': ok = si_cli_parse_int(optarg, 1, 1 << 20, &pack_kb); break;
+        case 'K': ok = si_parse_int(optarg, 1, 1 << 20, &pack_kb); break;
         case 'L':
             limit_gib = strtod(optarg, &end);
             ok = end && !*end && limit_gib > 0;

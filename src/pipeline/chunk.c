@@ -1,4 +1,4 @@
-/* Chunk results and their tail encoding (the layout in io/tail.h). */
+/* Chunk results, their tail encoding (the layout in io/tail.h) and the message framing. */
 #include "chunk.h"
 
 #include <stddef.h>
@@ -106,3 +106,34 @@ void si_chunk_tail_pack(const si_chunk *c, uint8_t *dst) {
     size_t e = (size_t)(p - e0);
     memset(p, 0, ALIGN8(e) - e);
 }
+
+size_t si_chunk_msg_header_make(const si_chunk *c, bool with_rows, uint32_t rank, double elapsed,
+                                const double *busy, si_chunk_msg_header *h) {
+    memset(h, 0, sizeof *h);
+    h->magic = SI_CHUNK_MSG_MAGIC;
+    h->rank = rank;
+    h->id = c->id;
+    h->rows_bytes = with_rows ? c->row_bytes * c->n : 0;
+    h->tail_bytes = si_chunk_tail_size(c);
+    h->elapsed = elapsed;
+    memcpy(h->busy, busy, sizeof h->busy);
+    return sizeof *h + ALIGN8(h->rows_bytes) + h->tail_bytes;
+}
+
+void si_chunk_msg_pack(const si_chunk *c, const si_chunk_msg_header *h, uint8_t *dst) {
+    size_t rows = h->rows_bytes, rows_pad = ALIGN8(rows);
+    memcpy(dst, h, sizeof *h);
+    memcpy(dst + sizeof *h, c->rows, rows);
+    memset(dst + sizeof *h + rows, 0, rows_pad - rows);
+    si_chunk_tail_pack(c, dst + sizeof *h + rows_pad);
+}
+
+void si_chunk_msg_parse(const uint8_t *msg, size_t len, si_chunk_msg *m) {
+    SI_ASSERT(len >= sizeof m->h);
+    memcpy(&m->h, msg, sizeof m->h);
+    size_t rows_at = sizeof m->h, tail_at = rows_at + ((m->h.rows_bytes + 7) & ~7ull);
+    SI_ASSERT(m->h.magic == SI_CHUNK_MSG_MAGIC && tail_at + m->h.tail_bytes == len);
+    m->rows = msg + rows_at;
+    m->tail = msg + tail_at;
+}
+

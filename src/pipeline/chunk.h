@@ -5,7 +5,8 @@
  * detections: the "tail") to the journal, the record that the chunk is complete.
  *
  * The tail's layout is a file format (the journal keeps it): io/tail.h.
- * A message to rank 0 is: si_chunk_msg_header, rows[n * row_bytes] (8-aligned), tail. */
+ * A message to rank 0 is: si_chunk_msg_header, rows[n * row_bytes] (8-aligned), tail; the framing
+ * is here (si_chunk_msg_*), the sending in mpi/gather and the job (src/job). */
 #ifndef SI_CHUNK_H
 #define SI_CHUNK_H
 
@@ -52,6 +53,24 @@ typedef struct {
     double elapsed; /* since the rank started working */
     double busy[6]; /* read, decode, compute, post, write, starved: seconds */
 } si_chunk_msg_header;
+
+/* A chunk's message, parsed: the header, then pointers into the borrowed message. */
+typedef struct {
+    si_chunk_msg_header h;
+    const uint8_t *rows; /* h.rows_bytes (0 when the rows were written by the rank itself) */
+    const uint8_t *tail; /* h.tail_bytes */
+} si_chunk_msg;
+
+/* The header of chunk c's message from `rank`: rows travel unless the rank wrote them into the
+ * file itself (with_rows false); elapsed and busy (SI_STAGES seconds) are the rank's, for rank 0's
+ * progress line. Returns the message's bytes (header, rows padded to 8, tail). */
+size_t si_chunk_msg_header_make(const si_chunk *c, bool with_rows, uint32_t rank, double elapsed,
+                                const double *busy, si_chunk_msg_header *h);
+/* Writes the message of c under header h (si_chunk_msg_header_make's bytes) into dst. */
+void si_chunk_msg_pack(const si_chunk *c, const si_chunk_msg_header *h, uint8_t *dst);
+/* Splits a message of len bytes (borrowed by *m). Messages come from the job's own ranks, so a
+ * malformed one is a broken invariant (SI_ASSERT), not an input error. */
+void si_chunk_msg_parse(const uint8_t *msg, size_t len, si_chunk_msg *m);
 
 /* Bytes of the tail of c. */
 size_t si_chunk_tail_size(const si_chunk *c);

@@ -4,6 +4,7 @@
 #include "congestion.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -352,4 +353,10 @@ si_status si_congestion_score(const float *map, int h, int w, const si_congestio
     *score = 255.0 * total / (double)n;
     *map_mean = msum / (double)n;
     return SI_OK;
+}
+
+void si_congestion_params_format(const si_congestion_params *p, char *buf, size_t cap) {
+    snprintf(buf, cap, "congestion k=%d sample=%g seed=%llu canny=%g,%g blur=%d sigma=%g", p->k,
+             p->sample_fraction, (unsigned long long)p->seed, p->canny_lo, p->canny_hi,
+             p->blur_size, p->blur_sigma);
 }

@@ -43,6 +43,11 @@ typedef struct {
 /* Defaults 4, 0.05, 12345, 100, 200, 71, 7. */
 si_congestion_params si_congestion_defaults(void);
 
+/* The parameters as the result's post_params and the resume key spell them
+ * ("congestion k=4 sample=0.05 ..."); a resumed run compares this string, so it never changes.
+ * Writes at most cap bytes into buf, NUL-terminated. */
+void si_congestion_params_format(const si_congestion_params *p, char *buf, size_t cap);
+
 /* Bytes of scratch for one (h, w) map; 0 if h or w is not positive or the size overflows. */
 size_t si_congestion_scratch_size(int h, int w);
 

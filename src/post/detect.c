@@ -5,6 +5,7 @@
 #include "detect.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/common.h"
@@ -159,4 +160,10 @@ int si_detect_decode(const float *pred, int64_t classes, int64_t anchors, const 
         }
     }
     return kept;
+}
+
+void si_detect_params_format(const si_detect_params *p, char *buf, size_t cap) {
+    snprintf(buf, cap,
+             "detect score_threshold=%g iou_threshold=%g max_detections=%d class_agnostic=%d",
+             p->score_threshold, p->iou_threshold, p->max_detections, p->class_agnostic);
 }

@@ -24,6 +24,11 @@ typedef struct {
 /* The ultralytics defaults: 0.25, 0.45, 300, class-wise. */
 si_detect_params si_detect_params_default(void);
 
+/* The parameters as the result's post_params and the resume key spell them
+ * ("detect score_threshold=0.25 ..."); a resumed run compares this string, so it never changes.
+ * Writes at most cap bytes into buf, NUL-terminated. */
+void si_detect_params_format(const si_detect_params *p, char *buf, size_t cap);
+
 /* Bytes of scratch si_detect_decode needs for `anchors` anchors (0 if anchors < 0). */
 size_t si_detect_scratch_size(int64_t anchors);
 

@@ -402,3 +402,38 @@ void si_post_schema(const si_post_plan *p, si_result_schema *s) {
         rc->bytes = pc->bytes;
     }
 }
+
+/* --- si_post_params: one formatter per kind ------------------------------------------------ */
+typedef void (*params_fn)(const si_post_config *c, const si_post_plan *p, char *buf, size_t cap);
+
+static void classify_params(const si_post_config *c, const si_post_plan *p, char *buf, size_t cap) {
+    snprintf(buf, cap, "classify topk=%d", p->topk);
+}
+
+static void detect_params(const si_post_config *c, const si_post_plan *p, char *buf, size_t cap) {
+    si_detect_params_format(&c->detect, buf, cap);
+}
+
+static void congestion_params(const si_post_config *c, const si_post_plan *p, char *buf,
+                              size_t cap) {
+    si_congestion_params_format(&c->congestion, buf, cap);
+}
+
+/* embed and raw have no parameters: their name alone */
+static void name_only_params(const si_post_config *c, const si_post_plan *p, char *buf,
+                             size_t cap) {
+    snprintf(buf, cap, "%s", si_post_kind_name(c->kind));
+}
+
+static const params_fn params_fns[] = {
+    [SI_POST_CLASSIFY] = classify_params, [SI_POST_DETECT] = detect_params,
+    [SI_POST_EMBED] = name_only_params,   [SI_POST_CONGESTION] = congestion_params,
+    [SI_POST_RAW] = name_only_params,
+};
+_Static_assert(sizeof params_fns / sizeof params_fns[0] == sizeof kind_names / sizeof kind_names[0],
+               "a parameter formatter for every kind");
+
+void si_post_params(const si_post_config *c, const si_post_plan *p, char *buf, size_t cap) {
+    params_fn f = (int)c->kind >= 0 && (int)c->kind < N_KINDS ? params_fns[c->kind] : NULL;
+    (f ? f : name_only_params)(c, p, buf, cap);
+}

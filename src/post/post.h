@@ -68,6 +68,12 @@ typedef struct {
     int map_h, map_w;         /* congestion */
 } si_post_plan;
 
+/* The postprocessor and its parameters as one string ("classify topk=5"): the result's
+ * post_params, and part of the resume key, so each kind's spelling never changes (a run resumed
+ * by a newer build compares it byte for byte). classify reports the plan's K (after clamping).
+ * Writes at most cap bytes into buf, NUL-terminated; borrows c and p. */
+void si_post_params(const si_post_config *c, const si_post_plan *p, char *buf, size_t cap);
+
 /* Makes the plan for n_outputs model outputs with these names and per-image shapes (the batch
  * dimension removed). Returns SI_ERR_UNSUPPORTED with a message naming the output and the shape
  * expected when the model does not fit the postprocessor, SI_ERR_ARG for a bad config (topk < 1,

@@ -1,0 +1,335 @@
+/* si_job_run: the job's steps in order (job.h says what the job is), and the setting up: threads,
+ * model and input, the output check, the GPU, the engine, the resume key, the partial result and
+ * what is done already. Every step that can fail on some rank goes through si_mpi_agree. The
+ * streaming phase is in stream.c, the end in summary.c. */
+#include "job.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/parse.h"
+#include "job_internal.h"
+#ifdef SI_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
+
+si_job_config si_job_config_default(void) {
+    si_job_config c = {.backend = "cpu",
+                       .max_errors = -1,
+                       .schedule = SI_SCHED_DYNAMIC,
+                       .drain_timeout = 60,
+                       .slow_rank = -1,
+                       .eo = {.precision = SI_PREC_FP32},
+                       .pc = {.batch = 32,
+                              .pre = {.max_pixels = 100000000},
+                              .mean = {0.485f, 0.456f, 0.406f},
+                              .std = {0.229f, 0.224f, 0.225f}}};
+    c.pc.post = si_post_config_default();
+    return c;
+}
+
+uint64_t si_job_chunk_size(uint64_t n, int batch, int ranks, size_t row_bytes) {
+    uint64_t B = (uint64_t)batch,
+             per = (n + B * 4 * (uint64_t)ranks - 1) / (B * 4 * (uint64_t)ranks);
+    uint64_t chunk = B * (per < 1 ? 1 : per > 8 ? 8 : per);
+    while (chunk > B && chunk * row_bytes > (256u << 20)) chunk -= B;
+    return chunk;
+}
+
+/* Mean/std (and resize) from the model's metadata ("mean" = "0.485,0.456,0.406") unless the
+ * config sets them: a model that carries its preprocessing cannot be fed wrongly by default. */
+static si_status model_norm(si_job_state *J) {
+    const si_graph *g = J->g;
+    const char *rs = si_graph_meta(g, "resize");
+    long size;
+    if (rs && !J->cfg->resize_set) {
+        if (!si_parse_int(rs, 1, 16384, &size))
+            return si_error(SI_ERR_FORMAT, "%s: metadata 'resize' = '%s' is not a size", g->path,
+                            rs);
+        J->pc.pre.resize = (int)size;
+    }
+    const char *keys[2] = {"mean", "std"};
+    float *dst[2] = {J->pc.mean, J->pc.std};
+    bool set[2] = {J->cfg->mean_set, J->cfg->std_set};
+    for (int i = 0; i < 2; i++) {
+        const char *v = si_graph_meta(g, keys[i]);
+        if (set[i] || !v) continue;
+        if (!si_parse_floats3(v, dst[i]) || (i == 1 && (!dst[i][0] || !dst[i][1] || !dst[i][2])))
+            return si_error(SI_ERR_FORMAT, "%s: metadata '%s' = '%s' is not three numbers", g->path,
+                            keys[i], v);
+    }
+    return SI_OK;
+}
+
+/* Rank 0 checks the output can be written before any work is done. */
+static si_status check_output(const si_job_config *a) {
+    struct stat sb;
+    char *partial = si_result_partial_path(a->output);
+    bool have_partial = stat(partial, &sb) == 0;
+    free(partial);
+    if (!a->resume && !a->overwrite && have_partial)
+        return si_error(SI_ERR_ARG,
+                        "%s.partial exists: an earlier run was interrupted; pass --resume to "
+                        "finish it or --overwrite to start again",
+                        a->output);
+    if (!a->resume && stat(a->output, &sb) == 0 && !a->overwrite)
+        return si_error(SI_ERR_ARG, "%s: exists; pass --overwrite to replace it", a->output);
+    if (a->resume && stat(a->output, &sb) == 0 && !have_partial)
+        return si_error(SI_ERR_ARG, "--resume: %s is complete already; nothing to resume",
+                        a->output);
+    char *copy = si_xstrdup(a->output);
+    const char *dir = dirname(copy);
+    si_status st = SI_OK;
+    if (access(dir, W_OK) != 0)
+        st = si_error(SI_ERR_IO, "%s: cannot write in directory '%s': %s", a->output, dir,
+                      strerror(errno));
+    free(copy);
+    return st;
+}
+
+/* Threads of this rank and of its postprocessing pool, and the test hook's slow rank. */
+static void set_threads(si_job_state *J) {
+    const si_job_config *cfg = J->cfg;
+    const si_mpi *m = J->m;
+    gethostname(J->host, sizeof J->host - 1);
+    si_log_debug("rank %d of %d on host %s: node-local rank %d of %d", m->rank, m->size, J->host,
+                 m->local_rank, m->local_size);
+    int threads = J->threads = cfg->threads ? cfg->threads : si_mpi_threads(m);
+    omp_set_num_threads(threads);
+    J->pc.post_threads = cfg->post_threads ? cfg->post_threads : (threads > 1 ? threads / 2 : 1);
+    if (m->rank == cfg->slow_rank) J->pc.slow_ms = cfg->slow_ms;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (m->rank == 0 && !cfg->threads && !getenv("OMP_NUM_THREADS") &&
+        (long)threads * m->local_size * 2 <= online)
+        /* mpirun binds each rank to one core when ranks <= 2: say how to give them more */
+        si_log_warn("each rank uses %d of the node's %ld cores (the rank is bound to them); to "
+                    "use more, run mpirun with --map-by slot:PE=%ld or --bind-to none, or pass "
+                    "--threads",
+                    threads, online, online / m->local_size);
+}
+
+/* The model (checked against the pipeline), the input, and on rank 0 the output and the
+ * model's hash. */
+static si_status open_inputs(si_job_state *J) {
+    const si_mpi *m = J->m;
+    si_status st = si_graph_load(J->cfg->model, NULL, &J->g);
+    if (st == SI_OK) st = model_norm(J);
+    if (st == SI_OK) st = si_pipeline_check_model(J->g, &J->pc);
+    if ((st = si_mpi_agree(m, st)) != SI_OK) return st;
+    if ((st = si_mpi_agree(m, si_source_open(J->cfg->input, &J->cfg->src, &J->set))) != SI_OK)
+        return st;
+    st = SI_OK;
+    if (m->rank == 0) {
+        st = check_output(J->cfg);
+        if (st == SI_OK) st = si_sha256_file(J->cfg->model, J->sha);
+    }
+    J->n = si_source_count(J->set);
+    return si_mpi_agree(m, st);
+}
+
+/* --backend cuda: one GPU per rank, by node-local rank (the launcher's, else MPI's), and the
+ * engine's pixel input (normalisation, buffers of decoded images for the GPU resize). */
+static si_status select_gpu(si_job_state *J) {
+#ifdef SI_HAVE_CUDA
+    const si_mpi *m = J->m;
+    if (strcmp(J->cfg->backend, "cuda")) return SI_OK;
+    const char *lr = getenv("SLURM_LOCALID");
+    if (!lr) lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    int local = lr ? atoi(lr) : m->local_rank;
+    char info[256] = "";
+    si_status st = si_cuda_select_device(local, &J->gpu, info, sizeof info);
+    if (st == SI_OK)
+        si_log_info("rank %d (host %s, node-local rank %d): GPU %d, %s", m->rank, J->host, local,
+                    J->gpu, info);
+    if (st == SI_OK && local >= si_cuda_device_count() && m->rank == 0)
+        si_log_warn("more ranks on a node than visible GPUs (%d): ranks share GPUs",
+                    si_cuda_device_count());
+    if ((st = si_mpi_agree(m, st)) != SI_OK) return st;
+    memcpy(J->eo.mean, J->pc.mean, sizeof J->eo.mean);
+    memcpy(J->eo.std, J->pc.std, sizeof J->eo.std);
+    J->eo.pixels = true;
+    if (J->pc.gpu_resize) {
+        long pack_kb = J->cfg->pack_kb;
+        size_t ppi = pack_kb ? (size_t)pack_kb << 10 : SI_RS_PACK_DEFAULT(J->pc.pre.resize);
+        size_t crop = (size_t)J->pc.pre.crop_h * (size_t)J->pc.pre.crop_w * 3;
+        if (ppi < crop) /* every image must be able to fall back to a crop */
+            st = si_error(SI_ERR_ARG, "--pack-kb %ld: less than one %dx%d crop (%zu bytes)",
+                          pack_kb, J->pc.pre.crop_h, J->pc.pre.crop_w, crop);
+        if ((st = si_mpi_agree(m, st)) != SI_OK) return st;
+        J->eo.pack_per_image = ppi;
+    }
+#endif
+    return SI_OK;
+}
+
+static si_status create_engine(si_job_state *J) {
+    si_status st = si_engine_create_opts(J->g, J->cfg->backend, J->pc.batch, &J->eo, &J->e);
+    J->g = NULL; /* owned by the engine now, or freed */
+    if ((st = si_mpi_agree(J->m, st)) != SI_OK) return st;
+    const si_engine *e = J->e;
+    if (e->n_slots && J->m->rank == 0)
+        si_log_info("cuda: %s, batch %d, %d slots: planned %.1f MiB of GPU memory per rank "
+                    "(weights %.1f, activations %.1f, workspace %.1f, staging %.1f); engine ready "
+                    "in %.2f s (algorithm search, graph capture, warm-up)",
+                    si_precision_name(J->eo.precision), J->pc.batch, e->n_slots,
+                    (double)e->mem.device_total / 1048576.0, (double)e->mem.weights / 1048576.0,
+                    (double)e->mem.activations / 1048576.0, (double)e->mem.workspace / 1048576.0,
+                    (double)(e->mem.input + e->mem.output + e->mem.scratch) / 1048576.0,
+                    e->mem.init_seconds);
+    return SI_OK;
+}
+
+/* The result's metadata, with the resume key: everything a resumed run must share with the
+ * interrupted one, compared as a string (so its spelling never changes). */
+static void make_meta(si_job_state *J) {
+    const si_pipeline_config *pc = &J->pc;
+    snprintf(J->pre, sizeof J->pre,
+             "resize=%d crop=%dx%d mean=%g,%g,%g std=%g,%g,%g exact=%d exif=%d max_pixels=%llu",
+             pc->pre.resize, pc->pre.crop_h, pc->pre.crop_w, pc->mean[0], pc->mean[1], pc->mean[2],
+             pc->std[0], pc->std[1], pc->std[2], pc->pre.exact, !pc->pre.no_exif,
+             (unsigned long long)pc->pre.max_pixels);
+    si_post_params(&pc->post, &pc->plan, J->post_params, sizeof J->post_params);
+    if (asprintf(&J->key, "model_sha256=%s;input=%s;images=%llu;preprocess=%s;post=%s;batch=%d",
+                 J->sha, si_source_spec(J->set), (unsigned long long)J->n, J->pre, J->post_params,
+                 pc->batch) < 0)
+        si_fatal(__FILE__, __LINE__, "asprintf", "no memory");
+    J->meta = (si_result_meta){.model_path = J->cfg->model,
+                               .model_sha256 = J->sha,
+                               .input_path = J->cfg->input,
+                               .command_line = J->cfg->command_line ? J->cfg->command_line : "",
+                               .preprocess = J->pre,
+                               .post_params = J->post_params,
+                               .resume_key = J->key,
+                               .ranks = J->m->size,
+                               .batch_size = pc->batch,
+                               .flush_interval = J->cfg->flush_interval};
+}
+
+/* Rank 0 opens (resume) or creates the partial result; everyone learns the chunk size (a
+ * resumed run keeps the interrupted one's) and the number of chunks. */
+static si_status open_result(si_job_state *J) {
+    const si_job_config *cfg = J->cfg;
+    const si_post_plan *plan = &J->pc.plan;
+    uint64_t chunk = cfg->chunk ? (uint64_t)cfg->chunk
+                                : si_job_chunk_size(J->n, J->pc.batch, J->m->size, plan->row_bytes);
+    uint32_t chunk32 = (uint32_t)chunk;
+    si_status st = SI_OK;
+    if (J->m->rank == 0) {
+        si_result_schema schema;
+        si_post_schema(plan, &schema);
+        if (cfg->resume)
+            st =
+                si_result_resume(cfg->output, &schema, J->n, &J->meta, &chunk32, &J->done, &J->res);
+        else
+            st = si_result_create(cfg->output, &schema, J->n, chunk32, &J->meta, &J->res);
+    }
+    if ((st = si_mpi_agree(J->m, st)) != SI_OK) return st;
+    mpiCheck(MPI_Bcast(&chunk32, 1, MPI_UINT32_T, 0, J->m->comm));
+    if (chunk32 % (uint32_t)J->pc.batch)
+        return si_error(SI_ERR_ARG,
+                        "--resume: the run used chunks of %u images, not a multiple of "
+                        "--batch %d",
+                        chunk32, J->pc.batch);
+    J->pc.chunk = J->chunk = chunk32;
+    J->n_chunks = (J->n + chunk32 - 1) / chunk32;
+    return SI_OK;
+}
+
+/* Rank 0's bitmap of the chunks done already (none unless resuming) goes to every rank, in
+ * pieces of at most 1 GiB (MPI counts are int); the scheduler hands out only the others. */
+static si_status share_done(si_job_state *J) {
+    const si_mpi *m = J->m;
+    uint64_t bytes = J->n_chunks / 8 + 1;
+    if (m->rank != 0) J->done = si_xcalloc(bytes, 1);
+    if (!J->done) J->done = si_xcalloc(bytes, 1);
+    for (uint64_t o = 0; o < bytes; o += 1u << 30) {
+        uint64_t c = bytes - o;
+        mpiCheck(
+            MPI_Bcast(J->done + o, (int)(c < (1u << 30) ? c : 1u << 30), MPI_BYTE, 0, m->comm));
+    }
+    if (m->rank == 0) J->done_before = si_result_images_done(J->res);
+    return si_sched_create(m, J->cfg->schedule, J->n_chunks, J->done, &J->sched);
+}
+
+/* --writer parallel: every rank opens the partial result with MPI-IO at rank 0's offsets. */
+static si_status open_parallel_writer(si_job_state *J) {
+    if (!J->cfg->parallel_writer) return SI_OK;
+    uint64_t offsets[SI_POST_MAX_COLS + 1] = {0};
+    if (J->m->rank == 0) si_result_column_offsets(J->res, offsets);
+    char *partial = si_result_partial_path(J->cfg->output);
+    si_status st =
+        si_mpi_agree(J->m, si_pwriter_open(J->m, partial, &J->pc.plan, offsets, &J->pwrite));
+    free(partial);
+    return st;
+}
+
+static void log_start(const si_job_state *J) {
+    const si_job_config *cfg = J->cfg;
+    const si_pipeline_config *pc = &J->pc;
+    int size = J->m->size, threads = J->threads;
+    if (J->m->rank == 0)
+        si_log_info("%llu images from %s on %d rank%s, batch %d, chunks of %u (%s), input %dx%d "
+                    "(resize %d), post %s, %d thread%s + %d post per rank%s",
+                    (unsigned long long)J->n, cfg->input, size, size > 1 ? "s" : "", pc->batch,
+                    J->chunk, cfg->schedule == SI_SCHED_STATIC ? "static" : "dynamic",
+                    pc->pre.crop_h, pc->pre.crop_w, pc->pre.resize, J->post_params, threads,
+                    threads > 1 ? "s" : "", pc->post_threads, J->done_before ? " (resuming)" : "");
+}
+
+static int exit_code(si_status st) {
+    switch (st) {
+    case SI_OK: return SI_EXIT_OK;
+    case SI_ERR_VERIFY: return SI_EXIT_VERIFY;
+    case SI_ERR_LIMIT: return SI_EXIT_MAX_ERRORS;
+    case SI_ERR_INTERRUPTED: return SI_EXIT_INTERRUPTED;
+    default: return SI_EXIT_FAIL;
+    }
+}
+
+static void job_free(si_job_state *J) {
+    si_progress_free(J->prog);
+    si_pwriter_close(J->pwrite);
+    si_result_close(J->res);
+    si_sched_free(J->sched);
+    si_gather_free(J->gather);
+    free(J->done);
+    free(J->busy);
+    free(J->elapsed);
+    free(J->final);
+    si_bytes_free(&J->msg);
+    free(J->key);
+    si_engine_free(J->e);
+    si_graph_free(J->g);
+    si_source_close(J->set);
+}
+
+int si_job_run(const si_job_config *cfg, const si_mpi *m) {
+    si_job_state J = {.cfg = cfg, .m = m, .pc = cfg->pc, .eo = cfg->eo, .host = "?"};
+    J.t_start = cfg->t_start > 0 ? cfg->t_start : si_now();
+    set_threads(&J);
+    si_status st = open_inputs(&J);
+    if (st == SI_OK) st = select_gpu(&J);
+    if (st == SI_OK) st = create_engine(&J);
+    if (st == SI_OK) {
+        make_meta(&J);
+        st = open_result(&J);
+    }
+    if (st == SI_OK) st = share_done(&J);
+    if (st == SI_OK) st = open_parallel_writer(&J);
+    if (st == SI_OK) {
+        free(J.done); /* the scheduler has it */
+        J.done = NULL;
+        log_start(&J);
+        si_job_stream(&J); /* ends the job with MPI_Abort on a failure of the run */
+        st = si_mpi_agree(m, si_job_finish(&J));
+    }
+    int code = exit_code(st);
+    job_free(&J);
+    return code;
+}
