@@ -44,8 +44,7 @@ extern "C" si_status si_cuda_normalize(const uint8_t *src, int n, int h, int w, 
         if ((e = cudaGetLastError()) != cudaSuccess) break;
         e = cudaMemcpy(dst, d_dst, pixels * 3 * sizeof(float), cudaMemcpyDeviceToHost);
     } while (0);
-    if (e != cudaSuccess)
-        st = si_error(SI_ERR_INTERNAL, "si_cuda_normalize: %s", cudaGetErrorString(e));
+    if (e != cudaSuccess) st = cudaFail(e, "si_cuda_normalize: ");
     cudaFree(d_src);
     cudaFree(d_dst);
     return st;

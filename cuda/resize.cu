@@ -57,7 +57,6 @@ extern "C" si_status si_cuda_resize_crop(const uint8_t *pool, size_t pool_bytes,
     cudaFree(d_pool);
     cudaFree(d_items);
     cudaFree(d_out);
-    if (e != cudaSuccess)
-        return si_error(SI_ERR_INTERNAL, "si_cuda_resize_crop: %s", cudaGetErrorString(e));
+    if (e != cudaSuccess) return cudaFail(e, "si_cuda_resize_crop: ");
     return SI_OK;
 }

@@ -1,6 +1,6 @@
 /* `shardinfer plan`: the GPU memory budget of a run, before the run. The numbers come from the
- * same planner the CUDA backend allocates from (src/engine/devplan.c), so they hold on the GPU; this
- * command itself needs no GPU. */
+ * same planner the CUDA backend allocates from (src/engine/devplan.c), so they hold on the GPU;
+ * this command itself needs no GPU. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +22,20 @@ static const char plan_usage[] =
     "  prints the GPU memory a `run --backend cuda` with these settings allocates, by component\n"
     "  (weights once; per slot: input buffers, activations, workspace, staging), and the\n"
     "  largest batch that fits --memory-limit (default: 80 GiB, one H100)\n";
+
+/* What the backend carves out of the two allocations, byte offsets as the plan gives them. */
+static void print_carve(const si_devplan *p) {
+    const si_devplan_carve *d = &p->dev, *h = &p->pin;
+    printf("  carved: the device block holds the weights at 0, then slot k at %zu + k * %zu:\n",
+           si_devplan_slot_dev(p, 0), p->slot_bytes);
+    printf("    arena %zu, scratch %zu, workspace %zu, input %zu, output %zu", d->arena, d->scratch,
+           d->workspace, d->input, d->output);
+    if (p->pack) printf(", packed images %zu, items %zu", d->pack, d->items);
+    printf("\n  carved: the pinned block holds slot k at k * %zu:\n", p->pinned);
+    printf("    input %zu, output %zu", h->input, h->output);
+    if (p->pack) printf(", packed images %zu, items %zu", h->pack, h->items);
+    printf("\n");
+}
 
 int si_cli_plan(int argc, char **argv) {
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
@@ -114,6 +128,7 @@ int si_cli_plan(int argc, char **argv) {
     printf("  %-34s %12.1f %12.1f\n", "pinned host memory", mib(p.pinned), mib(p.pinned_total));
     printf("  activations: %.1f MiB per slot where one buffer per tensor would take %.1f MiB\n",
            mib(p.activations), mib(p.acts.naive_bytes));
+    print_carve(&p);
     printf("  plus the CUDA context and the libraries' own memory (about 500-600 MiB on an H100, "
            "measured)\n");
     si_devplan_free(&p);

@@ -93,6 +93,47 @@ int64_t si_devplan_node_scratch(const si_graph *g, const si_gnode *n, size_t ele
     return need;
 }
 
+/* The input and output staging: each graph input and output at its offset (pixels: the one
+ * image input as (B, H, W, 3) bytes; otherwise floats). */
+static void plan_staging(const si_graph *g, bool pixels, si_devplan *p) {
+    p->in_off = si_xcalloc((size_t)g->n_inputs + 1, sizeof(size_t));
+    p->out_off = si_xcalloc((size_t)g->n_outputs + 1, sizeof(size_t));
+    p->out_row = si_xcalloc((size_t)g->n_outputs + 1, sizeof(int64_t));
+    size_t in = 0, out = 0;
+    for (int i = 0; i < g->n_inputs; i++) {
+        size_t numel = (size_t)si_shape_numel(&g->values[g->inputs[i]].shape);
+        p->in_off[i] = in;
+        in += up(pixels && i == 0 ? numel : numel * sizeof(float));
+    }
+    for (int o = 0; o < g->n_outputs; o++) {
+        const si_shape *s = &g->values[g->outputs[o]].shape;
+        p->out_off[o] = out;
+        out += up((size_t)si_shape_numel(s) * sizeof(float));
+        p->out_row[o] = s->ndim && s->dims[0] ? si_shape_numel(s) / s->dims[0] : 0;
+    }
+    p->input = in;
+    p->output = out;
+}
+
+/* One slot's blocks: on the device the arena, scratch, workspace, input and output staging and
+ * the packed images then their items; pinned the same staging, images and items. */
+static void carve(si_devplan *p, size_t pool) {
+    si_devplan_carve *d = &p->dev, *h = &p->pin;
+    d->arena = 0;
+    d->scratch = d->arena + p->activations;
+    d->workspace = d->scratch + p->scratch;
+    d->input = d->workspace + p->workspace;
+    d->output = d->input + p->input;
+    d->pack = p->pack ? d->output + p->output : SIZE_MAX;
+    d->items = p->pack ? d->pack + pool : SIZE_MAX;
+    p->slot_bytes = d->output + p->output + p->pack;
+    h->arena = h->scratch = h->workspace = SIZE_MAX;
+    h->input = 0;
+    h->output = h->input + p->input;
+    h->pack = p->pack ? h->output + p->output : SIZE_MAX;
+    h->items = p->pack ? h->pack + pool : SIZE_MAX;
+}
+
 si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_t workspace,
                            bool pixels, size_t pack_per_image, si_devplan *p) {
     memset(p, 0, sizeof *p);
@@ -143,23 +184,14 @@ si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_
     p->activations = up(p->acts.arena_bytes);
     p->scratch = up((size_t)scratch * elem);
     p->workspace = up(workspace);
-    size_t in = 0, out = 0;
-    for (int i = 0; i < g->n_inputs; i++) {
-        const si_value *v = &g->values[g->inputs[i]];
-        size_t numel = (size_t)si_shape_numel(&v->shape);
-        /* pixels: (B, H, W, 3) bytes of the one image input; otherwise floats per input */
-        in += up(pixels && i == 0 ? numel : numel * sizeof(float));
-    }
-    for (int o = 0; o < g->n_outputs; o++)
-        out += up((size_t)si_shape_numel(&g->values[g->outputs[o]].shape) * sizeof(float));
-    p->input = in;
-    p->output = out;
-    p->pack = pack_per_image && pixels
-                  ? up((size_t)batch * pack_per_image) + up(sizeof(si_rs_item) * (size_t)batch)
-                  : 0;
-    p->pinned = in + out + p->pack;
+    plan_staging(g, pixels, p);
+    size_t pool = pack_per_image && pixels ? up((size_t)batch * pack_per_image) : 0;
+    p->pack = pool ? pool + up(sizeof(si_rs_item) * (size_t)batch) : 0;
+    p->pack_cap = pool ? (size_t)batch * pack_per_image : 0;
+    p->pinned = p->input + p->output + p->pack;
     p->device_total = p->weights + (size_t)slots * (p->activations + p->scratch + p->workspace +
-                                                    in + out + p->pack);
+                                                    p->input + p->output + p->pack);
+    carve(p, pool);
     p->pinned_total = (size_t)slots * p->pinned;
     return SI_OK;
 }
@@ -171,7 +203,18 @@ void si_devplan_free(si_devplan *p) {
     free(p->const_off);
     free(p->aux_off);
     free(p->dw_off);
+    free(p->in_off);
+    free(p->out_off);
+    free(p->out_row);
     memset(p, 0, sizeof *p);
+}
+
+size_t si_devplan_slot_dev(const si_devplan *p, int k) {
+    return p->weights + (size_t)k * p->slot_bytes;
+}
+
+size_t si_devplan_slot_pin(const si_devplan *p, int k) {
+    return (size_t)k * p->pinned;
 }
 
 int si_devplan_max_batch(si_graph *g, size_t elem, int slots, size_t workspace, bool pixels,

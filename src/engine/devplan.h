@@ -14,6 +14,12 @@
 
 #define SI_DEV_ALIGN 256
 
+/* Where each buffer of one slot lies, in bytes from the start of the slot's block (SIZE_MAX: not
+ * in that block). */
+typedef struct {
+    size_t arena, scratch, workspace, input, output, pack, items;
+} si_devplan_carve;
+
 typedef struct {
     int batch, slots;
     size_t elem;        /* bytes per activation element (4 FP32, 2 FP16/BF16) */
@@ -33,6 +39,16 @@ typedef struct {
     size_t pack;                       /* --resize-on gpu: decoded images and their items */
     size_t pinned;                     /* page-locked host memory: input staging and outputs */
     size_t device_total, pinned_total; /* everything, all slots */
+    /* what the backend carves: the device block is the weights, then slot k's block at
+     * si_devplan_slot_dev(p, k), slot_bytes each; the pinned block is slot k's `pinned` bytes at
+     * si_devplan_slot_pin(p, k). Input and output staging share one layout on both sides. */
+    size_t slot_bytes;    /* one slot's device block */
+    si_devplan_carve dev; /* in a slot's device block */
+    si_devplan_carve pin; /* in a slot's pinned block (input, output, pack, items) */
+    size_t pack_cap;      /* bytes of decoded images a slot's packed buffer takes (0: none) */
+    size_t *in_off;       /* per graph input: offset in the input staging */
+    size_t *out_off;      /* per graph output: offset of its floats in the output staging */
+    int64_t *out_row;     /* per graph output: floats per batch row (numel / dims[0]; 0 if none) */
 } si_devplan;
 
 /* A 4-D runtime value: stored NHWC. */
@@ -62,6 +78,9 @@ int64_t si_devplan_node_scratch(const si_graph *g, const si_gnode *n, size_t ele
 si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_t workspace,
                            bool pixels, size_t pack_per_image, si_devplan *p);
 void si_devplan_free(si_devplan *p);
+/* Offset of slot k's block in the device allocation and in the pinned allocation. */
+size_t si_devplan_slot_dev(const si_devplan *p, int k);
+size_t si_devplan_slot_pin(const si_devplan *p, int k);
 
 /* The largest batch whose plan fits `limit` device bytes (0 if not even batch 1 does); leaves
  * the graph inferred for that batch. */

@@ -1,0 +1,148 @@
+// The CUDA backend's Gemm and MatMul on cuBLASLt: a matmul descriptor, layouts and a heuristic
+// algorithm per node at init (bias and ReLU as epilogues where cuBLASLt has them), one call per
+// node (or per output matrix of a partially broadcast MatMul) at run time.
+#include <string.h>
+
+#include "cuda/backend_internal.cuh"
+
+// Row-major Y (M, N) = X (M, K) W (K, N) is column-major Y^T (N, M) = W^T X^T: cuBLASLt's A is
+// the weight side, B the activation side, and D's rows are output features, so a bias along N
+// is cuBLASLt's per-row bias epilogue.
+static si_status lt_setup(cuda_state *cs, gemm_x *x, int opA, int64_t ar, int64_t ac, int opB,
+                          int64_t br, int64_t bc, int64_t m, int64_t nn, int batch, int64_t sa,
+                          int64_t sb, cublasLtEpilogue_t epi, const void *bias) {
+    ltCheck(cublasLtMatmulDescCreate(&x->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = opA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = opB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    ltCheck(cublasLtMatmulDescSetAttribute(x->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    ltCheck(cublasLtMatmulDescSetAttribute(x->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (epi != CUBLASLT_EPILOGUE_DEFAULT) {
+        ltCheck(
+            cublasLtMatmulDescSetAttribute(x->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+        if (bias)
+            ltCheck(cublasLtMatmulDescSetAttribute(x->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                   sizeof bias));
+    }
+    ltCheck(cublasLtMatrixLayoutCreate(&x->a, cs->ct, (uint64_t)ar, (uint64_t)ac, ar));
+    ltCheck(cublasLtMatrixLayoutCreate(&x->b, cs->ct, (uint64_t)br, (uint64_t)bc, br));
+    ltCheck(cublasLtMatrixLayoutCreate(&x->d, cs->ct, (uint64_t)m, (uint64_t)nn, m));
+    if (batch > 1) {
+        int64_t sd = m * nn;
+        cublasLtMatrixLayout_t ls[3] = {x->a, x->b, x->d};
+        int64_t strides[3] = {sa, sb, sd};
+        for (int k = 0; k < 3; k++) {
+            ltCheck(cublasLtMatrixLayoutSetAttribute(ls[k], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                     &batch, sizeof batch));
+            ltCheck(cublasLtMatrixLayoutSetAttribute(
+                ls[k], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[k], sizeof(int64_t)));
+        }
+    }
+    cublasLtMatmulPreference_t pref;
+    ltCheck(cublasLtMatmulPreferenceCreate(&pref));
+    size_t wsb = cs->plan.workspace;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                         sizeof wsb);
+    cublasLtMatmulHeuristicResult_t res;
+    int got = 0;
+    cublasStatus_t hs =
+        cublasLtMatmulAlgoGetHeuristic(cs->lt, x->op, x->a, x->b, x->d, x->d, pref, 1, &res, &got);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (hs != CUBLAS_STATUS_SUCCESS || got == 0)
+        return si_error(SI_ERR_UNSUPPORTED, "cuBLASLt has no algorithm (status %d)", (int)hs);
+    x->algo = res.algo;
+    return SI_OK;
+}
+
+si_status si_cuda_gemm_init(si_engine *e, cuda_state *cs, int j) {
+    si_graph *g = e->g;
+    si_gnode *n = &g->nodes[j];
+    gemm_x *x = &cs->gemm[j];
+    const si_shape *ys = &g->values[n->out].shape, *bs = &g->values[n->in[1]].shape;
+    int64_t M = ys->dims[0], N = ys->dims[1], K = n->trans_b ? bs->dims[1] : bs->dims[0];
+    x->alpha = n->alpha;
+    x->beta = n->n_in > 2 ? n->beta : 0.f;
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    const void *bias = NULL;
+    if (n->n_in > 2 && x->beta != 0.f) {
+        const si_value *cv = &g->values[n->in[2]];
+        int64_t cn = cv->shape.ndim ? cv->shape.dims[cv->shape.ndim - 1] : 1;
+        int64_t cm = cv->shape.ndim == 2 ? cv->shape.dims[0] : 1;
+        if (x->beta == 1.f && cm == 1 && cn == N && cv->kind != SI_VAL_RUNTIME) {
+            epi = CUBLASLT_EPILOGUE_BIAS;
+            bias = cs->consts + cs->plan.const_off[n->in[2]];
+            x->beta = 0.f;
+        } else {
+            x->prefill = true;
+        }
+    }
+    if (n->act.kind == SI_ACT_RELU)
+        epi = epi == CUBLASLT_EPILOGUE_BIAS ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    x->act_after = n->act.kind && n->act.kind != SI_ACT_RELU;
+    // A' = W: (N, K) op, stored (K, N) row-major = col-major N x K, or (N, K) = col-major K x N
+    // B' = X: stored (M, K) row-major = col-major K x M, or (K, M) = col-major M x K
+    si_status st = lt_setup(cs, x, n->trans_b, n->trans_b ? K : N, n->trans_b ? N : K, n->trans_a,
+                            n->trans_a ? M : K, n->trans_a ? K : M, N, M, 1, 0, 0, epi, bias);
+    if (st != SI_OK) return si_error_prefix(st, "node '%s' (Gemm): ", n->name);
+    return SI_OK;
+}
+
+// promotes MatMul operands like numpy (src/cpu/backend.c does the same)
+static void matmul_dims(const si_graph *g, const si_gnode *n, int *nd, int64_t *ad, int64_t *bd,
+                        int64_t *yd) {
+    si_shape a = g->values[n->in[0]].shape, b = g->values[n->in[1]].shape;
+    if (a.ndim == 1) a = (si_shape){2, {1, a.dims[0]}};
+    if (b.ndim == 1) b = (si_shape){2, {b.dims[0], 1}};
+    *nd = a.ndim > b.ndim ? a.ndim : b.ndim;
+    for (int d = 0; d < *nd; d++) {
+        int ia = d - (*nd - a.ndim), ib = d - (*nd - b.ndim);
+        ad[d] = ia >= 0 ? a.dims[ia] : 1;
+        bd[d] = ib >= 0 ? b.dims[ib] : 1;
+    }
+    for (int d = 0; d < *nd - 2; d++) yd[d] = ad[d] > bd[d] ? ad[d] : bd[d];
+    yd[*nd - 2] = ad[*nd - 2];
+    yd[*nd - 1] = bd[*nd - 1];
+}
+
+si_status si_cuda_matmul_init(si_engine *e, cuda_state *cs, int j) {
+    si_graph *g = e->g;
+    si_gnode *n = &g->nodes[j];
+    int nd;
+    int64_t ad[SI_MAX_DIMS], bd[SI_MAX_DIMS], yd[SI_MAX_DIMS];
+    matmul_dims(g, n, &nd, ad, bd, yd);
+    int64_t M = yd[nd - 2], N = yd[nd - 1], K = ad[nd - 1], batch = 1, pa = 1, pb = 1;
+    bool a_full = true, b_full = true;
+    for (int d = 0; d < nd - 2; d++) {
+        batch *= yd[d];
+        pa *= ad[d];
+        pb *= bd[d];
+        a_full = a_full && ad[d] == yd[d];
+        b_full = b_full && bd[d] == yd[d];
+    }
+    gemm_x *x = &cs->gemm[j];
+    x->alpha = 1.f;
+    x->beta = 0.f;
+    if ((!a_full && pa != 1) || (!b_full && pb != 1) || batch > INT32_MAX) {
+        x->loop_nd = nd;
+        memcpy(x->ad, ad, sizeof ad);
+        memcpy(x->bd, bd, sizeof bd);
+        memcpy(x->yd, yd, sizeof yd);
+        batch = 1;
+    }
+    si_status st = lt_setup(cs, x, 0, N, K, 0, K, M, N, M, (int)batch, pb == 1 ? 0 : K * N,
+                            pa == 1 ? 0 : M * K, CUBLASLT_EPILOGUE_DEFAULT, NULL);
+    if (st != SI_OK) return si_error_prefix(st, "node '%s' (MatMul): ", n->name);
+    return SI_OK;
+}
+
+si_status si_cuda_lt_run(cuda_state *cs, slot_x *sl, gemm_x *x, const void *a, const void *b,
+                         void *y) {
+    ltCheck(cublasLtMatmul(cs->lt, x->op, &x->alpha, a, x->a, b, x->b, &x->beta, y, x->d, y, x->d,
+                           &x->algo, sl->ws, cs->plan.workspace, sl->stream));
+    return SI_OK;
+}
+
+void si_cuda_gemm_release(gemm_x *x) {
+    if (x->op) cublasLtMatmulDescDestroy(x->op);
+    if (x->a) cublasLtMatrixLayoutDestroy(x->a);
+    if (x->b) cublasLtMatrixLayoutDestroy(x->b);
+    if (x->d) cublasLtMatrixLayoutDestroy(x->d);
+}
