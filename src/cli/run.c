@@ -761,6 +761,10 @@ int si_cli_run(int argc, char **argv) {
         if (st == SI_OK) st = si_sha256_file(a.model, sha);
     }
     if ((st = si_mpi_agree(&m, st)) != SI_OK) goto out;
+    /* every backend takes the pipeline's batches as pixels through its slots */
+    memcpy(a.eo.mean, a.pc.mean, sizeof a.eo.mean);
+    memcpy(a.eo.std, a.pc.std, sizeof a.eo.std);
+    a.eo.pixels = true;
 #ifdef SI_HAVE_CUDA
     if (!strcmp(a.backend, "cuda")) { /* one GPU per rank, by node-local rank */
         const char *lr = getenv("SLURM_LOCALID");
@@ -775,9 +779,6 @@ int si_cli_run(int argc, char **argv) {
             si_log_warn("more ranks on a node than visible GPUs (%d): ranks share GPUs",
                         si_cuda_device_count());
         if ((st = si_mpi_agree(&m, st)) != SI_OK) goto out;
-        memcpy(a.eo.mean, a.pc.mean, sizeof a.eo.mean);
-        memcpy(a.eo.std, a.pc.std, sizeof a.eo.std);
-        a.eo.pixels = true;
         if (a.pc.gpu_resize) {
             size_t ppi = a.pack_kb ? (size_t)a.pack_kb << 10 : SI_RS_PACK_DEFAULT(a.pc.pre.resize);
             size_t crop = (size_t)a.pc.pre.crop_h * (size_t)a.pc.pre.crop_w * 3;
@@ -792,7 +793,7 @@ int si_cli_run(int argc, char **argv) {
     st = si_engine_create_opts(g, a.backend, a.pc.batch, &a.eo, &e);
     g = NULL; /* owned by the engine now, or freed */
     if ((st = si_mpi_agree(&m, st)) != SI_OK) goto out;
-    if (e->n_slots && m.rank == 0)
+    if (si_engine_on_gpu(e) && m.rank == 0)
         si_log_info("cuda: %s, batch %d, %d slots: planned %.1f MiB of GPU memory per rank "
                     "(weights %.1f, activations %.1f, workspace %.1f, staging %.1f); engine ready "
                     "in %.2f s (algorithm search, graph capture, warm-up)",
@@ -939,9 +940,9 @@ int si_cli_run(int argc, char **argv) {
     si_log_debug("decode buffer: %s", mine.pinned ? "pinned (CUDA host memory)" : "pageable");
     mine.peak_rss_kb = peak_rss_kb();
     mine.t_init = e->mem.init_seconds;
-    mine.gpu = e->n_slots ? J.gpu : -1;
+    mine.gpu = si_engine_on_gpu(e) ? J.gpu : -1;
 #ifdef SI_HAVE_CUDA
-    if (e->n_slots) {
+    if (si_engine_on_gpu(e)) {
         size_t used = 0, total = 0;
         if (si_cuda_mem_info(&used, &total) == SI_OK) mine.gpu_mem_kb = used / 1024;
     }
