@@ -33,6 +33,10 @@ add_test(NAME demo_model_vs_onnxruntime
 set_tests_properties(onnx_node_tests ort_op_cases demo_model_vs_onnxruntime PROPERTIES
   FIXTURES_REQUIRED ref_cases LABELS "unit")
 
+# the CPU backend's synchronous slot (pixels -> submit -> collect) equals si_engine_run bit for bit
+si_add_test(test_cpu_slots SOURCES test_cpu_slots.c LABELS "unit" ARGS ${SI_DEMO_MODEL})
+set_tests_properties(test_cpu_slots PROPERTIES FIXTURES_REQUIRED demo_model)
+
 # weights in a side file: same results as embedded, and no path may leave the model's directory
 add_test(NAME external_data
   COMMAND ${SI_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_external_data.py

@@ -334,7 +334,7 @@ int si_cli_bench(int argc, char **argv) {
            model, batch, threads, backend, si_precision_name(eo.precision),
            compute_only ? " compute_only=1" : "", med, ms[0], ms[iters - 1], batch * 1e3 / med,
            first, (double)e->activation_bytes / 1e6);
-    if (e->n_slots)
+    if (si_engine_on_gpu(e))
         printf("bench: init_s=%.2f (plan, weights, algorithm search, graph capture, warm-up) "
                "device_planned_mb=%.1f device_in_use_mb=%.1f\n",
                e->mem.init_seconds, (double)e->mem.device_total / 1048576.0,

@@ -1,14 +1,18 @@
 /* CPU backend: one arena for every runtime value, planned by liveness for the largest batch at
  * init (views share their source's bytes), then each run walks the nodes and calls the CPU
- * kernels. Constants and host values are read from the graph. Nothing is allocated per run. */
+ * kernels. Constants and host values are read from the graph. Nothing is allocated per run.
+ * Its slot ring is one synchronous slot: a staging buffer of pixels that submit normalises into
+ * the input and runs at once, so the pipeline feeds it exactly as it feeds a GPU. */
 #include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/trace.h"
 #include "engine/engine.h"
 #include "engine/memplan.h"
+#include "io/jpeg.h"
 
 /* The kernels call sgemm from inside their OpenMP threads and expect OpenBLAS's OpenMP build,
  * which then runs single-threaded there. When the loader finds another libopenblas.so.0 (on the
@@ -31,6 +35,10 @@ typedef struct {
     const float **cat_in; /* Concat's input pointers and sizes, sized for the widest one */
     int64_t *cat_sizes;
     int64_t *gather_idx; /* float Gather indices converted, sized for the largest */
+    /* the slot, with opts.pixels */
+    uint8_t *pixels;     /* (max_batch, H, W, 3) uint8: the batch to normalise into input 0 */
+    int in_h, in_w;      /* input 0's H and W */
+    double t_run, t_end; /* when the slot's last run began and ended (si_now()) */
 } cpu_state;
 
 static float *ptr(const si_engine *e, int v) {
@@ -38,6 +46,18 @@ static float *ptr(const si_engine *e, int v) {
     const si_value *val = &e->g->values[v];
     if (val->kind != SI_VAL_RUNTIME) return val->data;
     return (float *)(void *)(s->arena + s->plan.offset[v]);
+}
+
+/* The slot's staging buffer for the pixel path; plain memory, nothing uploads it. */
+static si_status slot_init(si_engine *e, cpu_state *s) {
+    const si_graph *g = e->g;
+    const si_value *in = &g->values[g->inputs[0]];
+    if (g->n_inputs != 1 || in->shape.ndim != 4 || in->shape.dims[1] != 3)
+        return si_error(SI_ERR_UNSUPPORTED, "cpu: the pixel path needs one (N, 3, H, W) input");
+    s->in_h = (int)in->shape.dims[2];
+    s->in_w = (int)in->shape.dims[3];
+    s->pixels = si_xmalloc((size_t)e->max_batch * (size_t)s->in_h * (size_t)s->in_w * 3);
+    return SI_OK;
 }
 
 static si_status cpu_init(si_engine *e) {
@@ -72,7 +92,9 @@ static si_status cpu_init(si_engine *e) {
     e->activation_bytes = s->plan.arena_bytes + sizeof(float) * scratch * threads;
     e->naive_bytes = s->plan.naive_bytes;
     for (int i = 0; i < g->n_inputs; i++) e->host_in[i] = ptr(e, g->inputs[i]);
-    return SI_OK;
+    e->n_slots = 1;
+    e->synchronous = true;
+    return e->opts.pixels ? slot_init(e, s) : SI_OK;
 }
 
 /* dims of s right-aligned to nd, padded with 1 */
@@ -247,9 +269,51 @@ static si_status cpu_run(si_engine *e, int batch) {
     return SI_OK;
 }
 
+static uint8_t *cpu_pixels(si_engine *e, int slot) {
+    (void)slot;
+    return ((cpu_state *)e->state)->pixels;
+}
+
+/* Normalises the slot's rows into input 0 (the caller's thread pool) and runs the model: the
+ * batch is finished when this returns. */
+static si_status cpu_submit(si_engine *e, int slot, int rows, size_t packed) {
+    cpu_state *s = e->state;
+    (void)slot;
+    if (!s->pixels) return si_error(SI_ERR_INTERNAL, "cpu: submit without the pixel path");
+    if (packed) return si_error(SI_ERR_INTERNAL, "cpu: packed input, but no resize here");
+    const size_t img = (size_t)s->in_h * (size_t)s->in_w * 3;
+    float *x = e->host_in[0];
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++)
+        si_normalize_chw(s->pixels + img * (size_t)r, s->in_h, s->in_w, e->opts.mean, e->opts.std,
+                         x + img * (size_t)r);
+    si_trace_push("compute");
+    s->t_run = si_now();
+    si_status st = si_graph_infer(e->g, rows); /* as si_engine_run: shapes follow the batch */
+    if (st == SI_OK) st = cpu_run(e, rows);
+    s->t_end = si_now();
+    si_trace_pop();
+    return st;
+}
+
+static si_status cpu_collect(si_engine *e, int slot, const float **outs) {
+    (void)slot;
+    for (int o = 0; o < e->g->n_outputs; o++) outs[o] = e->host_out[o];
+    return SI_OK;
+}
+
+static si_status cpu_times(si_engine *e, int slot, double *t0, double *t1) {
+    const cpu_state *s = e->state;
+    (void)slot;
+    *t0 = s->t_run;
+    *t1 = s->t_end;
+    return SI_OK;
+}
+
 static void cpu_release(si_engine *e) {
     cpu_state *s = e->state;
     if (!s) return;
+    free(s->pixels);
     si_memplan_free(&s->plan);
     free(s->arena);
     free(s->scratch);
@@ -260,5 +324,12 @@ static void cpu_release(si_engine *e) {
     e->state = NULL;
 }
 
-const si_backend si_cpu_backend = {
-    .name = "cpu", .init = cpu_init, .run = cpu_run, .release = cpu_release};
+/* pack stays NULL: the CPU has no resize of its own (the pipeline makes the crops) */
+const si_backend si_cpu_backend = {.name = "cpu",
+                                   .init = cpu_init,
+                                   .run = cpu_run,
+                                   .release = cpu_release,
+                                   .pixels = cpu_pixels,
+                                   .submit = cpu_submit,
+                                   .collect = cpu_collect,
+                                   .times = cpu_times};

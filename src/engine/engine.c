@@ -105,17 +105,20 @@ const float *si_engine_output(si_engine *e, int i, si_shape *shape) {
 }
 
 uint8_t *si_engine_pixels(si_engine *e, int slot) {
-    SI_ASSERT(e->n_slots > 0 && slot >= 0 && slot < e->n_slots);
+    SI_ASSERT(slot >= 0 && slot < e->n_slots);
     return e->be->pixels(e, slot);
 }
 
 uint8_t *si_engine_pack(si_engine *e, int slot, si_rs_item **items, size_t *cap) {
-    SI_ASSERT(e->n_slots > 0 && slot >= 0 && slot < e->n_slots && e->opts.pack_per_image > 0);
+    SI_ASSERT(slot >= 0 && slot < e->n_slots);
+    *items = NULL;
+    *cap = 0;
+    if (e->opts.pack_per_image == 0 || !e->be->pack) return NULL;
     return e->be->pack(e, slot, items, cap);
 }
 
 si_status si_engine_submit(si_engine *e, int slot, int rows, size_t packed) {
-    SI_ASSERT(e->n_slots > 0 && slot >= 0 && slot < e->n_slots);
+    SI_ASSERT(slot >= 0 && slot < e->n_slots);
     SI_ASSERT(packed == 0 || e->opts.pack_per_image > 0);
     if (rows < 1 || rows > e->max_batch)
         return si_error(SI_ERR_ARG, "batch of %d rows, engine planned for 1..%d", rows,
@@ -124,13 +127,17 @@ si_status si_engine_submit(si_engine *e, int slot, int rows, size_t packed) {
 }
 
 si_status si_engine_slot_times(si_engine *e, int slot, double *t0, double *t1) {
-    SI_ASSERT(e->n_slots > 0 && slot >= 0 && slot < e->n_slots);
+    SI_ASSERT(slot >= 0 && slot < e->n_slots);
     return e->be->times(e, slot, t0, t1);
 }
 
 si_status si_engine_collect(si_engine *e, int slot, const float **outs) {
-    SI_ASSERT(e->n_slots > 0 && slot >= 0 && slot < e->n_slots);
+    SI_ASSERT(slot >= 0 && slot < e->n_slots);
     return e->be->collect(e, slot, outs);
+}
+
+bool si_engine_on_gpu(const si_engine *e) {
+    return e->be != &si_cpu_backend;
 }
 
 int si_engine_output_dtype(const si_engine *e, int i) {

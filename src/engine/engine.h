@@ -22,7 +22,7 @@ typedef struct {
     int precision;          /* si_precision; the CPU backend runs FP32 only */
     int slots;              /* GPU: batches in flight, each with its stream and buffers (0: 3) */
     size_t workspace_bytes; /* GPU: cuDNN/cuBLASLt workspace per slot (0: 256 MiB) */
-    bool pixels;            /* GPU: input 0 arrives as (B, H, W, 3) uint8 through the slots */
+    bool pixels;            /* input 0 arrives as (B, H, W, 3) uint8 through the slots */
     float mean[3], std[3];  /* with pixels: normalisation, (x/255 - mean) / std */
     bool no_graphs;         /* GPU: launch op by op instead of replaying a CUDA Graph */
     size_t pack_per_image;  /* GPU with pixels: > 0 gives each slot a packed buffer of decoded
@@ -46,19 +46,27 @@ typedef struct {
     /* Runs the graph on `batch` rows of the inputs (batch <= max_batch). */
     si_status (*run)(si_engine *e, int batch);
     void (*release)(si_engine *e);
-    /* --- optional: the asynchronous slot ring of a GPU backend (NULL on the CPU) --- */
-    /* page-locked (max_batch, H, W, 3) uint8 input of a slot, to decode into */
+    /* --- the slot ring, one interface for every backend: a batch goes in through a slot's
+     * pixels (or packed buffer), submit, then collect. A GPU has opts.slots slots in flight at
+     * once; the CPU is one synchronous slot (submit runs the batch before it returns). The
+     * pixel path needs opts.pixels (input 0 is (N, 3, H, W) float, fed normalised from uint8
+     * pixels with opts.mean and opts.std). --- */
+    /* the slot's (max_batch, H, W, 3) uint8 input to decode into (page-locked on a GPU); NULL
+     * without opts.pixels */
     uint8_t *(*pixels)(si_engine *e, int slot);
     /* with opts.pack_per_image: the slot's page-locked packed buffer (*cap bytes) and its
-     * max_batch items (io/resample.h), to decode into for the GPU's resize */
+     * max_batch items (io/resample.h), to decode into for the GPU's resize. NULL (and *cap 0)
+     * where the backend has no resize of its own (the CPU) */
     uint8_t *(*pack)(si_engine *e, int slot, si_rs_item **items, size_t *cap);
-    /* queues the slot's upload, preprocessing, model and download; returns at once. packed > 0:
-     * the rows are items[0, rows) over the first `packed` bytes of the packed buffer, resized on
-     * the GPU; 0: they are crops in pixels */
+    /* starts the slot's batch: preprocessing (normalisation; with packed > 0 the resize of
+     * items[0, rows) over the first `packed` bytes of the packed buffer, else the rows are crops
+     * in pixels), the model, the outputs' way back. Asynchronous on a GPU (upload and download
+     * included), synchronous on the CPU */
     si_status (*submit)(si_engine *e, int slot, int rows, size_t packed);
     /* waits for the slot; outs[o] = its host outputs (max_batch rows), valid until resubmitted */
     si_status (*collect)(si_engine *e, int slot, const float **outs);
-    /* after collect: when the device began and finished the slot's batch (si_now() clock) */
+    /* after collect: when the backend began and finished running the slot's batch (si_now()
+     * clock; on a GPU the device's own times, upload to download) */
     si_status (*times)(si_engine *e, int slot, double *t0, double *t1);
     /* replays the model alone on inputs already on the device (compute-only benchmarks) */
     si_status (*run_compute)(si_engine *e);
@@ -80,7 +88,9 @@ struct si_engine {
     size_t naive_bytes;      /* what one buffer per value would cost instead */
     double *node_seconds;    /* if set (n_nodes entries), backends add each node's time */
     si_engine_opts opts;
-    int n_slots;          /* > 0: the backend has the slot ring (pixels, submit, collect) */
+    int n_slots;          /* slots of the ring, set by init (1 on the CPU) */
+    bool synchronous;     /* submit returns with the batch finished (the CPU): nothing stays in
+                             flight, collect never waits */
     si_engine_memory mem; /* filled by GPU backends */
 };
 
@@ -102,12 +112,14 @@ si_status si_engine_run(si_engine *e, int batch);
 const float *si_engine_output(si_engine *e, int i, si_shape *shape);
 int si_engine_output_dtype(const si_engine *e, int i); /* SI_DT_FLOAT or SI_DT_INT64 */
 
-/* The slot ring (e->n_slots > 0 only); see si_backend. */
+/* The slot ring (slot in [0, e->n_slots)); see si_backend. Borrowed buffers. */
 uint8_t *si_engine_pixels(si_engine *e, int slot);
 uint8_t *si_engine_pack(si_engine *e, int slot, si_rs_item **items, size_t *cap);
 si_status si_engine_submit(si_engine *e, int slot, int rows, size_t packed);
 si_status si_engine_collect(si_engine *e, int slot, const float **outs);
 si_status si_engine_slot_times(si_engine *e, int slot, double *t0, double *t1);
+/* Whether the engine runs on a GPU (its memory summary in e->mem is filled), for reports. */
+bool si_engine_on_gpu(const si_engine *e);
 
 extern const si_backend si_cpu_backend;
 #ifdef SI_HAVE_CUDA

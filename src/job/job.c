@@ -134,7 +134,7 @@ static si_status open_inputs(si_job_state *J) {
 }
 
 /* --backend cuda: one GPU per rank, by node-local rank (the launcher's, else MPI's), and the
- * engine's pixel input (normalisation, buffers of decoded images for the GPU resize). */
+ * buffers of decoded images for the GPU resize. */
 static si_status select_gpu(si_job_state *J) {
 #ifdef SI_HAVE_CUDA
     const si_mpi *m = J->m;
@@ -151,9 +151,6 @@ static si_status select_gpu(si_job_state *J) {
         si_log_warn("more ranks on a node than visible GPUs (%d): ranks share GPUs",
                     si_cuda_device_count());
     if ((st = si_mpi_agree(m, st)) != SI_OK) return st;
-    memcpy(J->eo.mean, J->pc.mean, sizeof J->eo.mean);
-    memcpy(J->eo.std, J->pc.std, sizeof J->eo.std);
-    J->eo.pixels = true;
     if (J->pc.gpu_resize) {
         long pack_kb = J->cfg->pack_kb;
         size_t ppi = pack_kb ? (size_t)pack_kb << 10 : SI_RS_PACK_DEFAULT(J->pc.pre.resize);
@@ -169,11 +166,15 @@ static si_status select_gpu(si_job_state *J) {
 }
 
 static si_status create_engine(si_job_state *J) {
+    /* every backend takes the pipeline's batches as pixels through its slots */
+    memcpy(J->eo.mean, J->pc.mean, sizeof J->eo.mean);
+    memcpy(J->eo.std, J->pc.std, sizeof J->eo.std);
+    J->eo.pixels = true;
     si_status st = si_engine_create_opts(J->g, J->cfg->backend, J->pc.batch, &J->eo, &J->e);
     J->g = NULL; /* owned by the engine now, or freed */
     if ((st = si_mpi_agree(J->m, st)) != SI_OK) return st;
     const si_engine *e = J->e;
-    if (e->n_slots && J->m->rank == 0)
+    if (si_engine_on_gpu(e) && J->m->rank == 0)
         si_log_info("cuda: %s, batch %d, %d slots: planned %.1f MiB of GPU memory per rank "
                     "(weights %.1f, activations %.1f, workspace %.1f, staging %.1f); engine ready "
                     "in %.2f s (algorithm search, graph capture, warm-up)",

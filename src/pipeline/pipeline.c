@@ -1,28 +1,20 @@
-/* The per-rank batch loop (stages and queues in pipeline.h). Every buffer is sized at start for
- * the batch and the chunk; decode scratch grows to the largest image and stays. One mutex and
- * one condition variable guard all the queues: they change once per batch, so contention is
- * nil and the waits are easy to reason about. Failed images are left out of the model's batch
- * (the good ones are packed to the front), so a corrupt file costs nothing but its own row. */
-#include "pipeline.h"
-
+/* The per-rank batch loop (stages and queues in pipeline.h), the post thread and the hooks'
+ * side of the main thread; the reader is in reader.c, the decode in decode.c. One loop serves
+ * every backend through the engine's slot ring: batch k decodes into slot k % S and is
+ * submitted, the oldest batch is retired to post when its slot is needed again (at once on the
+ * CPU's one synchronous slot). Every buffer is sized at start for the batch and the chunk. One
+ * mutex and one condition variable guard all the queues: they change once per batch, so
+ * contention is nil and the waits are easy to reason about. */
 #include <omp.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#ifdef SI_HAVE_CUDA
-#include "cuda/cuda.h"
-#endif
 #include "base/trace.h"
+#include "stages.h"
 
 const char *const si_stage_names[SI_STAGES] = {"read", "decode", "compute",
                                                "post", "write",  "starved"};
-
-#define READ_SLOTS  3 /* the batch being decoded + up to two read ahead */
-#define POST_SLOTS  2 /* batches waiting for or in the postprocessor */
-#define CHUNK_SLOTS 4 /* being filled, in post, finished and not yet handed over */
-#define CLAIM_AHEAD 2 /* chunks claimed beyond the one being read */
 
 int si_pipeline_default_resize(int h, int w) {
     return (int)((h > w ? h : w) / 0.875 + 0.5);
@@ -77,108 +69,7 @@ si_status si_pipeline_check_model(si_graph *g, si_pipeline_config *cfg) {
     return SI_OK;
 }
 
-/* Reads a batch; if the one large read fails, reads image by image so that one bad record
- * costs only itself. */
-static void read_batch(si_source *set, uint64_t b0, uint32_t n, si_bytes *buf, uint64_t *off,
-                       int32_t *status, char (*msg)[SI_MSG_LEN], si_bytes *one) {
-    if (si_source_read(set, b0, n, buf, off) == SI_OK) return;
-    si_log_warn("%s: batch read of images %llu..%llu failed (%s); reading them one by one",
-                si_source_spec(set), (unsigned long long)b0, (unsigned long long)(b0 + n - 1),
-                si_error_msg());
-    buf->len = 0;
-    off[0] = 0;
-    for (uint32_t j = 0; j < n; j++) {
-        uint64_t o[2];
-        off[j + 1] = off[j];
-        if (si_source_read(set, b0 + j, 1, one, o) != SI_OK ||
-            si_bytes_reserve(buf, off[j] + (o[1] - o[0])) != SI_OK) {
-            status[j] = SI_IMG_READ_ERROR;
-            snprintf(msg[j], SI_MSG_LEN, "read error: %s", si_error_msg());
-            si_log_error("image %llu: %s", (unsigned long long)(b0 + j), msg[j]);
-            continue;
-        }
-        memcpy(buf->data + off[j], one->data + o[0], o[1] - o[0]);
-        off[j + 1] = off[j] + (o[1] - o[0]);
-    }
-}
-
-typedef struct {
-    si_bytes buf;
-    uint64_t *off;           /* [B+1] */
-    int32_t *status;         /* [B]: SI_IMG_READ_ERROR for records that could not be read */
-    char (*msg)[SI_MSG_LEN]; /* [B]: why, for those */
-    uint64_t chunk, first;   /* the batch's chunk and first image */
-    uint32_t n;
-    bool chunk_start, chunk_end;
-} rslot;
-
-/* --resize-on gpu: the slot's packed buffer, shared by the decode threads. Every image of the
- * batch keeps a crop's worth of bytes in reserve until it is placed, so the ones resized here
- * (when the decoded ones do not fit) always find room. */
-typedef struct {
-    pthread_mutex_t mu;
-    size_t used, cap, crop; /* bytes */
-    uint32_t pending;       /* images not yet placed */
-} pack_state;
-
-/* Room for an image of `need` bytes at *off, if the others' reserve stays whole; need = crop
- * always fits. Without room (false) the image is still pending. */
-static bool pack_take(pack_state *pk, size_t need, uint64_t *off) {
-    pthread_mutex_lock(&pk->mu);
-    SI_ASSERT(pk->pending > 0);
-    bool ok = pk->used + need + (size_t)(pk->pending - 1) * pk->crop <= pk->cap;
-    if (ok) {
-        *off = pk->used;
-        pk->used += need;
-        pk->pending--;
-    }
-    pthread_mutex_unlock(&pk->mu);
-    SI_ASSERT(ok || need > pk->crop);
-    return ok;
-}
-
-/* An image that failed: its reserve goes back. */
-static void pack_drop(pack_state *pk) {
-    pthread_mutex_lock(&pk->mu);
-    pk->pending--;
-    pthread_mutex_unlock(&pk->mu);
-}
-
-/* Decodes image j at its DCT scale into the packed buffer for the GPU's resize, or resizes it
- * here into a crop-sized place when it does not fit (counted in *cpu_resized). */
-static si_image_status decode_packed(si_decoder *d, const uint8_t *data, size_t len,
-                                     const si_preproc *pre, pack_state *pk, uint8_t *pool,
-                                     si_rs_item *it, uint64_t *cpu_resized, char *msg, size_t cap) {
-    const uint8_t *img;
-    int w, h;
-    si_image_status st = si_decode_scaled(d, data, len, pre, &img, &w, &h, msg, cap);
-    if (st != SI_IMG_OK) {
-        pack_drop(pk);
-        return st;
-    }
-    int fits = si_rs_item_make(w, h, pre->resize, pre->crop_h, pre->crop_w, it);
-    SI_ASSERT(fits); /* the decoder checked that the crop fits */
-    size_t need = (size_t)w * (size_t)h * 3;
-    if (si_rs_gpu_fits(it) && pack_take(pk, need, &it->off)) {
-        memcpy(pool + it->off, img, need);
-        return SI_IMG_OK;
-    }
-    bool placed = pack_take(pk, pk->crop, &it->off);
-    SI_ASSERT(placed);
-#pragma omp atomic
-    (*cpu_resized)++;
-    if (si_decoder_resize_crop(d, img, w, h, pre, pool + it->off) != SI_OK) {
-        snprintf(msg, cap, "%s", si_error_msg());
-        return SI_IMG_TOO_LARGE;
-    }
-    /* the crop as it is: resizing a crop-sized image to itself is the identity */
-    it->w = it->rw = pre->crop_w;
-    it->h = it->rh = pre->crop_h;
-    it->top = it->left = 0;
-    return SI_IMG_OK;
-}
-
-/* A batch in a GPU slot: what post needs once its results are back. */
+/* A batch in an engine slot: what post needs once its results are back. */
 typedef struct {
     int32_t *rowmap; /* [B] */
     int rows;
@@ -186,133 +77,25 @@ typedef struct {
     si_chunk *c;
     bool last;
     int64_t k;       /* the batch's number, for --timeline */
-    double t_submit; /* when it went to the GPU */
+    double t_submit; /* when it went to the engine */
 } flight;
 #define MAX_SLOTS 16
 
-typedef struct {
-    float *out[SI_MAX_OUTPUTS]; /* [B * out_numel[o]]: the packed rows' outputs */
-    int32_t *rowmap;            /* [B]: row -> position in the batch */
-    int rows;
-    uint64_t b0;
-    si_chunk *c;
-    bool last; /* the chunk's last batch */
-    int64_t k;
-} pslot;
-
-typedef struct {
-    const si_pipeline_config *cfg;
-    const si_pipeline_hooks *h;
-    si_source *set;
-    uint64_t n_images;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    /* claimed chunks, main -> reader */
-    uint64_t claims[CLAIM_AHEAD + 1];
-    int c_head, c_count;
-    bool claims_closed;
-    /* read batches, reader -> main */
-    rslot rs[READ_SLOTS];
-    int r_filled;
-    bool reader_done;
-    /* batches to postprocess, main -> post */
-    pslot ps[POST_SLOTS];
-    int p_head, p_count;
-    bool post_closed, post_exited;
-    /* chunks: free ones, and finished ones, post -> main */
-    si_chunk chunks[CHUNK_SLOTS];
-    si_chunk *free_c[CHUNK_SLOTS], *done_c[CHUNK_SLOTS];
-    int n_free, d_head, d_count;
-    bool abort; /* the main thread gave up: the threads leave */
-    /* the post pool's buffers */
-    uint8_t *scratch;   /* [post_threads * scratch_bytes] */
-    si_detection *dets; /* [B * max_dets] */
-    int *n_dets;        /* [B] */
-    si_rank_stats st;   /* read and post times under mu, the rest main-thread only */
-    double t0;
-} run;
-
-static void lock(run *R) {
-    pthread_mutex_lock(&R->mu);
-}
-static void unlock(run *R) {
-    pthread_mutex_unlock(&R->mu);
-}
-static void signal_all(run *R) {
-    pthread_cond_broadcast(&R->cv);
-}
-
-static void *reader_main(void *arg) {
-    run *R = arg;
-    const int B = R->cfg->batch;
-    const uint32_t C = R->cfg->chunk;
-    si_bytes one = {0};
-    uint64_t k = 0;
-    for (;;) {
-        lock(R);
-        while (R->c_count == 0 && !R->claims_closed && !R->abort) pthread_cond_wait(&R->cv, &R->mu);
-        if (R->abort || R->c_count == 0) {
-            unlock(R);
-            break;
-        }
-        uint64_t chunk = R->claims[R->c_head];
-        R->c_head = (R->c_head + 1) % (CLAIM_AHEAD + 1);
-        R->c_count--;
-        signal_all(R);
-        unlock(R);
-        uint64_t first = chunk * C;
-        uint32_t len = si_chunk_len(chunk, R->n_images, C);
-        bool stop = false;
-        for (uint32_t done = 0; done < len && !stop; k++) {
-            lock(R);
-            while (R->r_filled == READ_SLOTS && !R->abort) pthread_cond_wait(&R->cv, &R->mu);
-            stop = R->abort;
-            unlock(R);
-            if (stop) break;
-            rslot *sl = &R->rs[k % READ_SLOTS];
-            sl->chunk = chunk;
-            sl->first = first + done;
-            sl->n = len - done < (uint32_t)B ? len - done : (uint32_t)B;
-            sl->chunk_start = done == 0;
-            sl->chunk_end = done + sl->n == len;
-            for (uint32_t j = 0; j < sl->n; j++) sl->status[j] = SI_IMG_OK;
-            si_trace_push("read");
-            double t = si_now();
-            read_batch(R->set, sl->first, sl->n, &sl->buf, sl->off, sl->status, sl->msg, &one);
-            si_trace_pop();
-            double t1 = si_now();
-            si_timeline_add(R->cfg->timeline, SI_TL_READ, (int64_t)k, t, t1);
-            done += sl->n;
-            lock(R);
-            R->st.busy[SI_STAGE_READ] += t1 - t;
-            R->st.bytes_read += sl->off[sl->n] - sl->off[0];
-            R->r_filled++;
-            signal_all(R);
-            unlock(R);
-        }
-        if (stop) break;
-    }
-    lock(R);
-    R->reader_done = true;
-    signal_all(R);
-    unlock(R);
-    si_bytes_free(&one);
-    return NULL;
-}
-
+/* The post thread: each computed batch through the postprocessor on its OpenMP pool, into the
+ * batch's chunk; a chunk's last batch puts the chunk on the finished list for the main thread. */
 static void *post_main(void *arg) {
-    run *R = arg;
+    si_pipe *R = arg;
     const si_pipeline_config *cfg = R->cfg;
     const si_post_plan *p = &cfg->plan;
     for (;;) {
-        lock(R);
+        pipe_lock(R);
         while (R->p_count == 0 && !R->post_closed && !R->abort) pthread_cond_wait(&R->cv, &R->mu);
         if (R->abort || R->p_count == 0) {
-            unlock(R);
+            pipe_unlock(R);
             break;
         }
-        pslot *sl = &R->ps[R->p_head];
-        unlock(R);
+        si_post_slot *sl = &R->ps[R->p_head];
+        pipe_unlock(R);
         si_trace_push("postprocess");
         double t = si_now();
         si_chunk *c = sl->c;
@@ -345,7 +128,7 @@ static void *post_main(void *arg) {
         si_trace_pop();
         double t1 = si_now();
         si_timeline_add(cfg->timeline, SI_TL_POST, sl->k, t, t1);
-        lock(R);
+        pipe_lock(R);
         R->st.busy[SI_STAGE_POST] += t1 - t;
         if (sl->last) {
             R->done_c[(R->d_head + R->d_count) % CHUNK_SLOTS] = c;
@@ -353,108 +136,108 @@ static void *post_main(void *arg) {
         }
         R->p_head = (R->p_head + 1) % POST_SLOTS;
         R->p_count--;
-        signal_all(R);
-        unlock(R);
+        pipe_signal(R);
+        pipe_unlock(R);
     }
-    lock(R);
+    pipe_lock(R);
     R->post_exited = true;
-    signal_all(R);
-    unlock(R);
+    pipe_signal(R);
+    pipe_unlock(R);
     return NULL;
 }
 
-static void snapshot(run *R, si_rank_stats *s) {
-    lock(R);
+static void snapshot(si_pipe *R, si_rank_stats *s) {
+    pipe_lock(R);
     *s = R->st;
-    unlock(R);
+    pipe_unlock(R);
     s->t_total = si_now() - R->t0;
 }
 
 /* Main thread: hands finished chunks to the caller and returns them to the free list. */
-static si_status drain(run *R) {
+static si_status drain(si_pipe *R) {
     for (;;) {
-        lock(R);
+        pipe_lock(R);
         si_chunk *c = R->d_count ? R->done_c[R->d_head] : NULL;
-        unlock(R);
+        pipe_unlock(R);
         if (!c) return SI_OK;
         for (uint32_t j = 0; j < c->n; j++)
             c->status[j] == SI_IMG_OK ? R->st.images++ : R->st.failed++;
-        lock(R);
+        pipe_lock(R);
         R->st.chunks++;
         if (R->st.chunks == 1) R->st.t_first = si_now() - R->t0;
-        unlock(R);
+        pipe_unlock(R);
         si_rank_stats s;
         snapshot(R, &s);
         double t = si_now();
         si_status st = R->h->chunk_done(R->h->ctx, c, &s);
         double t1 = si_now();
         si_timeline_add(R->cfg->timeline, SI_TL_WRITE, (int64_t)c->id, t, t1);
-        lock(R);
+        pipe_lock(R);
         R->st.busy[SI_STAGE_WRITE] += t1 - t;
         R->d_head = (R->d_head + 1) % CHUNK_SLOTS;
         R->d_count--;
         R->free_c[R->n_free++] = c;
-        signal_all(R);
-        unlock(R);
+        pipe_signal(R);
+        pipe_unlock(R);
         if (st != SI_OK) return st;
     }
 }
 
 /* Main thread: tops up the reader's claims. */
-static void refill(run *R) {
+static void refill(si_pipe *R) {
     for (;;) {
-        lock(R);
+        pipe_lock(R);
         bool want = !R->claims_closed && R->c_count < CLAIM_AHEAD;
-        unlock(R);
+        pipe_unlock(R);
         if (!want) return;
         uint64_t id;
         bool got = R->h->next_chunk(R->h->ctx, &id);
-        lock(R);
+        pipe_lock(R);
         if (got) {
             R->claims[(R->c_head + R->c_count) % (CLAIM_AHEAD + 1)] = id;
             R->c_count++;
         } else {
             R->claims_closed = true;
         }
-        signal_all(R);
-        unlock(R);
+        pipe_signal(R);
+        pipe_unlock(R);
     }
 }
 
 /* Main thread: the hooks' share of a pause. */
-static si_status service(run *R) {
+static si_status service(si_pipe *R) {
     si_status st = drain(R);
     if (st != SI_OK) return st;
     si_rank_stats s;
     snapshot(R, &s);
     double t = si_now();
     st = R->h->pump(R->h->ctx, &s);
-    lock(R);
+    pipe_lock(R);
     R->st.busy[SI_STAGE_WRITE] += si_now() - t;
-    unlock(R);
+    pipe_unlock(R);
     refill(R);
     return st;
 }
 
-typedef bool (*ready_fn)(const run *R);
-static bool have_read(const run *R) {
+typedef bool (*ready_fn)(const si_pipe *R);
+static bool have_read(const si_pipe *R) {
     return R->r_filled > 0 || R->reader_done;
 }
-static bool have_chunk(const run *R) {
+static bool have_chunk(const si_pipe *R) {
     return R->n_free > 0;
 }
-static bool have_post(const run *R) {
+static bool have_post(const si_pipe *R) {
     return R->p_count < POST_SLOTS;
 }
-static bool all_posted(const run *R) {
+static bool all_posted(const si_pipe *R) {
     return R->post_exited && R->d_count == 0;
 }
 
 /* Main thread: waits until ready(R), servicing the hooks every 2 ms meanwhile. */
-static si_status wait_for(run *R, ready_fn ready, int stage) {
+static si_status wait_for(si_pipe *R, ready_fn ready, int stage) {
     double t = si_now();
     si_status st = SI_OK;
-    lock(R);
+    pipe_lock(R);
     while (!ready(R) && st == SI_OK) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -462,22 +245,22 @@ static si_status wait_for(run *R, ready_fn ready, int stage) {
         if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
         pthread_cond_timedwait(&R->cv, &R->mu, &ts);
         if (ready(R)) break;
-        unlock(R);
+        pipe_unlock(R);
         st = service(R);
-        lock(R);
+        pipe_lock(R);
     }
     if (stage >= 0) R->st.busy[stage] += si_now() - t;
-    unlock(R);
+    pipe_unlock(R);
     return st;
 }
 
 /* Hands a computed batch to the post thread (waiting for a free post slot): outs[o] holds
  * rows * out_numel[o] floats. */
-static si_status to_post(run *R, const float *const *outs, const flight *f) {
+static si_status to_post(si_pipe *R, const float *const *outs, const flight *f) {
     const si_post_plan *p = &R->cfg->plan;
     si_status st = wait_for(R, have_post, -1);
     if (st != SI_OK) return st;
-    pslot *ps = &R->ps[(R->p_head + R->p_count) % POST_SLOTS]; /* free: only main adds */
+    si_post_slot *ps = &R->ps[(R->p_head + R->p_count) % POST_SLOTS]; /* free: only main adds */
     for (int o = 0; o < p->n_outputs && f->rows > 0; o++)
         memcpy(ps->out[o], outs[o], sizeof(float) * (size_t)f->rows * (size_t)p->out_numel[o]);
     memcpy(ps->rowmap, f->rowmap, sizeof(int32_t) * (size_t)f->rows);
@@ -486,10 +269,10 @@ static si_status to_post(run *R, const float *const *outs, const flight *f) {
     ps->c = f->c;
     ps->last = f->last;
     ps->k = f->k;
-    lock(R);
+    pipe_lock(R);
     R->p_count++;
-    signal_all(R);
-    unlock(R);
+    pipe_signal(R);
+    pipe_unlock(R);
     return SI_OK;
 }
 
@@ -500,325 +283,253 @@ static void test_slow(const si_pipeline_config *cfg) {
     nanosleep(&ts, NULL);
 }
 
-/* GPU: waits for the oldest batch in flight and hands it to post. */
-static si_status retire(run *R, si_engine *e, flight *fl, uint64_t *k_ret) {
-    int slot = (int)(*k_ret % (uint64_t)e->n_slots);
-    flight *f = &fl[slot];
+/* The main thread's side of the slot ring: batch k decodes into slot k % S (free: up to S - 1
+ * earlier batches are in flight meanwhile, a GPU's upload, model and download), then goes in
+ * with submit; a batch is retired (collected and handed to post) when its slot is needed again,
+ * or at once on a synchronous backend, whose batch is finished when submit returns. */
+typedef struct {
+    si_engine *e;
+    int S;
+    uint64_t keep; /* batches that may stay in flight after a submit */
+    flight fl[MAX_SLOTS];
+    uint64_t k, k_ret; /* batches submitted, retired */
+    si_decode *dec;
+    si_chunk *cur;  /* the chunk being filled */
+    uint8_t *empty; /* a failed image's result row */
+} feed;
+
+/* Waits for the oldest batch in flight and hands it to post. */
+static si_status retire(si_pipe *R, feed *F) {
+    int slot = (int)(F->k_ret % (uint64_t)F->S);
+    flight *f = &F->fl[slot];
     const float *outs[SI_MAX_OUTPUTS] = {0};
-    si_status st = SI_OK;
     if (f->rows > 0) {
         double t = si_now();
-        st = si_engine_collect(e, slot, outs);
+        si_status st = si_engine_collect(F->e, slot, outs);
         R->st.busy[SI_STAGE_COMPUTE] += si_now() - t;
         if (st != SI_OK) return st;
-        double g0, g1; /* the GPU's own times for the batch (its events) */
-        if (R->cfg->timeline && si_engine_slot_times(e, slot, &g0, &g1) == SI_OK) {
-            si_timeline_add(R->cfg->timeline, SI_TL_INFLIGHT, f->k, f->t_submit, si_now());
+        double g0, g1; /* the backend's own times for the batch (a GPU's events) */
+        if (R->cfg->timeline && si_engine_slot_times(F->e, slot, &g0, &g1) == SI_OK) {
+            if (!F->e->synchronous)
+                si_timeline_add(R->cfg->timeline, SI_TL_INFLIGHT, f->k, f->t_submit, si_now());
             si_timeline_add(R->cfg->timeline, SI_TL_COMPUTE, f->k, g0, g1);
         }
     }
-    if ((st = to_post(R, outs, f)) != SI_OK) return st;
-    (*k_ret)++;
+    si_status st = to_post(R, outs, f);
+    if (st == SI_OK) F->k_ret++;
+    return st;
+}
+
+static si_status retire_and_service(si_pipe *R, feed *F) {
+    si_status st = retire(R, F);
+    return st == SI_OK ? service(R) : st;
+}
+
+/* Read slot sl starts a chunk: takes a free one. Batches in flight hold chunks, so they finish
+ * first when none is free. */
+static si_status start_chunk(si_pipe *R, feed *F, const si_read_slot *sl) {
+    si_status st = SI_OK;
+    while (st == SI_OK && F->k_ret < F->k && !have_chunk(R)) st = retire_and_service(R, F);
+    if (st == SI_OK) st = wait_for(R, have_chunk, -1);
+    if (st != SI_OK) return st;
+    pipe_lock(R);
+    F->cur = R->free_c[--R->n_free];
+    pipe_unlock(R);
+    si_chunk_reset(F->cur, sl->chunk, sl->chunk * R->cfg->chunk,
+                   si_chunk_len(sl->chunk, R->n_images, R->cfg->chunk), F->empty);
+    return SI_OK;
+}
+
+/* Decodes read slot sl into the engine slot of batch F->k (free), records the batch in its
+ * flight and gives the read slot back to the reader. *packed: as si_decode_batch. */
+static void decode(si_pipe *R, feed *F, const si_read_slot *sl, size_t *packed) {
+    const int slot = (int)(F->k % (uint64_t)F->S);
+    flight *f = &F->fl[slot];
+    si_chunk *cur = F->cur;
+    int32_t *status = cur->status + (sl->first - cur->first);
+    char(*msgs)[SI_MSG_LEN] = cur->msg + (sl->first - cur->first);
+    for (uint32_t j = 0; j < sl->n; j++) {
+        status[j] = sl->status[j];
+        if (status[j] != SI_IMG_OK) memcpy(msgs[j], sl->msg[j], SI_MSG_LEN);
+    }
+    f->b0 = sl->first;
+    f->c = cur;
+    f->last = sl->chunk_end;
+    f->k = (int64_t)F->k;
+    si_trace_push("decode");
+    double t = si_now();
+    f->rows =
+        si_decode_batch(F->dec, slot, sl, status, msgs, f->rowmap, packed, &R->st.cpu_resized);
+    double t1 = si_now();
+    R->st.busy[SI_STAGE_DECODE] += t1 - t;
+    si_trace_pop();
+    si_timeline_add(R->cfg->timeline, SI_TL_DECODE, f->k, t, t1);
+    pipe_lock(R); /* the read slot goes back to the reader */
+    R->r_filled--;
+    pipe_signal(R);
+    pipe_unlock(R);
+}
+
+/* Submits the decoded batch F->k; what may not stay in flight goes to post. */
+static si_status submit(si_pipe *R, feed *F, size_t packed) {
+    const int slot = (int)(F->k % (uint64_t)F->S);
+    flight *f = &F->fl[slot];
+    f->t_submit = si_now();
+    if (f->rows > 0) {
+        double t = si_now();
+        si_status st = si_engine_submit(F->e, slot, f->rows, packed);
+        R->st.busy[SI_STAGE_COMPUTE] += si_now() - t;
+        if (st != SI_OK) return st;
+    }
+    F->k++;
+    test_slow(R->cfg);
+    while (F->k - F->k_ret > F->keep) {
+        si_status st = retire(R, F);
+        if (st != SI_OK) return st;
+    }
     return service(R);
 }
 
-si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source *set,
-                          const si_pipeline_hooks *h, si_rank_stats *stats) {
-    const int B = cfg->batch;
+/* The batch loop: read -> decode into a free slot -> submit, until the reader has no more. */
+static si_status batch_loop(si_pipe *R, feed *F) {
+    for (;;) {
+        si_status st = wait_for(R, have_read, SI_STAGE_STARVED);
+        if (st != SI_OK) return st;
+        pipe_lock(R);
+        bool end = R->r_filled == 0;
+        pipe_unlock(R);
+        if (end) return SI_OK;
+        const si_read_slot *sl = &R->rs[F->k % READ_SLOTS];
+        if (sl->chunk_start && (st = start_chunk(R, F, sl)) != SI_OK) return st;
+        SI_ASSERT(F->cur && F->cur->id == sl->chunk);
+        while (F->k - F->k_ret >= (uint64_t)F->S) /* the slot's previous batch retires */
+            if ((st = retire_and_service(R, F)) != SI_OK) return st;
+        size_t packed = 0;
+        decode(R, F, sl, &packed);
+        if ((st = submit(R, F, packed)) != SI_OK) return st;
+    }
+}
+
+/* After the loop: the batches still in flight go to post, oldest first (after an error they
+ * are only waited for: nothing may still write into the slots' buffers), post finishes, and
+ * the threads are told to leave. */
+static si_status finish(si_pipe *R, feed *F, si_status st) {
+    while (st == SI_OK && F->k_ret < F->k) st = retire_and_service(R, F);
+    for (uint64_t q = F->k_ret; st != SI_OK && q < F->k; q++) {
+        const float *outs[SI_MAX_OUTPUTS];
+        if (F->fl[q % (uint64_t)F->S].rows > 0)
+            (void)si_engine_collect(F->e, (int)(q % (uint64_t)F->S), outs);
+    }
+    pipe_lock(R);
+    R->post_closed = true;
+    if (st != SI_OK) R->abort = true;
+    pipe_signal(R);
+    pipe_unlock(R);
+    if (st == SI_OK) st = wait_for(R, all_posted, -1);
+    pipe_lock(R);
+    R->abort = true; /* the reader may still wait for claims */
+    pipe_signal(R);
+    pipe_unlock(R);
+    return st;
+}
+
+/* The engine must feed on pixels normalised as the config says. */
+static si_status feed_check(const si_pipeline_config *cfg, si_engine *e) {
+    SI_ASSERT(e->n_slots >= 1 && e->n_slots <= MAX_SLOTS);
+    if (!si_engine_pixels(e, 0))
+        return si_error(SI_ERR_INTERNAL, "pipeline: the engine has no pixel input (opts.pixels)");
+    if (memcmp(e->opts.mean, cfg->mean, sizeof cfg->mean) ||
+        memcmp(e->opts.std, cfg->std, sizeof cfg->std))
+        return si_error(SI_ERR_INTERNAL,
+                        "pipeline: the engine normalises with another mean/std than the config");
+    return SI_OK;
+}
+
+/* The main thread's buffers, once for the run; free with feed_free. */
+static void feed_init(feed *F, const si_pipeline_config *cfg, si_engine *e, si_source *set) {
+    F->e = e;
+    F->S = e->n_slots;
+    F->keep = e->synchronous ? 0 : (uint64_t)F->S;
+    for (int q = 0; q < F->S; q++)
+        F->fl[q].rowmap = si_xmalloc(sizeof(int32_t) * (size_t)cfg->batch);
+    F->dec = si_decode_create(cfg, e, set);
+    F->empty = si_xmalloc(cfg->plan.row_bytes + 1);
+    si_post_fill_empty(&cfg->plan, F->empty);
+}
+
+static void feed_free(feed *F) {
+    for (int q = 0; q < F->S; q++) free(F->fl[q].rowmap);
+    si_decode_free(F->dec);
+    free(F->empty);
+}
+
+/* The threads' shared state with every queue's buffers, once for the run. */
+static si_pipe *pipe_create(const si_pipeline_config *cfg, const si_pipeline_hooks *h,
+                            si_source *set) {
+    const size_t B = (size_t)cfg->batch;
     const si_post_plan *p = &cfg->plan;
-    SI_ASSERT(cfg->chunk > 0 && cfg->chunk % (uint32_t)B == 0 && cfg->post_threads > 0);
-    run *R = si_xcalloc(1, sizeof *R);
+    si_pipe *R = si_xcalloc(1, sizeof *R);
     R->cfg = cfg;
     R->h = h;
     R->set = set;
     R->n_images = si_source_count(set);
     pthread_mutex_init(&R->mu, NULL);
     pthread_cond_init(&R->cv, NULL);
-    for (int k = 0; k < READ_SLOTS; k++) {
-        R->rs[k].off = si_xmalloc(sizeof(uint64_t) * (size_t)(B + 1));
-        R->rs[k].status = si_xmalloc(sizeof(int32_t) * (size_t)B);
-        R->rs[k].msg = si_xmalloc(sizeof(*R->rs[k].msg) * (size_t)B);
-    }
+    si_reader_init(R);
     for (int k = 0; k < POST_SLOTS; k++) {
         for (int o = 0; o < p->n_outputs; o++)
-            R->ps[k].out[o] = si_xmalloc(sizeof(float) * (size_t)B * (size_t)p->out_numel[o] + 1);
-        R->ps[k].rowmap = si_xmalloc(sizeof(int32_t) * (size_t)B);
+            R->ps[k].out[o] = si_xmalloc(sizeof(float) * B * (size_t)p->out_numel[o] + 1);
+        R->ps[k].rowmap = si_xmalloc(sizeof(int32_t) * B);
     }
     for (int k = 0; k < CHUNK_SLOTS; k++) {
         si_chunk_init(&R->chunks[k], cfg->chunk, p);
         R->free_c[R->n_free++] = &R->chunks[k];
     }
     R->scratch = si_xmalloc(p->scratch_bytes * (size_t)cfg->post_threads + 1);
-    R->dets =
-        p->max_dets ? si_xmalloc(sizeof(si_detection) * (size_t)B * (size_t)p->max_dets) : NULL;
-    R->n_dets = si_xmalloc(sizeof(int) * (size_t)B);
-    uint8_t *empty = si_xmalloc(p->row_bytes + 1);
-    si_post_fill_empty(p, empty);
+    R->dets = p->max_dets ? si_xmalloc(sizeof(si_detection) * B * (size_t)p->max_dets) : NULL;
+    R->n_dets = si_xmalloc(sizeof(int) * B);
+    return R;
+}
 
-    const size_t plane = (size_t)cfg->pre.crop_h * cfg->pre.crop_w;
-    const int nthreads = omp_get_max_threads();
-    /* with a GPU backend, batch k decodes straight into slot k % S's pinned input and is in
-     * flight (upload, model, download) while the next ones decode */
-    const int S = e->n_slots;
-    SI_ASSERT(S <= MAX_SLOTS);
-    flight fl[MAX_SLOTS];
-    for (int k = 0; k < S; k++) fl[k].rowmap = si_xmalloc(sizeof(int32_t) * (size_t)B);
-    uint64_t k_ret = 0; /* batches retired from the slots */
-    /* (B, H, W, 3) uint8 crops: the staging buffer the GPU path uploads as it is, pinned when a
-     * CUDA device is there */
-    size_t pixels_bytes = plane * 3 * (size_t)B;
-    uint8_t *pixels = NULL;
-    bool pixels_pinned = false;
-#ifdef SI_HAVE_CUDA
-    if (S == 0) {
-        pixels = si_cuda_host_alloc(pixels_bytes);
-        pixels_pinned = pixels != NULL;
-    }
-#endif
-    R->st.pinned = pixels_pinned || S > 0; /* a GPU backend's slots are pinned */
-    if (!pixels && S == 0) pixels = si_xmalloc(pixels_bytes);
-    int32_t *rowmap = si_xmalloc(sizeof(int32_t) * (size_t)B);
-    si_decoder **dec = si_xcalloc((size_t)nthreads, sizeof *dec);
-    for (int t = 0; t < nthreads; t++)
-        if (!(dec[t] = si_decoder_create()))
-            si_fatal(__FILE__, __LINE__, "si_decoder_create", NULL);
-    int ph = 0, pw = 0, pch = 0;
-    bool pixels_in = si_source_pixel_shape(set, &ph, &pw, &pch);
-    /* --resize-on gpu: decode into the slot's packed buffer (encoded JPEGs only: pre-decoded
-     * sets are resized here from the file's pixels) */
-    const bool packed = S > 0 && cfg->gpu_resize && e->opts.pack_per_image > 0 && !pixels_in;
-    pack_state pk = {.crop = plane * 3};
-    pthread_mutex_init(&pk.mu, NULL);
-    si_rs_item *jitems = si_xmalloc(sizeof(si_rs_item) * (size_t)B);
-    uint8_t *gray_rgb = pixels_in && pch == 1 ? si_xmalloc((size_t)ph * pw * 3 * (size_t)nthreads)
-                                              : NULL; /* gray -> RGB per thread, reused */
-
-    R->t0 = si_now();
-    if (cfg->timeline) cfg->timeline->t0 = R->t0;
-    refill(R);
-    pthread_t reader, post;
-    if (pthread_create(&reader, NULL, reader_main, R) != 0 ||
-        pthread_create(&post, NULL, post_main, R) != 0)
-        si_fatal(__FILE__, __LINE__, "pthread_create", "pipeline threads");
-
-    si_status st = SI_OK;
-    si_chunk *cur = NULL;
-    uint64_t k = 0; /* batches started */
-    for (;; k++) {
-        if ((st = wait_for(R, have_read, SI_STAGE_STARVED)) != SI_OK) break;
-        lock(R);
-        bool end = R->r_filled == 0;
-        unlock(R);
-        if (end) break;
-        rslot *sl = &R->rs[k % READ_SLOTS];
-        if (sl->chunk_start) {
-            /* batches in flight hold chunks: finish them before waiting for one */
-            while (S > 0 && k_ret < k && !have_chunk(R))
-                if ((st = retire(R, e, fl, &k_ret)) != SI_OK) break;
-            if (st != SI_OK) break;
-            if ((st = wait_for(R, have_chunk, -1)) != SI_OK) break;
-            lock(R);
-            cur = R->free_c[--R->n_free];
-            unlock(R);
-            si_chunk_reset(cur, sl->chunk, sl->chunk * cfg->chunk,
-                           si_chunk_len(sl->chunk, R->n_images, cfg->chunk), empty);
-        }
-        SI_ASSERT(cur && cur->id == sl->chunk);
-        const uint32_t n = sl->n;
-        const uint64_t b0 = sl->first;
-        const uint64_t *off = sl->off;
-        const si_bytes buf = sl->buf;
-        const bool chunk_end = sl->chunk_end; /* the slot is the reader's again after decoding */
-        int32_t *status = cur->status + (b0 - cur->first);
-        char(*msgs)[SI_MSG_LEN] = cur->msg + (b0 - cur->first);
-        for (uint32_t j = 0; j < n; j++) {
-            status[j] = sl->status[j];
-            if (status[j] != SI_IMG_OK) memcpy(msgs[j], sl->msg[j], SI_MSG_LEN);
-        }
-
-        uint8_t *px_out = pixels, *pool = NULL;
-        si_rs_item *items = NULL;
-        if (S > 0) { /* the slot must be free: its previous batch done */
-            while (k - k_ret >= (uint64_t)S)
-                if ((st = retire(R, e, fl, &k_ret)) != SI_OK) break;
-            if (st != SI_OK) break;
-            px_out = si_engine_pixels(e, (int)(k % (uint64_t)S));
-            if (packed) {
-                pool = si_engine_pack(e, (int)(k % (uint64_t)S), &items, &pk.cap);
-                pk.used = 0;
-                pk.pending = n;
-                SI_ASSERT(pk.crop * n <= pk.cap);
-            }
-        }
-        si_trace_push("decode");
-        double t = si_now();
-        if (pixels_in) { /* pre-decoded images: resize and crop only */
-#pragma omp parallel for schedule(dynamic, 1)
-            for (uint32_t j = 0; j < n; j++) {
-                if (status[j] != SI_IMG_OK) continue;
-                const uint8_t *px = buf.data + off[j];
-                uint8_t *rgb = (uint8_t *)(uintptr_t)px;
-                if (pch == 1) { /* gray: replicate into this thread's scratch */
-                    rgb = gray_rgb + (size_t)omp_get_thread_num() * (size_t)ph * pw * 3;
-                    for (size_t i = 0; i < (size_t)ph * pw; i++)
-                        rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = px[i];
-                }
-                if (si_decoder_resize_crop(dec[omp_get_thread_num()], rgb, pw, ph, &cfg->pre,
-                                           px_out + plane * 3 * j) != SI_OK) {
-                    status[j] = SI_IMG_UNSUPPORTED;
-                    snprintf(msgs[j], SI_MSG_LEN, "%s", si_error_msg());
-                }
-            }
-        } else if (packed) {
-            uint64_t spilled = 0;
-#pragma omp parallel for schedule(dynamic, 1) reduction(+ : spilled)
-            for (uint32_t j = 0; j < n; j++) {
-                if (status[j] != SI_IMG_OK) {
-                    pack_drop(&pk);
-                    continue;
-                }
-                msgs[j][0] = 0;
-                status[j] = (int32_t)decode_packed(dec[omp_get_thread_num()], buf.data + off[j],
-                                                   off[j + 1] - off[j], &cfg->pre, &pk, pool,
-                                                   &jitems[j], &spilled, msgs[j], SI_MSG_LEN);
-            }
-            R->st.cpu_resized += spilled;
-        } else
-#pragma omp parallel for schedule(dynamic, 1)
-            for (uint32_t j = 0; j < n; j++) {
-                if (status[j] != SI_IMG_OK) continue;
-                msgs[j][0] = 0;
-                status[j] = (int32_t)si_decode_crop(dec[omp_get_thread_num()], buf.data + off[j],
-                                                    off[j + 1] - off[j], &cfg->pre,
-                                                    px_out + plane * 3 * j, msgs[j], SI_MSG_LEN);
-            }
-        int rows = 0;
-        for (uint32_t j = 0; j < n; j++) {
-            if (status[j] == SI_IMG_OK) {
-                rowmap[rows++] = (int32_t)j;
-            } else if (status[j] != SI_IMG_READ_ERROR) { /* read errors: logged by read_batch */
-                char *id = NULL;
-                if (si_source_read_ids(set, b0 + j, 1, &id) != SI_OK) id = NULL;
-                si_log_warn("image %llu '%s': %s: %s", (unsigned long long)(b0 + j), id ? id : "?",
-                            si_image_status_name(status[j]), msgs[j][0] ? msgs[j] : "-");
-                free(id);
-            }
-        }
-        if (packed) { /* the good rows' items to the front; the pixels stay where they are */
-            for (int r = 0; r < rows; r++) items[r] = jitems[rowmap[r]];
-        } else if (S > 0) { /* pack the good rows to the front of the slot's input, as decoded */
-            for (int r = 0; r < rows; r++)
-                if (rowmap[r] != r)
-                    memcpy(px_out + plane * 3 * (size_t)r, px_out + plane * 3 * (size_t)rowmap[r],
-                           plane * 3);
-        } else {
-            float *x = si_engine_input(e, 0);
-#pragma omp parallel for schedule(static)
-            for (int r = 0; r < rows; r++)
-                si_normalize_chw(pixels + plane * 3 * (size_t)rowmap[r], cfg->pre.crop_h,
-                                 cfg->pre.crop_w, cfg->mean, cfg->std, x + plane * 3 * (size_t)r);
-        }
-        double t1 = si_now();
-        R->st.busy[SI_STAGE_DECODE] += t1 - t;
-        si_trace_pop();
-        si_timeline_add(cfg->timeline, SI_TL_DECODE, (int64_t)k, t, t1);
-        lock(R); /* the read slot goes back to the reader */
-        R->r_filled--;
-        signal_all(R);
-        unlock(R);
-
-        if (S > 0) {
-            flight *f = &fl[k % (uint64_t)S];
-            f->rows = rows;
-            f->b0 = b0;
-            f->c = cur;
-            f->last = chunk_end;
-            f->k = (int64_t)k;
-            f->t_submit = si_now();
-            memcpy(f->rowmap, rowmap, sizeof(int32_t) * (size_t)rows);
-            if (rows > 0) {
-                t = si_now();
-                st = si_engine_submit(e, (int)(k % (uint64_t)S), rows, packed ? pk.used : 0);
-                R->st.busy[SI_STAGE_COMPUTE] += si_now() - t;
-                if (st != SI_OK) break;
-            }
-            test_slow(cfg);
-            if ((st = service(R)) != SI_OK) break;
-            continue;
-        }
-        if (rows > 0) {
-            si_trace_push("compute");
-            t = si_now();
-            st = si_engine_run(e, rows);
-            t1 = si_now();
-            R->st.busy[SI_STAGE_COMPUTE] += t1 - t;
-            si_trace_pop();
-            si_timeline_add(cfg->timeline, SI_TL_COMPUTE, (int64_t)k, t, t1);
-            if (st != SI_OK) break;
-        }
-        test_slow(cfg);
-        const float *outs[SI_MAX_OUTPUTS] = {0};
-        for (int o = 0; o < p->n_outputs && rows > 0; o++) {
-            si_shape sh;
-            outs[o] = si_engine_output(e, o, &sh);
-            SI_ASSERT(sh.ndim >= 1 && sh.dims[0] == rows);
-        }
-        flight f = {rowmap, rows, b0, cur, chunk_end, (int64_t)k, 0};
-        if ((st = to_post(R, outs, &f)) != SI_OK) break;
-        if ((st = service(R)) != SI_OK) break;
-    }
-    /* the batches still in the GPU's slots, oldest first */
-    while (st == SI_OK && S > 0 && k_ret < k) st = retire(R, e, fl, &k_ret);
-    if (S > 0 && st != SI_OK) /* nothing may still write into the slots' buffers */
-        for (int q = 0; q < S; q++) {
-            const float *outs[SI_MAX_OUTPUTS];
-            if (k_ret + (uint64_t)q < k && fl[(k_ret + (uint64_t)q) % (uint64_t)S].rows > 0)
-                (void)si_engine_collect(e, (int)((k_ret + (uint64_t)q) % (uint64_t)S), outs);
-        }
-    lock(R);
-    R->post_closed = true;
-    if (st != SI_OK) R->abort = true;
-    signal_all(R);
-    unlock(R);
-    if (st == SI_OK) st = wait_for(R, all_posted, -1);
-    lock(R);
-    R->abort = true; /* the reader may still wait for claims */
-    signal_all(R);
-    unlock(R);
-    pthread_join(reader, NULL);
-    pthread_join(post, NULL);
-    snapshot(R, stats);
-
-    for (int q = 0; q < READ_SLOTS; q++) {
-        si_bytes_free(&R->rs[q].buf);
-        free(R->rs[q].off);
-        free(R->rs[q].status);
-        free(R->rs[q].msg);
-    }
+static void pipe_free(si_pipe *R) {
+    si_reader_free(R);
     for (int q = 0; q < POST_SLOTS; q++) {
-        for (int o = 0; o < p->n_outputs; o++) free(R->ps[q].out[o]);
+        for (int o = 0; o < R->cfg->plan.n_outputs; o++) free(R->ps[q].out[o]);
         free(R->ps[q].rowmap);
     }
     for (int q = 0; q < CHUNK_SLOTS; q++) si_chunk_free(&R->chunks[q]);
     pthread_cond_destroy(&R->cv);
     pthread_mutex_destroy(&R->mu);
-    for (int t = 0; t < nthreads; t++) si_decoder_destroy(dec[t]);
-    free(dec);
-#ifdef SI_HAVE_CUDA
-    if (pixels_pinned)
-        si_cuda_host_free(pixels);
-    else
-#endif
-        free(pixels);
-    free(gray_rgb);
-    free(rowmap);
-    free(jitems);
-    pthread_mutex_destroy(&pk.mu);
-    for (int q = 0; q < S; q++) free(fl[q].rowmap);
-    free(empty);
     free(R->scratch);
     free(R->dets);
     free(R->n_dets);
     free(R);
+}
+
+si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source *set,
+                          const si_pipeline_hooks *h, si_rank_stats *stats) {
+    SI_ASSERT(cfg->chunk > 0 && cfg->chunk % (uint32_t)cfg->batch == 0 && cfg->post_threads > 0);
+    si_status st = feed_check(cfg, e);
+    if (st != SI_OK) return st;
+    si_pipe *R = pipe_create(cfg, h, set);
+    feed F = {0};
+    feed_init(&F, cfg, e, set);
+    R->st.pinned = e->mem.pinned > 0; /* the slots' buffers are page-locked (a GPU's) */
+
+    R->t0 = si_now();
+    if (cfg->timeline) cfg->timeline->t0 = R->t0;
+    refill(R);
+    pthread_t reader, post;
+    if (pthread_create(&reader, NULL, si_reader_main, R) != 0 ||
+        pthread_create(&post, NULL, post_main, R) != 0)
+        si_fatal(__FILE__, __LINE__, "pthread_create", "pipeline threads");
+    st = batch_loop(R, &F);
+    st = finish(R, &F, st);
+    pthread_join(reader, NULL);
+    pthread_join(post, NULL);
+    snapshot(R, stats);
+
+    feed_free(&F);
+    pipe_free(R);
     return st;
 }

@@ -1,11 +1,12 @@
 /* One rank's batch loop. Four stages run at once, joined by bounded queues:
  *   reader thread   reads a batch's encoded bytes (one hyperslab read) into a ring of 3 slots
- *   main thread     decodes and resizes (OpenMP), normalizes, runs the model
+ *   main thread     decodes and resizes (OpenMP) into an engine slot and submits it (the
+ *                   engine normalizes and runs the model; on a GPU several batches in flight)
  *   post thread     an OpenMP pool of post_threads running the postprocessor over the batch
  *   main thread     hands each finished chunk to the caller (rank 0 writes it, others send it)
- * Work arrives as chunks (src/pipeline/chunk.h) from the caller's next_chunk, claimed a little ahead of
- * the reader. The pipeline knows nothing of ranks: the hooks are where MPI happens, always on
- * the main thread, and `pump` is called whenever the main thread would otherwise wait, so that
+ * Work arrives as chunks (src/pipeline/chunk.h) from the caller's next_chunk, claimed a little
+ * ahead of the reader. The pipeline knows nothing of ranks: the hooks are where MPI happens, always
+ * on the main thread, and `pump` is called whenever the main thread would otherwise wait, so that
  * rank 0 keeps receiving and writing while it computes its own share. */
 #ifndef SI_PIPELINE_H
 #define SI_PIPELINE_H

@@ -1,0 +1,114 @@
+/* The pipeline's reader thread: one hyperslab read per batch into a ring of READ_SLOTS slots,
+ * ahead of the main thread's decode, from the chunks the main thread claims for it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/trace.h"
+#include "stages.h"
+
+void si_reader_init(si_pipe *R) {
+    const size_t B = (size_t)R->cfg->batch;
+    for (int k = 0; k < READ_SLOTS; k++) {
+        R->rs[k].off = si_xmalloc(sizeof(uint64_t) * (B + 1));
+        R->rs[k].status = si_xmalloc(sizeof(int32_t) * B);
+        R->rs[k].msg = si_xmalloc(sizeof(*R->rs[k].msg) * B);
+    }
+}
+
+void si_reader_free(si_pipe *R) {
+    for (int q = 0; q < READ_SLOTS; q++) {
+        si_bytes_free(&R->rs[q].buf);
+        free(R->rs[q].off);
+        free(R->rs[q].status);
+        free(R->rs[q].msg);
+    }
+}
+
+/* Reads a batch; if the one large read fails, reads image by image so that one bad record
+ * costs only itself. */
+static void read_batch(si_source *set, uint64_t b0, uint32_t n, si_bytes *buf, uint64_t *off,
+                       int32_t *status, char (*msg)[SI_MSG_LEN], si_bytes *one) {
+    if (si_source_read(set, b0, n, buf, off) == SI_OK) return;
+    si_log_warn("%s: batch read of images %llu..%llu failed (%s); reading them one by one",
+                si_source_spec(set), (unsigned long long)b0, (unsigned long long)(b0 + n - 1),
+                si_error_msg());
+    buf->len = 0;
+    off[0] = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        uint64_t o[2];
+        off[j + 1] = off[j];
+        if (si_source_read(set, b0 + j, 1, one, o) != SI_OK ||
+            si_bytes_reserve(buf, off[j] + (o[1] - o[0])) != SI_OK) {
+            status[j] = SI_IMG_READ_ERROR;
+            snprintf(msg[j], SI_MSG_LEN, "read error: %s", si_error_msg());
+            si_log_error("image %llu: %s", (unsigned long long)(b0 + j), msg[j]);
+            continue;
+        }
+        memcpy(buf->data + off[j], one->data + o[0], o[1] - o[0]);
+        off[j + 1] = off[j] + (o[1] - o[0]);
+    }
+}
+
+/* The next claimed chunk into *chunk; false when the claims are closed and taken, or at abort. */
+static bool take_claim(si_pipe *R, uint64_t *chunk) {
+    pipe_lock(R);
+    while (R->c_count == 0 && !R->claims_closed && !R->abort) pthread_cond_wait(&R->cv, &R->mu);
+    bool got = !R->abort && R->c_count > 0;
+    if (got) {
+        *chunk = R->claims[R->c_head];
+        R->c_head = (R->c_head + 1) % (CLAIM_AHEAD + 1);
+        R->c_count--;
+        pipe_signal(R);
+    }
+    pipe_unlock(R);
+    return got;
+}
+
+/* Reads a chunk's batches into the ring (batch numbers from *k on); false at abort. */
+static bool read_chunk(si_pipe *R, uint64_t chunk, uint64_t *k, si_bytes *one) {
+    const int B = R->cfg->batch;
+    const uint64_t first = chunk * R->cfg->chunk;
+    const uint32_t len = si_chunk_len(chunk, R->n_images, R->cfg->chunk);
+    for (uint32_t done = 0; done < len; (*k)++) {
+        pipe_lock(R);
+        while (R->r_filled == READ_SLOTS && !R->abort) pthread_cond_wait(&R->cv, &R->mu);
+        bool stop = R->abort;
+        pipe_unlock(R);
+        if (stop) return false;
+        si_read_slot *sl = &R->rs[*k % READ_SLOTS];
+        sl->chunk = chunk;
+        sl->first = first + done;
+        sl->n = len - done < (uint32_t)B ? len - done : (uint32_t)B;
+        sl->chunk_start = done == 0;
+        sl->chunk_end = done + sl->n == len;
+        for (uint32_t j = 0; j < sl->n; j++) sl->status[j] = SI_IMG_OK;
+        si_trace_push("read");
+        double t = si_now();
+        read_batch(R->set, sl->first, sl->n, &sl->buf, sl->off, sl->status, sl->msg, one);
+        si_trace_pop();
+        double t1 = si_now();
+        si_timeline_add(R->cfg->timeline, SI_TL_READ, (int64_t)*k, t, t1);
+        done += sl->n;
+        pipe_lock(R);
+        R->st.busy[SI_STAGE_READ] += t1 - t;
+        R->st.bytes_read += sl->off[sl->n] - sl->off[0];
+        R->r_filled++;
+        pipe_signal(R);
+        pipe_unlock(R);
+    }
+    return true;
+}
+
+void *si_reader_main(void *arg) {
+    si_pipe *R = arg;
+    si_bytes one = {0}; /* one record, when a batch read failed */
+    uint64_t k = 0, chunk;
+    while (take_claim(R, &chunk) && read_chunk(R, chunk, &k, &one)) {
+    }
+    pipe_lock(R);
+    R->reader_done = true;
+    pipe_signal(R);
+    pipe_unlock(R);
+    si_bytes_free(&one);
+    return NULL;
+}

@@ -1,0 +1,103 @@
+/* Internal to src/pipeline/: the state the pipeline's threads share (one mutex and one
+ * condition variable guard every queue), and the stages pipeline.c runs: the reader thread
+ * (reader.c) and the decode of a batch into an engine slot (decode.c). */
+#ifndef SI_PIPELINE_STAGES_H
+#define SI_PIPELINE_STAGES_H
+
+#include <pthread.h>
+
+#include "pipeline.h"
+
+#define READ_SLOTS  3 /* the batch being decoded + up to two read ahead */
+#define POST_SLOTS  2 /* batches waiting for or in the postprocessor */
+#define CHUNK_SLOTS 4 /* being filled, in post, finished and not yet handed over */
+#define CLAIM_AHEAD 2 /* chunks claimed beyond the one being read */
+
+/* A batch's encoded bytes, reader -> main. */
+typedef struct {
+    si_bytes buf;
+    uint64_t *off;           /* [B+1] */
+    int32_t *status;         /* [B]: SI_IMG_READ_ERROR for records that could not be read */
+    char (*msg)[SI_MSG_LEN]; /* [B]: why, for those */
+    uint64_t chunk, first;   /* the batch's chunk and first image */
+    uint32_t n;
+    bool chunk_start, chunk_end;
+} si_read_slot;
+
+/* A computed batch, main -> post. */
+typedef struct {
+    float *out[SI_MAX_OUTPUTS]; /* [B * out_numel[o]]: the packed rows' outputs */
+    int32_t *rowmap;            /* [B]: row -> position in the batch */
+    int rows;
+    uint64_t b0;
+    si_chunk *c;
+    bool last; /* the chunk's last batch */
+    int64_t k;
+} si_post_slot;
+
+typedef struct {
+    const si_pipeline_config *cfg;
+    const si_pipeline_hooks *h;
+    si_source *set;
+    uint64_t n_images;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* claimed chunks, main -> reader */
+    uint64_t claims[CLAIM_AHEAD + 1];
+    int c_head, c_count;
+    bool claims_closed;
+    /* read batches, reader -> main */
+    si_read_slot rs[READ_SLOTS];
+    int r_filled;
+    bool reader_done;
+    /* batches to postprocess, main -> post */
+    si_post_slot ps[POST_SLOTS];
+    int p_head, p_count;
+    bool post_closed, post_exited;
+    /* chunks: free ones, and finished ones, post -> main */
+    si_chunk chunks[CHUNK_SLOTS];
+    si_chunk *free_c[CHUNK_SLOTS], *done_c[CHUNK_SLOTS];
+    int n_free, d_head, d_count;
+    bool abort; /* the main thread gave up: the threads leave */
+    /* the post pool's buffers */
+    uint8_t *scratch;   /* [post_threads * scratch_bytes] */
+    si_detection *dets; /* [B * max_dets] */
+    int *n_dets;        /* [B] */
+    si_rank_stats st;   /* read and post times under mu, the rest main-thread only */
+    double t0;
+} si_pipe;
+
+static inline void pipe_lock(si_pipe *R) {
+    pthread_mutex_lock(&R->mu);
+}
+static inline void pipe_unlock(si_pipe *R) {
+    pthread_mutex_unlock(&R->mu);
+}
+static inline void pipe_signal(si_pipe *R) {
+    pthread_cond_broadcast(&R->cv);
+}
+
+/* reader.c: the read slots' buffers for batches of cfg->batch (freed by si_reader_free), and
+ * the reader thread: takes claimed chunks, reads them batch by batch into the ring of read
+ * slots, sets reader_done when the claims are closed and read, or at abort. */
+void si_reader_init(si_pipe *R);
+void si_reader_free(si_pipe *R);
+void *si_reader_main(void *arg);
+
+/* decode.c: one rank's decoders (one per OpenMP thread) and the batch's way into an engine
+ * slot, picked once at start: pre-decoded pixels resized and cropped, JPEGs decoded into the
+ * slot's packed buffer for the GPU's resize (when the engine has one and cfg->gpu_resize),
+ * or JPEGs decoded and cropped. Borrows cfg, e and set; free with si_decode_free. */
+typedef struct si_decode si_decode;
+si_decode *si_decode_create(const si_pipeline_config *cfg, si_engine *e, si_source *set);
+void si_decode_free(si_decode *d); /* accepts NULL */
+/* Decodes read slot sl's images into engine slot `slot` (free). status/msgs (sl->n entries)
+ * come in with the read's verdicts and leave with the decode's (failures logged). The good
+ * rows go to the front, in order: rowmap[r] is row r's position in the batch. Returns the
+ * number of rows; *packed = the packed bytes to submit (0: the rows are crops in the slot's
+ * pixels); *cpu_resized counts images resized here although the GPU was to. */
+int si_decode_batch(si_decode *d, int slot, const si_read_slot *sl, int32_t *status,
+                    char (*msgs)[SI_MSG_LEN], int32_t *rowmap, size_t *packed,
+                    uint64_t *cpu_resized);
+
+#endif
