@@ -61,3 +61,9 @@ if(SI_TORCH_PYTHON)
 else()
   message(STATUS "No .venv-torch: the real-export tests are left out (scripts/setup_torch.sh)")
 endif()
+
+# an unsupported model: operators grouped by type with counts, no cascade from their readers
+add_test(NAME unsupported_message
+  COMMAND ${SI_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_unsupported_message.py
+          --shardinfer $<TARGET_FILE:shardinfer> --work ${SI_TEST_DATA}/unsupported_message)
+set_tests_properties(unsupported_message PROPERTIES LABELS "unit")

@@ -1,7 +1,7 @@
-/* Building the executable graph from ONNX: values, node conversion (device ops in
- * graph_ops.c, shape arithmetic in host_eval.c), then the passes: constant folding (during
- * conversion), dead-node removal, BatchNorm folding, SiLU/activation fusion, residual fusion.
- * And per-batch shape inference. */
+/* Building the executable graph from ONNX: values, node conversion (device ops through the
+ * import table, import.h; shape arithmetic in ops_host.c), then the passes: constant folding
+ * (during conversion), dead-node removal, BatchNorm folding, SiLU/activation fusion, residual
+ * fusion. And per-batch shape inference. */
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph_internal.h"
+#include "import.h"
 
 const char *si_op_name(int op) {
     static const char *names[] = {"Conv",   "MaxPool",   "AveragePool", "GlobalAveragePool",
@@ -82,19 +82,47 @@ int si_b_add_value(si_builder *b, const char *name) {
     return id;
 }
 
+/* Records node n as unsupported, grouped by op type (or "OpType (reason)") for the message. */
 void si_b_unsupported(si_builder *b, const si_node_proto *n, const char *fmt, ...) {
-    char reason[512], line[1024];
+    char reason[512], key[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
-    int len = snprintf(line, sizeof line, "\n  node '%s' (%s): %s", n->name, n->op_type, reason);
-    if (len < 0) return;
-    if ((size_t)len >= sizeof line) len = (int)sizeof line - 1;
-    b->unsupported = si_xrealloc(b->unsupported, b->unsup_len + (size_t)len + 1);
-    memcpy(b->unsupported + b->unsup_len, line, (size_t)len + 1);
-    b->unsup_len += (size_t)len;
+    if (b->last_unsup == n) return;
+    b->last_unsup = n;
     b->n_unsupported++;
+    if (!strcmp(reason, SI_UNSUPPORTED_OP))
+        snprintf(key, sizeof key, "%s", n->op_type);
+    else
+        snprintf(key, sizeof key, "%s (%s)", n->op_type, reason);
+    for (int i = 0; i < b->n_groups; i++)
+        if (!strcmp(b->unsup[i].key, key)) {
+            b->unsup[i].count++;
+            return;
+        }
+    b->unsup = si_xrealloc(b->unsup, sizeof *b->unsup * (size_t)(b->n_groups + 1));
+    b->unsup[b->n_groups++] =
+        (si_unsup_group){.key = si_xstrdup(key), .first = si_xstrdup(n->name), .count = 1};
+}
+
+/* The message for a model with unsupported nodes: one line per group, first appearance first. */
+static si_status unsupported_error(const si_builder *b) {
+    size_t len = 0, cap = 256;
+    char *lines = si_xmalloc(cap);
+    lines[0] = 0;
+    for (int i = 0; i < b->n_groups; i++) {
+        const si_unsup_group *u = &b->unsup[i];
+        size_t need = strlen(u->key) + strlen(u->first) + 64;
+        if (len + need >= cap) lines = si_xrealloc(lines, cap = 2 * (len + need));
+        len += (size_t)snprintf(lines + len, cap - len, "\n  %s \u00d7%d (first: %s)", u->key,
+                                u->count, u->first);
+    }
+    si_status st = si_error(SI_ERR_UNSUPPORTED, "%s: %d unsupported operator type%s (%d node%s):%s",
+                            b->m->path, b->n_groups, b->n_groups > 1 ? "s" : "", b->n_unsupported,
+                            b->n_unsupported > 1 ? "s" : "", lines);
+    free(lines);
+    return st;
 }
 
 int si_b_input(si_builder *b, const si_node_proto *n, int i) {
@@ -207,17 +235,12 @@ static void free_node(si_gnode *n) {
     memset(n, 0, sizeof *n);
 }
 
-/* Converts one ONNX node: a host node when it is shape arithmetic on known values (folded now
- * when every input is CONST), else a device node. Returns false if unsupported (recorded). */
-static bool convert_node(si_builder *b, const si_node_proto *n) {
-    si_graph *g = b->g;
-    if (n->domain[0] && strcmp(n->domain, "ai.onnx")) {
-        si_b_unsupported(b, n, "operator domain '%s' is not supported", n->domain);
-        return false;
-    }
-    /* every named input must already be defined: ONNX requires topological order, and a cycle
-     * or a missing initializer shows up here */
-    bool all_known = true;
+/* Every named input must already be defined: ONNX requires topological order, and a cycle or
+ * a missing initializer shows up here (recorded, returns -1). Returns 0 when an input comes
+ * from an unsupported node, 1 when all are defined; *all_known: none is a RUNTIME value. */
+static int check_inputs(si_builder *b, const si_node_proto *n, bool *all_known) {
+    bool after_unsupported = false;
+    *all_known = true;
     for (int i = 0; i < n->n_inputs; i++) {
         if (!n->inputs[i][0]) continue;
         int id = si_b_find(b, n->inputs[i]);
@@ -226,9 +249,64 @@ static bool convert_node(si_builder *b, const si_node_proto *n) {
                              "input '%s' is not produced by any earlier node, initializer "
                              "or graph input (missing initializer, cycle or unsorted graph)",
                              n->inputs[i]);
+            return -1;
+        }
+        after_unsupported |= b->from_unsupported[id];
+        if (b->g->values[id].kind == SI_VAL_RUNTIME) *all_known = false;
+    }
+    return after_unsupported ? 0 : 1;
+}
+
+/* Outputs the node may not have: a second value of the same name, none at all, or optional
+ * outputs other than Split's. Recorded; returns false. */
+static bool check_outputs(si_builder *b, const si_node_proto *n, const si_gnode *gn, int n_out) {
+    if (n_out > SI_MAX_OUTPUTS) {
+        si_b_unsupported(b, n, "%d outputs (at most %d)", n_out, SI_MAX_OUTPUTS);
+        return false;
+    }
+    for (int i = 1; i < n->n_outputs && !(gn->op == SI_OP_SPLIT); i++)
+        if (n->outputs[i][0]) {
+            si_b_unsupported(b, n, "optional output '%s' is not supported", n->outputs[i]);
             return false;
         }
-        if (g->values[id].kind == SI_VAL_RUNTIME) all_known = false;
+    return true;
+}
+
+/* A host node whose inputs are all CONST: evaluated once now and dropped (constant folding).
+ * Returns false when the evaluation fails (recorded). */
+static bool fold_host_node(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    si_graph *g = b->g;
+    si_status st = si_host_eval(g, gn);
+    if (st != SI_OK) {
+        si_b_unsupported(b, n, "%s", si_error_msg());
+        g->values[gn->out].kind = SI_VAL_RUNTIME;
+        b->from_unsupported[gn->out] = true;
+        free_node(gn);
+        return false;
+    }
+    g->values[gn->out].kind = SI_VAL_CONST;
+    g->values[gn->out].producer = -1;
+    free_node(gn);
+    g->folded_consts++;
+    return true;
+}
+
+/* Converts one ONNX node: a host node when it is shape arithmetic on known values (folded now
+ * when every input is CONST), else a device node. Returns false if unsupported (recorded) or
+ * if it reads the output of an unsupported node (not recorded). */
+static bool convert_node_checked(si_builder *b, const si_node_proto *n) {
+    si_graph *g = b->g;
+    if (n->domain[0] && strcmp(n->domain, "ai.onnx")) {
+        si_b_unsupported(b, n, "operator domain '%s' is not supported", n->domain);
+        return false;
+    }
+    bool all_known;
+    int inputs = check_inputs(b, n, &all_known);
+    if (inputs <= 0) {
+        /* after an unsupported node only a missing op type is worth reporting */
+        if (inputs == 0 && !si_import_device(n->op_type) && !si_host_supports(n->op_type))
+            si_b_unsupported(b, n, SI_UNSUPPORTED_OP);
+        return false;
     }
     for (int i = 0; i < n->n_outputs; i++)
         if (n->outputs[i][0] && si_b_find(b, n->outputs[i]) >= 0) {
@@ -241,30 +319,16 @@ static bool convert_node(si_builder *b, const si_node_proto *n) {
         return false;
     }
     si_gnode *gn = &g->nodes[g->n_nodes];
-    memset(gn, 0, sizeof *gn);
-    gn->name = si_xstrdup(n->name);
-    gn->op_type = si_xstrdup(n->op_type);
-    gn->residual = -1;
+    *gn =
+        (si_gnode){.name = si_xstrdup(n->name), .op_type = si_xstrdup(n->op_type), .residual = -1};
     bool is_shape = !strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size");
     bool host = si_host_supports(n->op_type) && (all_known || is_shape);
     bool ok = host ? si_convert_host_op(b, n, gn) : si_convert_device_op(b, n, gn);
-    if (!ok) {
-        free_node(gn);
-        return false;
-    }
     int n_out = gn->op == SI_OP_SPLIT ? n->n_outputs : 1;
-    if (host && n->n_outputs > 1) n_out = 1;
-    if (n_out > SI_MAX_OUTPUTS) {
-        si_b_unsupported(b, n, "%d outputs (at most %d)", n_out, SI_MAX_OUTPUTS);
+    if (!ok || !check_outputs(b, n, gn, n_out)) {
         free_node(gn);
         return false;
     }
-    for (int i = 1; i < n->n_outputs && !(gn->op == SI_OP_SPLIT); i++)
-        if (n->outputs[i][0]) {
-            si_b_unsupported(b, n, "optional output '%s' is not supported", n->outputs[i]);
-            free_node(gn);
-            return false;
-        }
     gn->n_out = n_out;
     for (int i = 0; i < n_out; i++) {
         int id = si_b_add_value(b, n->outputs[i][0] ? n->outputs[i] : "");
@@ -277,23 +341,19 @@ static bool convert_node(si_builder *b, const si_node_proto *n) {
         for (int i = 0; i < gn->n_in; i++)
             if (g->values[gn->in[i]].kind != SI_VAL_CONST) known_now = false;
         g->values[gn->out].kind = SI_VAL_HOST;
-        if (known_now) { /* constant folding: evaluate once, drop the node */
-            si_status st = si_host_eval(g, gn);
-            if (st != SI_OK) {
-                si_b_unsupported(b, n, "%s", si_error_msg());
-                g->values[gn->out].kind = SI_VAL_RUNTIME;
-                free_node(gn);
-                return false;
-            }
-            g->values[gn->out].kind = SI_VAL_CONST;
-            g->values[gn->out].producer = -1;
-            free_node(gn);
-            g->folded_consts++;
-            return true;
-        }
+        if (known_now) return fold_host_node(b, n, gn);
     }
     g->n_nodes++;
     return true;
+}
+
+/* The outputs of a node that was not converted get values marked as coming from an unsupported
+ * node, so that nodes reading them are not reported: they fail only because of it. */
+static void convert_node(si_builder *b, const si_node_proto *n) {
+    if (convert_node_checked(b, n)) return;
+    for (int i = 0; i < n->n_outputs; i++)
+        if (n->outputs[i][0] && si_b_find(b, n->outputs[i]) < 0)
+            b->from_unsupported[si_b_add_value(b, n->outputs[i])] = true;
 }
 
 bool si_model_input_is_param(const si_model_proto *m, const char *name) {
@@ -502,12 +562,10 @@ static void fuse_residual(si_graph *g) {
     compact(g);
 }
 
-si_status si_graph_build(const si_model_proto *m, const si_graph_opts *opts, si_graph **out) {
-    static const si_graph_opts no_opts;
-    if (!opts) opts = &no_opts;
-    *out = NULL;
+/* The graph and the builder's name map, sized for every value the model can define. */
+static void builder_init(si_builder *b, const si_model_proto *m, const si_graph_opts *opts) {
     si_graph *g = si_xcalloc(1, sizeof *g);
-    si_builder b = {.g = g, .m = m};
+    *b = (si_builder){.g = g, .m = m};
     g->path = si_xstrdup(m->path);
     g->opset = m->opset;
     g->inferred_batch = -1;
@@ -516,50 +574,68 @@ si_status si_graph_build(const si_model_proto *m, const si_graph_opts *opts, si_
     g->cap_values = m->n_inits + m->n_inputs + opts->n_bind + max_out + 8;
     g->values = si_xcalloc((size_t)g->cap_values, sizeof *g->values);
     g->nodes = si_xcalloc((size_t)m->n_nodes + 1, sizeof *g->nodes);
-    b.map.cap = 16;
-    while (b.map.cap < 2 * g->cap_values) b.map.cap *= 2;
-    b.map.slots = si_xmalloc(sizeof(int) * (size_t)b.map.cap);
-    for (int i = 0; i < b.map.cap; i++) b.map.slots[i] = -1;
-    b.map.g = g;
-    si_status st = SI_OK;
+    b->from_unsupported = si_xcalloc((size_t)g->cap_values, sizeof *b->from_unsupported);
+    b->map.cap = 16;
+    while (b->map.cap < 2 * g->cap_values) b->map.cap *= 2;
+    b->map.slots = si_xmalloc(sizeof(int) * (size_t)b->map.cap);
+    for (int i = 0; i < b->map.cap; i++) b->map.slots[i] = -1;
+    b->map.g = g;
+}
 
+static void builder_free(si_builder *b) {
+    for (int i = 0; i < b->n_groups; i++) {
+        free(b->unsup[i].key);
+        free(b->unsup[i].first);
+    }
+    free(b->unsup);
+    free(b->from_unsupported);
+    free(b->map.slots);
+}
+
+/* Initializers, then constants bound to graph inputs; the first of a name wins. */
+static si_status add_constants(si_builder *b, const si_model_proto *m, const si_graph_opts *opts) {
+    si_status st;
+    int id;
     for (int i = 0; i < m->n_inits; i++) {
         const char *nm = m->inits[i].name ? m->inits[i].name : "";
-        if (si_b_find(&b, nm) >= 0) continue;
-        int id;
-        if ((st = const_from_tensor(&b, &m->inits[i], nm, &id)) != SI_OK) goto fail;
+        if (si_b_find(b, nm) >= 0) continue;
+        if ((st = const_from_tensor(b, &m->inits[i], nm, &id)) != SI_OK) return st;
     }
     for (int i = 0; i < opts->n_bind; i++) {
-        int id;
-        if (si_b_find(&b, opts->bind[i].name) >= 0) continue;
-        if ((st = const_from_tensor(&b, &opts->bind[i], opts->bind[i].name, &id)) != SI_OK)
-            goto fail;
+        if (si_b_find(b, opts->bind[i].name) >= 0) continue;
+        if ((st = const_from_tensor(b, &opts->bind[i], opts->bind[i].name, &id)) != SI_OK)
+            return st;
     }
+    return SI_OK;
+}
+
+/* A runtime graph input must be float32 with a known shape, only dim 0 symbolic. */
+static si_status check_input(const si_model_proto *m, const si_value_info *vi) {
+    if (vi->dtype != SI_DT_FLOAT)
+        return si_error(SI_ERR_UNSUPPORTED,
+                        "%s: graph input '%s' has type %s; only float32 tensor inputs are "
+                        "supported",
+                        m->path, vi->name, vi->dtype ? si_dtype_name(vi->dtype) : "non-tensor");
+    if (vi->ndim < 0)
+        return si_error(SI_ERR_UNSUPPORTED, "%s: graph input '%s' has no shape", m->path, vi->name);
+    for (int d = 1; d < vi->ndim; d++)
+        if (vi->dims[d] < 0)
+            return si_error(SI_ERR_UNSUPPORTED,
+                            "%s: graph input '%s' has a symbolic dimension '%s' at position %d; "
+                            "only the batch dimension (0) may be symbolic",
+                            m->path, vi->name, vi->dim_params[d] ? vi->dim_params[d] : "?", d);
+    return SI_OK;
+}
+
+static si_status add_inputs(si_builder *b, const si_model_proto *m) {
+    si_graph *g = b->g;
     g->inputs = si_xcalloc((size_t)m->n_inputs + 1, sizeof *g->inputs);
     for (int i = 0; i < m->n_inputs; i++) {
         const si_value_info *vi = &m->inputs[i];
-        if (si_b_find(&b, vi->name) >= 0) continue; /* initializer listed as input (IR < 4) */
-        if (vi->dtype != SI_DT_FLOAT) {
-            st = si_error(SI_ERR_UNSUPPORTED,
-                          "%s: graph input '%s' has type %s; only float32 tensor inputs are "
-                          "supported",
-                          m->path, vi->name, vi->dtype ? si_dtype_name(vi->dtype) : "non-tensor");
-            goto fail;
-        }
-        if (vi->ndim < 0) {
-            st = si_error(SI_ERR_UNSUPPORTED, "%s: graph input '%s' has no shape", m->path,
-                          vi->name);
-            goto fail;
-        }
-        for (int d = 1; d < vi->ndim; d++)
-            if (vi->dims[d] < 0) {
-                st = si_error(SI_ERR_UNSUPPORTED,
-                              "%s: graph input '%s' has a symbolic dimension '%s' at position %d; "
-                              "only the batch dimension (0) may be symbolic",
-                              m->path, vi->name, vi->dim_params[d] ? vi->dim_params[d] : "?", d);
-                goto fail;
-            }
-        int id = si_b_add_value(&b, vi->name);
+        if (si_b_find(b, vi->name) >= 0) continue; /* initializer listed as input (IR < 4) */
+        si_status st = check_input(m, vi);
+        if (st != SI_OK) return st;
+        int id = si_b_add_value(b, vi->name);
         si_value *v = &g->values[id];
         v->is_input = true;
         v->shape.ndim = vi->ndim;
@@ -568,48 +644,69 @@ si_status si_graph_build(const si_model_proto *m, const si_graph_opts *opts, si_
         if (v->batch_dim) v->shape.dims[0] = 1;
         g->inputs[g->n_inputs++] = id;
     }
-    for (int i = 0; i < m->n_nodes; i++) convert_node(&b, &m->nodes[i]);
-    if (b.n_unsupported) {
-        st = si_error(SI_ERR_UNSUPPORTED, "%s: %d unsupported node%s:%s", m->path, b.n_unsupported,
-                      b.n_unsupported > 1 ? "s" : "", b.unsupported);
-        goto fail;
-    }
+    return SI_OK;
+}
+
+static si_status find_outputs(si_builder *b, const si_model_proto *m) {
+    si_graph *g = b->g;
     g->outputs = si_xcalloc((size_t)m->n_outputs, sizeof *g->outputs);
     for (int i = 0; i < m->n_outputs; i++) {
-        int id = si_b_find(&b, m->outputs[i].name);
-        if (id < 0) {
-            st = si_error(SI_ERR_FORMAT, "%s: graph output '%s' is not produced by any node",
-                          m->path, m->outputs[i].name);
-            goto fail;
-        }
+        int id = si_b_find(b, m->outputs[i].name);
+        if (id < 0)
+            return si_error(SI_ERR_FORMAT, "%s: graph output '%s' is not produced by any node",
+                            m->path, m->outputs[i].name);
         g->outputs[g->n_outputs++] = id;
     }
+    return SI_OK;
+}
+
+/* Dead-node removal, then (unless opts->no_fusion) BatchNorm folding and the fusions. */
+static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
     count_uses(g);
     remove_dead(g);
-    if (!opts->no_fusion) {
-        fold_batchnorm(g);
-        fuse_silu(g);
-        /* residual first: Add then Relu becomes conv(+r) then relu, fused next */
-        if ((st = si_graph_infer(g, 1)) != SI_OK) goto fail;
-        fuse_residual(g);
-        fuse_activations(g);
-        g->inferred_batch = -1;
-    }
+    if (opts->no_fusion) return SI_OK;
+    fold_batchnorm(g);
+    fuse_silu(g);
+    /* residual first: Add then Relu becomes conv(+r) then relu, fused next */
+    si_status st = si_graph_infer(g, 1);
+    if (st != SI_OK) return st;
+    fuse_residual(g);
+    fuse_activations(g);
+    g->inferred_batch = -1;
+    return SI_OK;
+}
+
+static void copy_meta(si_graph *g, const si_model_proto *m) {
     g->meta = si_xcalloc((size_t)m->n_meta + 1, sizeof *g->meta);
     for (int i = 0; i < m->n_meta; i++) {
         g->meta[i].key = si_xstrdup(m->meta[i].key);
         g->meta[i].value = si_xstrdup(m->meta[i].value);
     }
     g->n_meta = m->n_meta;
-    free(b.map.slots);
-    free(b.unsupported);
-    *out = g;
+}
+
+si_status si_graph_build(const si_model_proto *m, const si_graph_opts *opts, si_graph **out) {
+    static const si_graph_opts no_opts;
+    if (!opts) opts = &no_opts;
+    *out = NULL;
+    si_builder b;
+    builder_init(&b, m, opts);
+    si_status st = add_constants(&b, m, opts);
+    if (st == SI_OK) st = add_inputs(&b, m);
+    if (st == SI_OK) {
+        for (int i = 0; i < m->n_nodes; i++) convert_node(&b, &m->nodes[i]);
+        if (b.n_unsupported) st = unsupported_error(&b);
+    }
+    if (st == SI_OK) st = find_outputs(&b, m);
+    if (st == SI_OK) st = run_passes(b.g, opts);
+    builder_free(&b);
+    if (st != SI_OK) {
+        si_graph_free(b.g);
+        return st;
+    }
+    copy_meta(b.g, m);
+    *out = b.g;
     return SI_OK;
-fail:
-    free(b.map.slots);
-    free(b.unsupported);
-    si_graph_free(g);
-    return st;
 }
 
 si_status si_graph_load(const char *path, const si_graph_opts *opts, si_graph **out) {

@@ -157,12 +157,12 @@ bool si_model_input_host_only(const si_model_proto *m, const char *name);
 
 const char *si_graph_meta(const si_graph *g, const char *key);
 
-/* --- internal to the graph module (graph.c, graph_ops.c, host_eval.c) ------------------------ */
+/* --- internal to the graph module (graph.c, import.c, ops_*.c) ------------------------------- */
 /* Evaluates a HOST node from its inputs' data; (re)allocates its outputs' data. */
 si_status si_host_eval(si_graph *g, si_gnode *n);
 /* Whether an ONNX op type can be evaluated on the host. */
 bool si_host_supports(const char *op_type);
-/* Device-op shape inference (graph_ops.c). */
+/* Device-op shape inference (import.c). */
 si_status si_graph_infer_node(si_graph *g, si_gnode *n);
 si_status si_node_error(const si_graph *g, const si_gnode *n, si_status code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -1,5 +1,6 @@
-/* Internals shared by the graph builder (graph.c), the op converters (graph_ops.c) and the
- * host evaluator (host_eval.c). Not part of the engine's interface. */
+/* Internals shared by the graph builder (graph.c), the device-op import (import.h: import.c and
+ * the ops_*.c families) and the host evaluator (ops_host.c). Not part of the engine's
+ * interface. */
 #ifndef SI_GRAPH_INTERNAL_H
 #define SI_GRAPH_INTERNAL_H
 
@@ -10,13 +11,26 @@ typedef struct {
     si_graph *g;
 } si_name_map;
 
+/* One line of the unsupported-model message: an op type, or "OpType (reason)" when the node was
+ * refused for an attribute, an input or its place in the graph rather than its type. */
+typedef struct {
+    char *key;
+    char *first; /* name of the first node in the group */
+    int count;
+} si_unsup_group;
+
+/* The reason si_convert_device_op records for an op type it has no row for. */
+#define SI_UNSUPPORTED_OP "operator not supported"
+
 typedef struct {
     si_graph *g;
     si_name_map map;
     const si_model_proto *m;
-    char *unsupported; /* accumulated "node (op): reason" lines */
-    size_t unsup_len;
-    int n_unsupported;
+    si_unsup_group *unsup; /* in order of first appearance */
+    int n_groups, n_unsupported;
+    const si_node_proto *last_unsup; /* a node refused twice counts once */
+    /* per value id: produced by an unsupported node, so its readers are not reported */
+    bool *from_unsupported;
 } si_builder;
 
 int si_b_add_value(si_builder *b, const char *name);
@@ -32,15 +46,15 @@ int64_t si_attr_int(const si_node_proto *n, const char *name, int64_t def);
 float si_attr_float(const si_node_proto *n, const char *name, float def);
 
 /* Converts a device op into `gn` (fields set, inputs attached). Returns false when the op is
- * unknown or unsupported (recorded). graph_ops.c. */
+ * unknown or unsupported (recorded). import.c. */
 bool si_convert_device_op(si_builder *b, const si_node_proto *n, si_gnode *gn);
-/* Converts a host op (shape arithmetic) into `gn`. host_eval.c. */
+/* Converts a host op (shape arithmetic) into `gn`. ops_host.c. */
 bool si_convert_host_op(si_builder *b, const si_node_proto *n, si_gnode *gn);
 
 /* Appends input value `id` to the node. */
 void si_node_add_input(si_gnode *gn, int id);
 
-/* Host tensor helpers (host_eval.c): element count and int64 reads of CONST/HOST values. */
+/* Host tensor helpers (ops_host.c): element count and int64 reads of CONST/HOST values. */
 int64_t si_value_numel(const si_value *v);
 int64_t si_value_i64(const si_value *v, int64_t i); /* element i as int64 (floats truncate) */
 double si_value_f64(const si_value *v, int64_t i);

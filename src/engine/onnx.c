@@ -227,172 +227,193 @@ static si_status read_external(const char *basedir, const char *tname, const cha
     return SI_OK;
 }
 
-static si_status parse_tensor(rd r, si_tensor *t, const char *basedir) {
-    int64_t *dims = NULL, ndims = 0;
-    uint8_t *fdata = NULL, *ddata = NULL, *u64data = NULL;
-    int64_t nf = 0, nd = 0, nu64 = 0, ni32 = 0, ni64 = 0;
-    int64_t *i32data = NULL, *i64data = NULL;
-    rd raw = {0};
-    bool have_raw = false, external = false;
-    int64_t dtype = 0, ext_offset = 0, ext_length = -1;
-    char *ext_location = NULL;
-    si_status st = SI_OK;
-    memset(t, 0, sizeof *t);
+/* TensorProto's fields as read, before they are checked against each other. */
+typedef struct {
+    int64_t *dims, ndims, dtype;
+    uint8_t *fdata, *ddata, *u64data; /* float_data, double_data, uint64_data (fixed width) */
+    int64_t nf, nd, nu64, ni32, ni64;
+    int64_t *i32data, *i64data; /* int32_data (every narrow type), int64_data */
+    rd raw;
+    bool have_raw, external;
+    int64_t ext_offset, ext_length;
+    char *ext_location;
+} tensor_fields;
+
+static void tensor_fields_free(tensor_fields *tf) {
+    free(tf->ext_location);
+    free(tf->dims);
+    free(tf->fdata);
+    free(tf->ddata);
+    free(tf->u64data);
+    free(tf->i32data);
+    free(tf->i64data);
+}
+
+/* One external_data entry: StringStringEntryProto {key=1, value=2}. */
+static bool read_external_entry(rd *r, int wt, tensor_fields *tf) {
+    rd sub = {0};
+    char *key = NULL, *val = NULL;
+    bool ok = wt == WT_LEN && rd_len(r, &sub);
+    while (ok && sub.p < sub.end) {
+        uint32_t f2;
+        int wt2;
+        if (!rd_key(&sub, &f2, &wt2))
+            ok = false;
+        else if ((f2 == 1 || f2 == 2) && wt2 == WT_LEN) {
+            char **dst = f2 == 1 ? &key : &val;
+            free(*dst);
+            *dst = NULL;
+            ok = (*dst = rd_string(&sub)) != NULL;
+        } else
+            ok = rd_skip(&sub, wt2);
+    }
+    if (ok && key && val) {
+        if (!strcmp(key, "location")) {
+            free(tf->ext_location);
+            tf->ext_location = val;
+            val = NULL;
+        } else if (!strcmp(key, "offset"))
+            tf->ext_offset = strtoll(val, NULL, 10);
+        else if (!strcmp(key, "length"))
+            tf->ext_length = strtoll(val, NULL, 10);
+    }
+    free(key);
+    free(val);
+    return ok;
+}
+
+/* Reads every field; the name goes straight into t. False when the bytes are malformed. */
+static bool read_tensor_fields(rd r, si_tensor *t, tensor_fields *tf) {
     uint32_t f;
     int wt;
     while (r.p < r.end) {
-        if (!rd_key(&r, &f, &wt)) goto bad;
+        if (!rd_key(&r, &f, &wt)) return false;
         bool ok = true;
         uint64_t v;
         switch (f) {
-        case 1: ok = rd_repeated_i64(&r, wt, &dims, &ndims); break;
+        case 1: ok = rd_repeated_i64(&r, wt, &tf->dims, &tf->ndims); break;
         case 2:
             ok = wt == WT_VARINT && rd_varint(&r, &v);
-            if (ok) dtype = (int64_t)v;
+            if (ok) tf->dtype = (int64_t)v;
             break;
-        case 4: ok = rd_repeated_fixed(&r, wt, WT_I32, 4, &fdata, &nf); break;
-        case 5: ok = rd_repeated_i64(&r, wt, &i32data, &ni32); break;
-        case 7: ok = rd_repeated_i64(&r, wt, &i64data, &ni64); break;
+        case 4: ok = rd_repeated_fixed(&r, wt, WT_I32, 4, &tf->fdata, &tf->nf); break;
+        case 5: ok = rd_repeated_i64(&r, wt, &tf->i32data, &tf->ni32); break;
+        case 7: ok = rd_repeated_i64(&r, wt, &tf->i64data, &tf->ni64); break;
         case 8:
             free(t->name);
             t->name = NULL;
             ok = wt == WT_LEN && (t->name = rd_string(&r)) != NULL;
             break;
         case 9:
-            ok = wt == WT_LEN && rd_len(&r, &raw);
-            have_raw = true;
+            ok = wt == WT_LEN && rd_len(&r, &tf->raw);
+            tf->have_raw = true;
             break;
-        case 10: ok = rd_repeated_fixed(&r, wt, WT_I64, 8, &ddata, &nd); break;
-        case 11: ok = rd_repeated_fixed(&r, wt, WT_I64, 8, &u64data, &nu64); break;
-        case 13: { /* external_data: StringStringEntryProto {key=1, value=2} */
-            rd sub = {0};
-            char *key = NULL, *val = NULL;
-            ok = wt == WT_LEN && rd_len(&r, &sub);
-            while (ok && sub.p < sub.end) {
-                uint32_t f2;
-                int wt2;
-                if (!rd_key(&sub, &f2, &wt2))
-                    ok = false;
-                else if ((f2 == 1 || f2 == 2) && wt2 == WT_LEN) {
-                    char **dst = f2 == 1 ? &key : &val;
-                    free(*dst);
-                    *dst = NULL;
-                    ok = (*dst = rd_string(&sub)) != NULL;
-                } else
-                    ok = rd_skip(&sub, wt2);
-            }
-            if (ok && key && val) {
-                if (!strcmp(key, "location")) {
-                    free(ext_location);
-                    ext_location = val;
-                    val = NULL;
-                } else if (!strcmp(key, "offset"))
-                    ext_offset = strtoll(val, NULL, 10);
-                else if (!strcmp(key, "length"))
-                    ext_length = strtoll(val, NULL, 10);
-            }
-            free(key);
-            free(val);
-            break;
-        }
+        case 10: ok = rd_repeated_fixed(&r, wt, WT_I64, 8, &tf->ddata, &tf->nd); break;
+        case 11: ok = rd_repeated_fixed(&r, wt, WT_I64, 8, &tf->u64data, &tf->nu64); break;
+        case 13: ok = read_external_entry(&r, wt, tf); break;
         case 14:
             ok = wt == WT_VARINT && rd_varint(&r, &v);
-            external = ok && v == 1;
+            tf->external = ok && v == 1;
             break;
         default: ok = rd_skip(&r, wt);
         }
-        if (!ok) goto bad;
+        if (!ok) return false;
     }
-    const char *tname = t->name ? t->name : "(unnamed)";
-    if (ndims > SI_MAX_DIMS) {
-        st = si_error(SI_ERR_UNSUPPORTED, "tensor '%s': %lld dimensions (at most %d supported)",
-                      tname, (long long)ndims, SI_MAX_DIMS);
-        goto done;
-    }
-    t->dtype = (int)dtype;
-    t->ndim = (int)ndims;
+    return true;
+}
+
+/* dtype, dims and numel into t, each checked. */
+static si_status tensor_shape(si_tensor *t, const tensor_fields *tf, const char *tname) {
+    if (tf->ndims > SI_MAX_DIMS)
+        return si_error(SI_ERR_UNSUPPORTED, "tensor '%s': %lld dimensions (at most %d supported)",
+                        tname, (long long)tf->ndims, SI_MAX_DIMS);
+    t->dtype = (int)tf->dtype;
+    t->ndim = (int)tf->ndims;
     int64_t numel = 1;
     for (int i = 0; i < t->ndim; i++) {
-        if (dims[i] < 0 || (dims[i] > 0 && numel > ((int64_t)1 << 40) / dims[i])) {
-            st = si_error(SI_ERR_FORMAT, "tensor '%s': absurd dimension %lld", tname,
-                          (long long)dims[i]);
-            goto done;
-        }
-        t->dims[i] = dims[i];
-        numel *= dims[i];
+        int64_t d = tf->dims[i];
+        if (d < 0 || (d > 0 && numel > ((int64_t)1 << 40) / d))
+            return si_error(SI_ERR_FORMAT, "tensor '%s': absurd dimension %lld", tname,
+                            (long long)d);
+        t->dims[i] = d;
+        numel *= d;
     }
     t->numel = numel;
-    size_t es = si_dtype_size(t->dtype);
-    if (es == 0) {
-        st = si_error(SI_ERR_UNSUPPORTED, "tensor '%s': data type %s (%d) is not supported", tname,
-                      si_dtype_name(t->dtype), t->dtype);
-        goto done;
+    if (si_dtype_size(t->dtype) == 0)
+        return si_error(SI_ERR_UNSUPPORTED, "tensor '%s': data type %s (%d) is not supported",
+                        tname, si_dtype_name(t->dtype), t->dtype);
+    return SI_OK;
+}
+
+/* Data from the typed fields (float_data, int32_data, ...), converted to the native layout of
+ * t->dtype; the count must match the shape. */
+static si_status copy_typed_fields(si_tensor *t, const tensor_fields *tf, size_t nbytes,
+                                   const char *tname) {
+    int64_t have, numel = t->numel;
+    switch (t->dtype) {
+    case SI_DT_FLOAT: have = tf->nf; break;
+    case SI_DT_DOUBLE: have = tf->nd; break;
+    case SI_DT_INT64: have = tf->ni64; break;
+    case SI_DT_UINT32:
+    case SI_DT_UINT64: have = tf->nu64; break;
+    default: have = tf->ni32; break; /* int32, int16, int8, uint16, uint8, bool, float16 */
     }
-    if (external) {
-        st = read_external(basedir, tname, ext_location, ext_offset, ext_length, (size_t)numel * es,
-                           &t->data);
-        goto done;
-    }
-    /* every path below checks the element count against what the file actually holds, so a
-     * tensor cannot make us allocate more than the file's size */
-    size_t nbytes = (size_t)numel * es;
-    if (have_raw) {
-        if ((size_t)(raw.end - raw.p) != nbytes) {
-            st = si_error(SI_ERR_FORMAT, "tensor '%s': raw_data has %zu bytes, shape needs %zu",
-                          tname, (size_t)(raw.end - raw.p), nbytes);
-            goto done;
-        }
-        t->data = si_xmalloc(nbytes);
-        memcpy(t->data, raw.p, nbytes);
-    } else {
-        int64_t have;
+    if (have != numel)
+        return si_error(SI_ERR_FORMAT, "tensor '%s': holds %lld values, shape needs %lld", tname,
+                        (long long)have, (long long)numel);
+    t->data = si_xmalloc(nbytes);
+    uint8_t *d = t->data;
+    for (int64_t i = 0; i < numel; i++) {
         switch (t->dtype) {
-        case SI_DT_FLOAT: have = nf; break;
-        case SI_DT_DOUBLE: have = nd; break;
-        case SI_DT_INT64: have = ni64; break;
+        case SI_DT_FLOAT: memcpy(d + 4 * i, tf->fdata + 4 * i, 4); break;
+        case SI_DT_DOUBLE: memcpy(d + 8 * i, tf->ddata + 8 * i, 8); break;
+        case SI_DT_INT64: ((int64_t *)d)[i] = tf->i64data[i]; break;
+        case SI_DT_UINT64: memcpy(d + 8 * i, tf->u64data + 8 * i, 8); break;
         case SI_DT_UINT32:
-        case SI_DT_UINT64: have = nu64; break;
-        default: have = ni32; break; /* int32, int16, int8, uint16, uint8, bool, float16 */
-        }
-        if (have != numel) {
-            st = si_error(SI_ERR_FORMAT, "tensor '%s': holds %lld values, shape needs %lld", tname,
-                          (long long)have, (long long)numel);
-            goto done;
-        }
-        t->data = si_xmalloc(nbytes);
-        uint8_t *d = t->data;
-        for (int64_t i = 0; i < numel; i++) {
-            switch (t->dtype) {
-            case SI_DT_FLOAT: memcpy(d + 4 * i, fdata + 4 * i, 4); break;
-            case SI_DT_DOUBLE: memcpy(d + 8 * i, ddata + 8 * i, 8); break;
-            case SI_DT_INT64: ((int64_t *)d)[i] = i64data[i]; break;
-            case SI_DT_UINT64: memcpy(d + 8 * i, u64data + 8 * i, 8); break;
-            case SI_DT_UINT32:
-                ((uint32_t *)d)[i] = (uint32_t)((uint64_t *)(void *)u64data)[i];
-                break;
-            case SI_DT_INT32: ((int32_t *)d)[i] = (int32_t)i32data[i]; break;
-            case SI_DT_INT16:
-            case SI_DT_UINT16:
-            case SI_DT_FLOAT16:
-            case SI_DT_BFLOAT16: ((uint16_t *)d)[i] = (uint16_t)i32data[i]; break;
-            default: d[i] = (uint8_t)i32data[i];
-            }
+            ((uint32_t *)d)[i] = (uint32_t)((uint64_t *)(void *)tf->u64data)[i];
+            break;
+        case SI_DT_INT32: ((int32_t *)d)[i] = (int32_t)tf->i32data[i]; break;
+        case SI_DT_INT16:
+        case SI_DT_UINT16:
+        case SI_DT_FLOAT16:
+        case SI_DT_BFLOAT16: ((uint16_t *)d)[i] = (uint16_t)tf->i32data[i]; break;
+        default: d[i] = (uint8_t)tf->i32data[i];
         }
     }
-    goto done;
-bad:
-    st = si_error(SI_ERR_FORMAT,
-                  "tensor '%s': malformed protobuf (wrong wire type or length "
-                  "past the end)",
-                  t->name ? t->name : "(unnamed)");
-done:
-    free(ext_location);
-    free(dims);
-    free(fdata);
-    free(ddata);
-    free(u64data);
-    free(i32data);
-    free(i64data);
+    return SI_OK;
+}
+
+/* The data from the side file, raw_data or the typed fields. Every path checks the element
+ * count against what the file actually holds, so a tensor cannot make us allocate more than
+ * the file's size. */
+static si_status tensor_data(si_tensor *t, const tensor_fields *tf, const char *basedir,
+                             const char *tname) {
+    size_t nbytes = (size_t)t->numel * si_dtype_size(t->dtype);
+    if (tf->external)
+        return read_external(basedir, tname, tf->ext_location, tf->ext_offset, tf->ext_length,
+                             nbytes, &t->data);
+    if (!tf->have_raw) return copy_typed_fields(t, tf, nbytes, tname);
+    if ((size_t)(tf->raw.end - tf->raw.p) != nbytes)
+        return si_error(SI_ERR_FORMAT, "tensor '%s': raw_data has %zu bytes, shape needs %zu",
+                        tname, (size_t)(tf->raw.end - tf->raw.p), nbytes);
+    t->data = si_xmalloc(nbytes);
+    memcpy(t->data, tf->raw.p, nbytes);
+    return SI_OK;
+}
+
+static si_status parse_tensor(rd r, si_tensor *t, const char *basedir) {
+    tensor_fields tf = {.ext_length = -1};
+    memset(t, 0, sizeof *t);
+    si_status st;
+    bool ok = read_tensor_fields(r, t, &tf);
+    const char *tname = t->name ? t->name : "(unnamed)";
+    if (!ok)
+        st = si_error(SI_ERR_FORMAT,
+                      "tensor '%s': malformed protobuf (wrong wire type or length past the end)",
+                      tname);
+    else if ((st = tensor_shape(t, &tf, tname)) == SI_OK)
+        st = tensor_data(t, &tf, basedir, tname);
+    tensor_fields_free(&tf);
     if (st != SI_OK) si_tensor_free_data(t);
     return st;
 }
@@ -699,6 +720,87 @@ bad:
 
 /* ModelProto: ir_version=1 producer_name=2 graph=7 opset_import=8 metadata_props=14;
  * OperatorSetIdProto: domain=1 version=2; StringStringEntryProto: key=1 value=2. */
+/* OperatorSetIdProto {domain=1, version=2}: the default domain's version is the opset. */
+static bool read_opset_import(rd sub, si_model_proto *m) {
+    char *domain = NULL;
+    int64_t version = -1;
+    uint32_t f;
+    int wt;
+    uint64_t v;
+    bool ok = true;
+    while (ok && sub.p < sub.end) {
+        if (!rd_key(&sub, &f, &wt))
+            ok = false;
+        else if (f == 1 && wt == WT_LEN) {
+            free(domain);
+            ok = (domain = rd_string(&sub)) != NULL;
+        } else if (f == 2 && wt == WT_VARINT) {
+            if ((ok = rd_varint(&sub, &v))) version = (int64_t)v;
+        } else
+            ok = rd_skip(&sub, wt);
+    }
+    if (ok && (!domain || !domain[0] || !strcmp(domain, "ai.onnx"))) m->opset = version;
+    free(domain);
+    return ok;
+}
+
+/* StringStringEntryProto {key=1, value=2} of metadata_props; entries without a key are dropped. */
+static bool read_metadata(rd sub, si_model_proto *m) {
+    si_meta_prop p = {0};
+    uint32_t f;
+    int wt;
+    bool ok = true;
+    while (ok && sub.p < sub.end) {
+        if (!rd_key(&sub, &f, &wt)) {
+            ok = false;
+            break;
+        }
+        char **dst = f == 1 ? &p.key : f == 2 ? &p.value : NULL;
+        if (dst && wt == WT_LEN) {
+            free(*dst);
+            ok = (*dst = rd_string(&sub)) != NULL;
+        } else
+            ok = rd_skip(&sub, wt);
+    }
+    if (!ok || !p.key) {
+        free(p.key);
+        free(p.value);
+        return ok;
+    }
+    m->meta = grow(m->meta, m->n_meta, sizeof *m->meta);
+    if (!p.value) p.value = si_xstrdup("");
+    m->meta[m->n_meta++] = p;
+    return true;
+}
+
+/* ModelProto's fields; the graph is only located here and parsed afterwards. False when the
+ * bytes are malformed, with r left where reading stopped. */
+static bool read_model_fields(rd *r, si_model_proto *m, rd *graph, bool *have_graph) {
+    uint32_t f;
+    int wt;
+    while (r->p < r->end) {
+        rd sub;
+        uint64_t v;
+        bool ok;
+        if (!rd_key(r, &f, &wt)) return false;
+        if (f == 1 && wt == WT_VARINT) {
+            if ((ok = rd_varint(r, &v))) m->ir_version = (int64_t)v;
+        } else if (f == 2 && wt == WT_LEN) {
+            free(m->producer);
+            ok = (m->producer = rd_string(r)) != NULL;
+        } else if (f == 7 && wt == WT_LEN) {
+            ok = *have_graph = rd_len(r, graph);
+        } else if (f == 8 && wt == WT_LEN) {
+            ok = rd_len(r, &sub) && read_opset_import(sub, m);
+        } else if (f == 14 && wt == WT_LEN) {
+            ok = rd_len(r, &sub) && read_metadata(sub, m);
+        } else
+            ok = rd_skip(r, wt);
+        if (!ok) return false;
+    }
+    return true;
+}
+
 si_status si_model_proto_parse(const uint8_t *buf, size_t len, const char *name,
                                si_model_proto **out) {
     *out = NULL;
@@ -710,103 +812,28 @@ si_status si_model_proto_parse(const uint8_t *buf, size_t len, const char *name,
     m->opset = -1;
     rd r = {buf, buf + len}, graph = {0};
     bool have_graph = false;
-    uint32_t f;
-    int wt;
-    si_status st = SI_OK;
-    while (r.p < r.end) {
-        rd sub;
-        uint64_t v;
-        if (!rd_key(&r, &f, &wt)) goto bad;
-        if (f == 1 && wt == WT_VARINT) {
-            if (!rd_varint(&r, &v)) goto bad;
-            m->ir_version = (int64_t)v;
-        } else if (f == 2 && wt == WT_LEN) {
-            free(m->producer);
-            m->producer = NULL;
-            if (!(m->producer = rd_string(&r))) goto bad;
-        } else if (f == 7 && wt == WT_LEN) {
-            if (!rd_len(&r, &graph)) goto bad;
-            have_graph = true;
-        } else if (f == 8 && wt == WT_LEN) {
-            if (!rd_len(&r, &sub)) goto bad;
-            char *domain = NULL;
-            int64_t version = -1;
-            while (sub.p < sub.end) {
-                if (!rd_key(&sub, &f, &wt)) {
-                    free(domain);
-                    goto bad;
-                }
-                if (f == 1 && wt == WT_LEN) {
-                    free(domain);
-                    domain = NULL;
-                    if (!(domain = rd_string(&sub))) goto bad;
-                } else if (f == 2 && wt == WT_VARINT) {
-                    if (!rd_varint(&sub, &v)) {
-                        free(domain);
-                        goto bad;
-                    }
-                    version = (int64_t)v;
-                } else if (!rd_skip(&sub, wt)) {
-                    free(domain);
-                    goto bad;
-                }
-            }
-            if (!domain || !domain[0] || !strcmp(domain, "ai.onnx")) m->opset = version;
-            free(domain);
-        } else if (f == 14 && wt == WT_LEN) {
-            if (!rd_len(&r, &sub)) goto bad;
-            si_meta_prop p = {0};
-            while (sub.p < sub.end) {
-                if (!rd_key(&sub, &f, &wt)) goto bad_meta;
-                char **dst = f == 1 ? &p.key : f == 2 ? &p.value : NULL;
-                if (dst && wt == WT_LEN) {
-                    free(*dst);
-                    *dst = NULL;
-                    if (!(*dst = rd_string(&sub))) goto bad_meta;
-                } else if (!rd_skip(&sub, wt))
-                    goto bad_meta;
-            }
-            if (p.key) {
-                m->meta = grow(m->meta, m->n_meta, sizeof *m->meta);
-                if (!p.value) p.value = si_xstrdup("");
-                m->meta[m->n_meta++] = p;
-            } else
-                free(p.value);
-            continue;
-        bad_meta:
-            free(p.key);
-            free(p.value);
-            goto bad;
-        } else if (!rd_skip(&r, wt))
-            goto bad;
-    }
-    if (!have_graph) {
+    si_status st;
+    if (!read_model_fields(&r, m, &graph, &have_graph))
+        st = si_error(SI_ERR_FORMAT,
+                      "%s: not an ONNX model or truncated (malformed protobuf at byte %zu of %zu)",
+                      name, (size_t)(r.p - buf), len);
+    else if (!have_graph)
         st = si_error(SI_ERR_FORMAT, "%s: not an ONNX model (no graph found%s)", name,
                       len == 0 ? "; the file is empty" : "");
-        goto fail;
-    }
-    if ((st = parse_graph(graph, m)) != SI_OK) {
+    else if ((st = parse_graph(graph, m)) != SI_OK)
         si_error_prefix(st, "%s: ", name);
-        goto fail;
-    }
-    if (m->n_nodes == 0 || m->n_outputs == 0) {
+    else if (m->n_nodes == 0 || m->n_outputs == 0)
         st = si_error(SI_ERR_FORMAT, "%s: not an ONNX model (graph has %d nodes, %d outputs)", name,
                       m->n_nodes, m->n_outputs);
-        goto fail;
+    if (st != SI_OK) {
+        si_model_proto_free(m);
+        return st;
     }
     if (m->opset < 0) m->opset = 1; /* no default-domain import: the oldest semantics */
     *out = m;
     return SI_OK;
-bad:
-    st = si_error(SI_ERR_FORMAT,
-                  "%s: not an ONNX model or truncated (malformed protobuf at byte %zu of %zu)",
-                  name, (size_t)(r.p - buf), len);
-fail:
-    si_model_proto_free(m);
-    return st;
 }
 
-/* Maps the file read-only; the parse copies what it keeps, so the mapping is dropped after. */
 static si_status map_file(const char *path, const uint8_t **buf, size_t *len) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) return si_error(SI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));

@@ -1,0 +1,824 @@
+/* Host evaluation of shape arithmetic: the Shape -> Gather -> Unsqueeze -> Concat -> Reshape
+ * chains and constant subgraphs that exporters emit. Values are small (a handful of elements),
+ * so clarity wins over speed here. Each node is evaluated once at load when its inputs are
+ * constants (constant folding), or whenever the batch size changes when it depends on a shape.
+ * One row per ONNX op type: its attribute converter and its evaluator. */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_internal.h"
+
+/* gn->host_op: the row of the op in host_rows. */
+enum {
+    H_CONSTANT = 0,
+    H_SHAPE,
+    H_SIZE,
+    H_GATHER,
+    H_UNSQUEEZE,
+    H_SQUEEZE,
+    H_CONCAT,
+    H_CAST,
+    H_CONSTANT_OF_SHAPE,
+    H_EXPAND,
+    H_RANGE,
+    H_EQUAL,
+    H_LESS,
+    H_GREATER,
+    H_NOT,
+    H_WHERE,
+    H_SLICE,
+    H_RESHAPE,
+    H_FLATTEN,
+    H_IDENTITY,
+    H_ADD,
+    H_SUB,
+    H_MUL,
+    H_DIV,
+    H_MIN,
+    H_MAX,
+    H_MOD,
+    H_NEG,
+    H_ABS,
+    H_FLOOR,
+    H_CEIL,
+    H_SQRT,
+    H_TRANSPOSE,
+    H_COUNT
+};
+
+/* double -> float saturating to +-inf: out-of-range conversions are undefined in C */
+static float d2f(double v) {
+    return v > FLT_MAX ? INFINITY : v < -FLT_MAX ? -INFINITY : (float)v;
+}
+
+int64_t si_value_numel(const si_value *v) {
+    return si_shape_numel(&v->shape);
+}
+
+int64_t si_value_i64(const si_value *v, int64_t i) {
+    return v->dtype == SI_DT_INT64 ? ((const int64_t *)v->data)[i]
+                                   : si_f2i_sat(((const float *)v->data)[i]);
+}
+
+double si_value_f64(const si_value *v, int64_t i) {
+    return v->dtype == SI_DT_INT64 ? (double)((const int64_t *)v->data)[i]
+                                   : (double)((const float *)v->data)[i];
+}
+
+/* Constant's value in any of its attribute forms, as a tensor. */
+static bool constant_value(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    si_tensor *t = si_xcalloc(1, sizeof *t);
+    const si_attr *a;
+    if ((a = si_node_attr(n, "value")) && a->t) {
+        *t = *a->t;
+        t->name = NULL;
+        size_t bytes = (size_t)t->numel * si_dtype_size(t->dtype);
+        t->data = si_xmalloc(bytes ? bytes : 1);
+        memcpy(t->data, a->t->data, bytes);
+    } else if ((a = si_node_attr(n, "value_float"))) {
+        *t = (si_tensor){.dtype = SI_DT_FLOAT, .ndim = 0, .numel = 1};
+        t->data = si_xmalloc(4);
+        memcpy(t->data, &a->f, 4);
+    } else if ((a = si_node_attr(n, "value_int"))) {
+        *t = (si_tensor){.dtype = SI_DT_INT64, .ndim = 0, .numel = 1};
+        t->data = si_xmalloc(8);
+        memcpy(t->data, &a->i, 8);
+    } else if (((a = si_node_attr(n, "value_floats")) && a->type == SI_ATTR_FLOATS) ||
+               (a = si_node_attr_ints(n, "value_ints"))) {
+        bool f = a->type == SI_ATTR_FLOATS;
+        *t = (si_tensor){.dtype = f ? SI_DT_FLOAT : SI_DT_INT64, .ndim = 1, .numel = a->n};
+        t->dims[0] = a->n;
+        t->data = si_xmalloc((size_t)(a->n ? a->n : 1) * (f ? 4 : 8));
+        memcpy(t->data, f ? (void *)a->floats : (void *)a->ints, (size_t)a->n * (f ? 4 : 8));
+    } else {
+        free(t);
+        si_b_unsupported(b, n, "Constant without a supported value attribute");
+        return false;
+    }
+    gn->host_t = t;
+    return true;
+}
+
+/* --- conversion: attributes into the node ------------------------------------------------- */
+static bool conv_shape(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    (void)b;
+    gn->host_i[0] = si_attr_int(n, "start", 0);
+    gn->host_i[1] = si_node_attr(n, "end") ? si_attr_int(n, "end", 0) : INT64_MAX;
+    return true;
+}
+
+static bool conv_axis0(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    (void)b;
+    gn->host_i[0] = si_attr_int(n, "axis", 0);
+    return true;
+}
+
+static bool conv_flatten(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    (void)b;
+    gn->host_i[0] = si_attr_int(n, "axis", 1);
+    return true;
+}
+
+static bool conv_cast(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    (void)b;
+    gn->host_i[0] = si_attr_int(n, "to", SI_DT_FLOAT);
+    return true;
+}
+
+static bool conv_reshape(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    (void)b;
+    gn->host_i[0] = si_attr_int(n, "allowzero", 0);
+    return true;
+}
+
+static bool conv_mod(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    (void)b;
+    gn->host_i[0] = si_attr_int(n, "fmod", 0);
+    return true;
+}
+
+/* ConstantOfShape's fill value: host_i[0] its dtype, host_f or host_i[1] the value. */
+static bool conv_constant_of_shape(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    (void)b;
+    const si_attr *a = si_node_attr(n, "value");
+    gn->host_f = 0;
+    gn->host_i[0] = SI_DT_FLOAT;
+    if (!a || !a->t || a->t->numel != 1) return true;
+    int dt = a->t->dtype;
+    if (dt == SI_DT_FLOAT)
+        gn->host_f = *(const float *)a->t->data;
+    else if (dt == SI_DT_DOUBLE)
+        gn->host_f = d2f(*(const double *)a->t->data);
+    else if (dt == SI_DT_INT64)
+        gn->host_i[1] = *(const int64_t *)a->t->data;
+    else if (dt == SI_DT_INT32)
+        gn->host_i[1] = *(const int32_t *)a->t->data;
+    else
+        gn->host_i[1] = *(const uint8_t *)a->t->data;
+    gn->host_i[0] = dt == SI_DT_FLOAT || dt == SI_DT_DOUBLE ? SI_DT_FLOAT : SI_DT_INT64;
+    return true;
+}
+
+/* The axes (Squeeze, Unsqueeze, Slice) or perm (Transpose) attribute; n_attr_ints -1 if none. */
+static bool conv_axes_attr(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    const char *name = gn->host_op == H_TRANSPOSE ? "perm" : "axes";
+    const si_attr *a = si_node_attr_ints(n, name);
+    gn->n_attr_ints = -1;
+    if (!a) return true;
+    if (a->n > 2 * SI_MAX_DIMS) {
+        si_b_unsupported(b, n, "attribute %s is too long", name);
+        return false;
+    }
+    gn->n_attr_ints = a->n;
+    memcpy(gn->attr_ints, a->ints, sizeof(int64_t) * (size_t)a->n);
+    return true;
+}
+
+/* Slice: before opset 10 starts and ends are attributes, kept in starts and steps. */
+static bool conv_slice(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    if (!conv_axes_attr(b, n, gn)) return false;
+    if (b->m->opset >= 10) return true;
+    const si_attr *s = si_node_attr_ints(n, "starts"), *e = si_node_attr_ints(n, "ends");
+    if (!s || !e || s->n != e->n || s->n > SI_MAX_DIMS) {
+        si_b_unsupported(b, n, "starts/ends attributes are missing or inconsistent");
+        return false;
+    }
+    gn->host_i[0] = s->n;
+    memcpy(gn->starts, s->ints, sizeof(int64_t) * (size_t)s->n);
+    memcpy(gn->steps, e->ints, sizeof(int64_t) * (size_t)s->n); /* ends */
+    gn->host_i[1] = 1;                                          /* attribute form */
+    return true;
+}
+
+/* --- evaluation --------------------------------------------------------------------------------
+ */
+static const si_value *hin(const si_graph *g, const si_gnode *n, int k) {
+    if (!(n->host_present & (1u << k))) return NULL;
+    int pos = __builtin_popcount(n->host_present & ((1u << k) - 1));
+    return &g->values[n->in[pos]];
+}
+
+/* Host tensors are shapes and small constants; a model asking for more (an Expand or
+ * ConstantOfShape to a huge shape) is refused instead of exhausting memory. */
+#define HOST_MAX_ELEMS (1 << 24)
+
+/* (Re)allocates the output's data for its shape and dtype; NULL when over the cap. */
+static void *alloc_out(si_value *y) {
+    free(y->data);
+    y->data = NULL;
+    int64_t n = si_shape_numel(&y->shape);
+    if (n < 0 || n > HOST_MAX_ELEMS) return NULL;
+    y->data = si_xcalloc((size_t)(n ? n : 1), y->dtype == SI_DT_INT64 ? 8 : 4);
+    return y->data;
+}
+
+#define ALLOC_OR_FAIL(y)                                                                           \
+    do {                                                                                           \
+        if (!alloc_out(y))                                                                         \
+            return si_node_error(g, n, SI_ERR_UNSUPPORTED,                                         \
+                                 "a shape-arithmetic result of %lld elements is too large",        \
+                                 (long long)si_shape_numel(&(y)->shape));                          \
+    } while (0)
+
+static void put(si_value *y, int64_t i, double v) {
+    if (y->dtype == SI_DT_INT64)
+        ((int64_t *)y->data)[i] = si_f2i_sat(v);
+    else
+        ((float *)y->data)[i] = d2f(v);
+}
+
+/* Copies element i of x into element j of y, keeping int64 exact. */
+static void copy_elem(si_value *y, int64_t j, const si_value *x, int64_t i) {
+    if (y->dtype == SI_DT_INT64)
+        ((int64_t *)y->data)[j] = si_value_i64(x, i);
+    else
+        ((float *)y->data)[j] = (float)si_value_f64(x, i);
+}
+
+/* Broadcast index: offset into a tensor of shape s for flat index i of shape y (right-aligned). */
+static int64_t bcast_offset(const si_shape *s, const si_shape *y, int64_t i) {
+    int64_t off = 0, stride = 1;
+    for (int d = y->ndim - 1, e = s->ndim - 1; d >= 0; d--, e--) {
+        int64_t idx = i % y->dims[d];
+        i /= y->dims[d];
+        if (e >= 0) {
+            if (s->dims[e] != 1) off += idx * stride;
+            stride *= s->dims[e];
+        }
+    }
+    return off;
+}
+
+static bool bcast_shape(const si_shape *a, const si_shape *b, si_shape *y) {
+    int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    y->ndim = nd;
+    for (int d = 0; d < nd; d++) {
+        int64_t da = d - (nd - a->ndim) >= 0 ? a->dims[d - (nd - a->ndim)] : 1;
+        int64_t db = d - (nd - b->ndim) >= 0 ? b->dims[d - (nd - b->ndim)] : 1;
+        if (da != db && da != 1 && db != 1) return false;
+        y->dims[d] = da == 1 ? db : da;
+    }
+    return true;
+}
+
+static int norm(int64_t a, int nd) {
+    return (int)(a < 0 ? a + nd : a);
+}
+
+static si_status eval_slice(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    int64_t st[SI_MAX_DIMS], en[SI_MAX_DIMS], ax[SI_MAX_DIMS], sp[SI_MAX_DIMS];
+    int k;
+    if (n->host_i[1]) {
+        k = (int)n->host_i[0];
+        for (int i = 0; i < k; i++) {
+            st[i] = n->starts[i];
+            en[i] = n->steps[i];
+            ax[i] = n->n_attr_ints > 0 ? n->attr_ints[i] : i;
+            sp[i] = 1;
+        }
+    } else {
+        const si_value *sv = hin(g, n, 1), *ev = hin(g, n, 2), *av = hin(g, n, 3),
+                       *tv = hin(g, n, 4);
+        if (!sv || !ev) return si_node_error(g, n, SI_ERR_FORMAT, "starts and ends are required");
+        k = (int)si_value_numel(sv);
+        if (k > SI_MAX_DIMS || si_value_numel(ev) != k || (av && si_value_numel(av) != k) ||
+            (tv && si_value_numel(tv) != k))
+            return si_node_error(g, n, SI_ERR_FORMAT, "inconsistent slice parameters");
+        for (int i = 0; i < k; i++) {
+            st[i] = si_value_i64(sv, i);
+            en[i] = si_value_i64(ev, i);
+            ax[i] = av ? si_value_i64(av, i) : i;
+            sp[i] = tv ? si_value_i64(tv, i) : 1;
+        }
+    }
+    int nd = x->shape.ndim;
+    int64_t start[SI_MAX_DIMS], step[SI_MAX_DIMS];
+    y->shape = x->shape;
+    for (int d = 0; d < nd; d++) start[d] = 0, step[d] = 1;
+    for (int i = 0; i < k; i++) {
+        int a = norm(ax[i], nd);
+        if (a < 0 || a >= nd || sp[i] == 0)
+            return si_node_error(g, n, SI_ERR_FORMAT, "invalid slice axis or step");
+        int64_t dim = x->shape.dims[a], s = st[i], e = en[i];
+        if (s < 0) s += dim;
+        if (e < 0) e += dim;
+        if (sp[i] > 0) {
+            s = s < 0 ? 0 : s > dim ? dim : s;
+            e = e < 0 ? 0 : e > dim ? dim : e;
+        } else {
+            s = s < 0 ? -1 : s > dim - 1 ? dim - 1 : s;
+            e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
+        }
+        int64_t len = sp[i] > 0 ? (e - s + sp[i] - 1) / sp[i] : (s - e - sp[i] - 1) / -sp[i];
+        y->shape.dims[a] = len > 0 ? len : 0;
+        start[a] = s;
+        step[a] = sp[i];
+    }
+    ALLOC_OR_FAIL(y);
+    int64_t total = si_shape_numel(&y->shape);
+    for (int64_t i = 0; i < total; i++) {
+        int64_t rem = i, off = 0, stride = 1;
+        for (int d = nd - 1; d >= 0; d--) {
+            int64_t idx = rem % y->shape.dims[d];
+            rem /= y->shape.dims[d];
+            off += (start[d] + idx * step[d]) * stride;
+            stride *= x->shape.dims[d];
+        }
+        copy_elem(y, i, x, off);
+    }
+    return SI_OK;
+}
+
+static si_status eval_constant(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    (void)x;
+    si_tensor *t = n->host_t;
+    y->dtype = t->dtype == SI_DT_FLOAT || t->dtype == SI_DT_DOUBLE || t->dtype == SI_DT_FLOAT16
+                   ? SI_DT_FLOAT
+                   : SI_DT_INT64;
+    y->shape.ndim = t->ndim;
+    memcpy(y->shape.dims, t->dims, sizeof(int64_t) * (size_t)t->ndim);
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0; i < t->numel; i++) {
+        double v;
+        switch (t->dtype) {
+        case SI_DT_FLOAT: v = ((const float *)t->data)[i]; break;
+        case SI_DT_DOUBLE: v = ((const double *)t->data)[i]; break;
+        case SI_DT_INT64: ((int64_t *)y->data)[i] = ((const int64_t *)t->data)[i]; continue;
+        case SI_DT_INT32: v = ((const int32_t *)t->data)[i]; break;
+        case SI_DT_INT8: v = ((const int8_t *)t->data)[i]; break;
+        case SI_DT_UINT8:
+        case SI_DT_BOOL: v = ((const uint8_t *)t->data)[i]; break;
+        default:
+            return si_node_error(g, n, SI_ERR_UNSUPPORTED, "constant of type %s",
+                                 si_dtype_name(t->dtype));
+        }
+        put(y, i, v);
+    }
+    return SI_OK;
+}
+
+static si_status eval_shape(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    int nd = x->shape.ndim;
+    int64_t s = n->host_i[0], e = n->host_i[1];
+    if (s < 0) s += nd;
+    if (e < 0) e += nd;
+    s = s < 0 ? 0 : s > nd ? nd : s;
+    e = e < 0 ? 0 : e > nd ? nd : e;
+    y->dtype = SI_DT_INT64;
+    y->shape = (si_shape){.ndim = 1, .dims = {e > s ? e - s : 0}};
+    ALLOC_OR_FAIL(y);
+    int64_t *d = y->data;
+    for (int64_t i = s; i < e; i++) d[i - s] = x->shape.dims[i];
+    return SI_OK;
+}
+
+static si_status eval_size(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    y->dtype = SI_DT_INT64;
+    y->shape.ndim = 0;
+    ALLOC_OR_FAIL(y);
+    *(int64_t *)y->data = si_shape_numel(&x->shape);
+    return SI_OK;
+}
+
+static si_status eval_identity(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    y->dtype = x->dtype;
+    y->shape = x->shape;
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0; i < si_value_numel(x); i++) copy_elem(y, i, x, i);
+    return SI_OK;
+}
+
+static si_status eval_cast(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    int to = (int)n->host_i[0];
+    y->dtype = (to == SI_DT_FLOAT || to == SI_DT_DOUBLE || to == SI_DT_FLOAT16) ? SI_DT_FLOAT
+                                                                                : SI_DT_INT64;
+    y->shape = x->shape;
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0; i < si_value_numel(x); i++) {
+        double v = si_value_f64(x, i);
+        if (to == SI_DT_BOOL) v = v != 0;
+        if (y->dtype == SI_DT_INT64 && x->dtype == SI_DT_INT64)
+            ((int64_t *)y->data)[i] = si_value_i64(x, i);
+        else
+            put(y, i, y->dtype == SI_DT_INT64 ? trunc(v) : v);
+    }
+    return SI_OK;
+}
+
+static si_status eval_gather(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    const si_value *x1 = hin(g, n, 1);
+    if (!x1) return si_node_error(g, n, SI_ERR_FORMAT, "indices missing");
+    int nd = x->shape.ndim, a = norm(n->host_i[0], nd);
+    if (a < 0 || a >= nd || nd - 1 + x1->shape.ndim > SI_MAX_DIMS)
+        return si_node_error(g, n, SI_ERR_FORMAT, "invalid axis");
+    int64_t outer = 1, inner = 1, len = x->shape.dims[a], ni = si_value_numel(x1);
+    for (int d = 0; d < a; d++) outer = si_mul_sat(outer, x->shape.dims[d]);
+    for (int d = a + 1; d < nd; d++) inner *= x->shape.dims[d];
+    y->dtype = x->dtype;
+    y->shape.ndim = 0;
+    for (int d = 0; d < a; d++) y->shape.dims[y->shape.ndim++] = x->shape.dims[d];
+    for (int d = 0; d < x1->shape.ndim; d++) y->shape.dims[y->shape.ndim++] = x1->shape.dims[d];
+    for (int d = a + 1; d < nd; d++) y->shape.dims[y->shape.ndim++] = x->shape.dims[d];
+    ALLOC_OR_FAIL(y);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < ni; j++) {
+            int64_t k = si_value_i64(x1, j);
+            if (k < 0) k += len;
+            if (k < 0 || k >= len)
+                return si_node_error(g, n, SI_ERR_FORMAT, "index %lld out of range",
+                                     (long long)si_value_i64(x1, j));
+            for (int64_t i = 0; i < inner; i++)
+                copy_elem(y, (o * ni + j) * inner + i, x, (o * len + k) * inner + i);
+        }
+    return SI_OK;
+}
+
+/* Squeeze/Unsqueeze axes from input 1 or the attribute; -1 when neither gives any. */
+static si_status squeeze_axes(si_graph *g, si_gnode *n, int64_t *axes, int *naxes) {
+    const si_value *x1 = hin(g, n, 1);
+    if (x1) {
+        *naxes = (int)si_value_numel(x1);
+        if (*naxes > 2 * SI_MAX_DIMS) return si_node_error(g, n, SI_ERR_FORMAT, "too many axes");
+        for (int i = 0; i < *naxes; i++) axes[i] = si_value_i64(x1, i);
+    } else if (n->n_attr_ints >= 0) {
+        *naxes = n->n_attr_ints;
+        memcpy(axes, n->attr_ints, sizeof(int64_t) * (size_t)*naxes);
+    } else {
+        *naxes = -1;
+    }
+    return SI_OK;
+}
+
+static si_status eval_unsqueeze(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    int64_t axes[2 * SI_MAX_DIMS];
+    int naxes;
+    si_status st = squeeze_axes(g, n, axes, &naxes);
+    if (st != SI_OK) return st;
+    y->dtype = x->dtype;
+    int ynd = x->shape.ndim + naxes;
+    if (naxes < 1 || ynd > SI_MAX_DIMS) return si_node_error(g, n, SI_ERR_FORMAT, "invalid axes");
+    uint8_t ins[SI_MAX_DIMS] = {0};
+    for (int i = 0; i < naxes; i++) {
+        int a = norm(axes[i], ynd);
+        if (a < 0 || a >= ynd || ins[a]) return si_node_error(g, n, SI_ERR_FORMAT, "invalid axis");
+        ins[a] = 1;
+    }
+    y->shape.ndim = ynd;
+    for (int d = 0, s = 0; d < ynd; d++) y->shape.dims[d] = ins[d] ? 1 : x->shape.dims[s++];
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0; i < si_value_numel(x); i++) copy_elem(y, i, x, i);
+    return SI_OK;
+}
+
+static si_status eval_squeeze(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    int64_t axes[2 * SI_MAX_DIMS];
+    int naxes;
+    si_status st = squeeze_axes(g, n, axes, &naxes);
+    if (st != SI_OK) return st;
+    y->dtype = x->dtype;
+    int nd = x->shape.ndim;
+    uint8_t drop[SI_MAX_DIMS] = {0};
+    for (int i = 0; i < naxes; i++) {
+        int a = norm(axes[i], nd);
+        if (a < 0 || a >= nd || x->shape.dims[a] != 1)
+            return si_node_error(g, n, SI_ERR_FORMAT, "cannot squeeze that axis");
+        drop[a] = 1;
+    }
+    y->shape.ndim = 0;
+    for (int d = 0; d < nd; d++)
+        if (naxes >= 0 ? !drop[d] : x->shape.dims[d] != 1)
+            y->shape.dims[y->shape.ndim++] = x->shape.dims[d];
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0; i < si_value_numel(x); i++) copy_elem(y, i, x, i);
+    return SI_OK;
+}
+
+static si_status eval_flatten(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    int64_t total = si_value_numel(x);
+    y->dtype = x->dtype;
+    int a = norm(n->host_i[0], x->shape.ndim);
+    if (a < 0 || a > x->shape.ndim) return si_node_error(g, n, SI_ERR_FORMAT, "invalid axis");
+    int64_t outer = 1;
+    for (int d = 0; d < a; d++) outer = si_mul_sat(outer, x->shape.dims[d]);
+    y->shape = (si_shape){.ndim = 2, .dims = {outer, outer ? total / outer : 0}};
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0; i < total; i++) copy_elem(y, i, x, i);
+    return SI_OK;
+}
+
+/* Reshape's target: 0 copies the input dim (unless allowzero), -1 is inferred. */
+static si_status eval_reshape(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    const si_value *x1 = hin(g, n, 1);
+    int64_t total = si_value_numel(x);
+    y->dtype = x->dtype;
+    if (!x1 || si_value_numel(x1) > SI_MAX_DIMS)
+        return si_node_error(g, n, SI_ERR_FORMAT, "invalid target shape");
+    int nd = (int)si_value_numel(x1), inf = -1;
+    int64_t known = 1;
+    y->shape.ndim = nd;
+    for (int d = 0; d < nd; d++) {
+        int64_t v = si_value_i64(x1, d);
+        if (v == 0 && !n->host_i[0]) v = d < x->shape.ndim ? x->shape.dims[d] : -2;
+        if (v == -1) {
+            inf = d;
+            v = 1;
+        }
+        if (v < 0) return si_node_error(g, n, SI_ERR_FORMAT, "invalid target shape");
+        y->shape.dims[d] = v;
+        known = si_mul_sat(known, v);
+    }
+    if (inf >= 0) {
+        if (!known || total % known) return si_node_error(g, n, SI_ERR_FORMAT, "cannot infer -1");
+        y->shape.dims[inf] = total / known;
+    } else if (known != total) {
+        return si_node_error(g, n, SI_ERR_FORMAT, "element counts differ");
+    }
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0; i < total; i++) copy_elem(y, i, x, i);
+    return SI_OK;
+}
+
+static si_status eval_concat(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    int nd = x->shape.ndim, a = norm(n->host_i[0], nd);
+    if (a < 0 || a >= nd) return si_node_error(g, n, SI_ERR_FORMAT, "invalid axis");
+    y->dtype = x->dtype;
+    y->shape = x->shape;
+    y->shape.dims[a] = 0;
+    for (int i = 0; i < n->n_in; i++) {
+        const si_value *v = &g->values[n->in[i]];
+        if (v->shape.ndim != nd) return si_node_error(g, n, SI_ERR_FORMAT, "ranks differ");
+        y->shape.dims[a] += v->shape.dims[a];
+        if (v->dtype == SI_DT_FLOAT) y->dtype = SI_DT_FLOAT;
+    }
+    ALLOC_OR_FAIL(y);
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < a; d++) outer = si_mul_sat(outer, x->shape.dims[d]);
+    for (int d = a + 1; d < nd; d++) inner *= x->shape.dims[d];
+    int64_t j = 0;
+    for (int64_t o = 0; o < outer; o++)
+        for (int i = 0; i < n->n_in; i++) {
+            const si_value *v = &g->values[n->in[i]];
+            int64_t cnt = v->shape.dims[a] * inner;
+            for (int64_t e = 0; e < cnt; e++) copy_elem(y, j++, v, o * cnt + e);
+        }
+    return SI_OK;
+}
+
+static si_status eval_constant_of_shape(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    int nd = (int)si_value_numel(x);
+    if (nd > SI_MAX_DIMS) return si_node_error(g, n, SI_ERR_FORMAT, "rank too high");
+    y->dtype = (int)n->host_i[0];
+    y->shape.ndim = nd;
+    for (int d = 0; d < nd; d++) y->shape.dims[d] = si_value_i64(x, d);
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0; i < si_shape_numel(&y->shape); i++)
+        put(y, i, y->dtype == SI_DT_INT64 ? (double)n->host_i[1] : (double)n->host_f);
+    return SI_OK;
+}
+
+static si_status eval_expand(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    const si_value *x1 = hin(g, n, 1);
+    if (!x1 || si_value_numel(x1) > SI_MAX_DIMS)
+        return si_node_error(g, n, SI_ERR_FORMAT, "invalid shape");
+    si_shape t = {.ndim = (int)si_value_numel(x1)};
+    for (int d = 0; d < t.ndim; d++) t.dims[d] = si_value_i64(x1, d);
+    if (!bcast_shape(&x->shape, &t, &y->shape))
+        return si_node_error(g, n, SI_ERR_FORMAT, "cannot expand");
+    y->dtype = x->dtype;
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0; i < si_shape_numel(&y->shape); i++)
+        copy_elem(y, i, x, bcast_offset(&x->shape, &y->shape, i));
+    return SI_OK;
+}
+
+static si_status eval_range(si_graph *g, si_gnode *n, const si_value *s, si_value *y) {
+    const si_value *l = hin(g, n, 1), *dl = hin(g, n, 2);
+    if (!s || !l || !dl) return si_node_error(g, n, SI_ERR_FORMAT, "start, limit, delta");
+    double a = si_value_f64(s, 0), lim = si_value_f64(l, 0), d = si_value_f64(dl, 0);
+    if (d == 0) return si_node_error(g, n, SI_ERR_FORMAT, "delta is 0");
+    int64_t cnt = si_f2i_sat(ceil((lim - a) / d));
+    if (cnt < 0) cnt = 0;
+    if (cnt > (1 << 24)) return si_node_error(g, n, SI_ERR_UNSUPPORTED, "range too long");
+    y->dtype = s->dtype;
+    y->shape = (si_shape){.ndim = 1, .dims = {cnt}};
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0; i < cnt; i++) put(y, i, a + (double)i * d);
+    return SI_OK;
+}
+
+/* Not, Neg, Abs, Floor, Ceil, Sqrt. */
+static si_status eval_unary(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    int op = n->host_op;
+    y->dtype = op == H_NOT ? SI_DT_INT64 : x->dtype;
+    y->shape = x->shape;
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0; i < si_value_numel(x); i++) {
+        double v = si_value_f64(x, i);
+        if (op == H_NEG && x->dtype == SI_DT_INT64) {
+            ((int64_t *)y->data)[i] = -si_value_i64(x, i);
+            continue;
+        }
+        put(y, i,
+            op == H_NOT     ? v == 0
+            : op == H_NEG   ? -v
+            : op == H_ABS   ? fabs(v)
+            : op == H_FLOOR ? floor(v)
+            : op == H_CEIL  ? ceil(v)
+                            : sqrt(v));
+    }
+    return SI_OK;
+}
+
+static si_status eval_transpose(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    int nd = x->shape.ndim;
+    int perm[SI_MAX_DIMS];
+    for (int d = 0; d < nd; d++) {
+        perm[d] = n->n_attr_ints < 0 ? nd - 1 - d : (int)n->attr_ints[d];
+        if (perm[d] < 0 || perm[d] >= nd) return si_node_error(g, n, SI_ERR_FORMAT, "invalid perm");
+        y->shape.dims[d] = x->shape.dims[perm[d]];
+    }
+    y->shape.ndim = nd;
+    y->dtype = x->dtype;
+    ALLOC_OR_FAIL(y);
+    int64_t total = si_value_numel(x), xs[SI_MAX_DIMS];
+    for (int d = nd - 1, s = 1; d >= 0; d--) xs[d] = s, s *= (int)x->shape.dims[d];
+    for (int64_t i = 0; i < total; i++) {
+        int64_t rem = i, off = 0;
+        for (int d = nd - 1; d >= 0; d--) {
+            off += (rem % y->shape.dims[d]) * xs[perm[d]];
+            rem /= y->shape.dims[d];
+        }
+        copy_elem(y, i, x, off);
+    }
+    return SI_OK;
+}
+
+static si_status eval_where(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    const si_value *x1 = hin(g, n, 1), *x2 = hin(g, n, 2);
+    if (!x1 || !x2) return si_node_error(g, n, SI_ERR_FORMAT, "Where needs 3 inputs");
+    si_shape t;
+    if (!bcast_shape(&x->shape, &x1->shape, &t) || !bcast_shape(&t, &x2->shape, &y->shape))
+        return si_node_error(g, n, SI_ERR_FORMAT, "shapes cannot be broadcast");
+    y->dtype = x1->dtype == SI_DT_FLOAT || x2->dtype == SI_DT_FLOAT ? SI_DT_FLOAT : SI_DT_INT64;
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0; i < si_shape_numel(&y->shape); i++) {
+        bool c = si_value_f64(x, bcast_offset(&x->shape, &y->shape, i)) != 0;
+        const si_value *src = c ? x1 : x2;
+        copy_elem(y, i, src, bcast_offset(&src->shape, &y->shape, i));
+    }
+    return SI_OK;
+}
+
+/* Exact integer arithmetic for shapes. Returns false on a division or modulo by 0. */
+static bool int_binary(int op, int64_t fmod_flag, int64_t a, int64_t b, int64_t *r) {
+    switch (op) {
+    case H_ADD: *r = a + b; return true;
+    case H_SUB: *r = a - b; return true;
+    case H_MUL: *r = a * b; return true;
+    case H_DIV:
+        if (!b) return false;
+        *r = a / b;
+        return true;
+    case H_MIN: *r = a < b ? a : b; return true;
+    case H_MAX: *r = a > b ? a : b; return true;
+    default: /* Mod: fmod=0 takes the divisor's sign, as Python */
+        if (!b) return false;
+        *r = a % b;
+        if (!fmod_flag && *r && ((*r < 0) != (b < 0))) *r += b;
+        return true;
+    }
+}
+
+static double float_binary(int op, int64_t fmod_flag, double a, double b) {
+    switch (op) {
+    case H_ADD: return a + b;
+    case H_SUB: return a - b;
+    case H_MUL: return a * b;
+    case H_DIV: return a / b;
+    case H_MIN: return a < b ? a : b;
+    case H_MAX: return a > b ? a : b;
+    case H_EQUAL: return a == b;
+    case H_LESS: return a < b;
+    case H_GREATER: return a > b;
+    default: return fmod_flag ? fmod(a, b) : a - b * floor(a / b);
+    }
+}
+
+/* Add, Sub, Mul, Div, Min, Max, Mod, Equal, Less, Greater with broadcasting. */
+static si_status eval_binary(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    const si_value *x1 = hin(g, n, 1);
+    int op = n->host_op;
+    if (!x1) return si_node_error(g, n, SI_ERR_FORMAT, "needs two inputs");
+    if (!bcast_shape(&x->shape, &x1->shape, &y->shape))
+        return si_node_error(g, n, SI_ERR_FORMAT, "shapes cannot be broadcast");
+    bool cmp = op == H_EQUAL || op == H_LESS || op == H_GREATER;
+    bool ints = x->dtype == SI_DT_INT64 && x1->dtype == SI_DT_INT64;
+    y->dtype = cmp || ints ? SI_DT_INT64 : SI_DT_FLOAT;
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0; i < si_shape_numel(&y->shape); i++) {
+        int64_t ia = bcast_offset(&x->shape, &y->shape, i),
+                ib = bcast_offset(&x1->shape, &y->shape, i);
+        if (ints && !cmp) {
+            int64_t r;
+            if (!int_binary(op, n->host_i[0], si_value_i64(x, ia), si_value_i64(x1, ib), &r))
+                return si_node_error(g, n, SI_ERR_FORMAT, "%s",
+                                     op == H_DIV ? "integer division by 0" : "modulo by 0");
+            ((int64_t *)y->data)[i] = r;
+            continue;
+        }
+        put(y, i, float_binary(op, n->host_i[0], si_value_f64(x, ia), si_value_f64(x1, ib)));
+    }
+    return SI_OK;
+}
+
+/* --- the table ------------------------------------------------------------------------------ */
+typedef struct {
+    const char *onnx;
+    /* reads the node's attributes (NULL: none); inputs are already attached */
+    bool (*convert)(si_builder *b, const si_node_proto *n, si_gnode *gn);
+    /* (re)computes the output from the inputs' data; x is ONNX input 0 (NULL when absent) */
+    si_status (*eval)(si_graph *g, si_gnode *n, const si_value *x, si_value *y);
+    bool no_x;       /* input 0 is optional (Constant has none, Range checks its own) */
+    bool shape_only; /* reads only input 0's shape, so it may be a runtime value */
+} host_row;
+
+#define BINARY(name)                                                                               \
+    { .onnx = name, .eval = eval_binary }
+#define UNARY(name)                                                                                \
+    { .onnx = name, .eval = eval_unary }
+
+static const host_row host_rows[H_COUNT] = {
+    [H_CONSTANT] = {.onnx = "Constant",
+                    .convert = constant_value,
+                    .eval = eval_constant,
+                    .no_x = true},
+    [H_SHAPE] = {.onnx = "Shape", .convert = conv_shape, .eval = eval_shape, .shape_only = true},
+    [H_SIZE] = {.onnx = "Size", .eval = eval_size, .shape_only = true},
+    [H_GATHER] = {.onnx = "Gather", .convert = conv_axis0, .eval = eval_gather},
+    [H_UNSQUEEZE] = {.onnx = "Unsqueeze", .convert = conv_axes_attr, .eval = eval_unsqueeze},
+    [H_SQUEEZE] = {.onnx = "Squeeze", .convert = conv_axes_attr, .eval = eval_squeeze},
+    [H_CONCAT] = {.onnx = "Concat", .convert = conv_axis0, .eval = eval_concat},
+    [H_CAST] = {.onnx = "Cast", .convert = conv_cast, .eval = eval_cast},
+    [H_CONSTANT_OF_SHAPE] = {.onnx = "ConstantOfShape",
+                             .convert = conv_constant_of_shape,
+                             .eval = eval_constant_of_shape},
+    [H_EXPAND] = {.onnx = "Expand", .eval = eval_expand},
+    [H_RANGE] = {.onnx = "Range", .eval = eval_range, .no_x = true},
+    [H_EQUAL] = BINARY("Equal"),
+    [H_LESS] = BINARY("Less"),
+    [H_GREATER] = BINARY("Greater"),
+    [H_NOT] = UNARY("Not"),
+    [H_WHERE] = {.onnx = "Where", .eval = eval_where},
+    [H_SLICE] = {.onnx = "Slice", .convert = conv_slice, .eval = eval_slice},
+    [H_RESHAPE] = {.onnx = "Reshape", .convert = conv_reshape, .eval = eval_reshape},
+    [H_FLATTEN] = {.onnx = "Flatten", .convert = conv_flatten, .eval = eval_flatten},
+    [H_IDENTITY] = {.onnx = "Identity", .eval = eval_identity},
+    [H_ADD] = BINARY("Add"),
+    [H_SUB] = BINARY("Sub"),
+    [H_MUL] = BINARY("Mul"),
+    [H_DIV] = BINARY("Div"),
+    [H_MIN] = BINARY("Min"),
+    [H_MAX] = BINARY("Max"),
+    [H_MOD] = {.onnx = "Mod", .convert = conv_mod, .eval = eval_binary},
+    [H_NEG] = UNARY("Neg"),
+    [H_ABS] = UNARY("Abs"),
+    [H_FLOOR] = UNARY("Floor"),
+    [H_CEIL] = UNARY("Ceil"),
+    [H_SQRT] = UNARY("Sqrt"),
+    [H_TRANSPOSE] = {.onnx = "Transpose", .convert = conv_axes_attr, .eval = eval_transpose},
+};
+
+static int host_op_of(const char *op) {
+    for (int i = 0; i < H_COUNT; i++)
+        if (!strcmp(op, host_rows[i].onnx)) return i;
+    return -1;
+}
+
+bool si_host_supports(const char *op_type) {
+    return host_op_of(op_type) >= 0;
+}
+
+bool si_convert_host_op(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    int op = host_op_of(n->op_type);
+    gn->op = SI_OP_HOST;
+    gn->host_op = op;
+    for (int k = 0; k < 4; k++) gn->pslot[k] = -1;
+    for (int i = 0; i < n->n_inputs && i < 31; i++) {
+        int id = si_b_input(b, n, i);
+        if (id < 0) continue;
+        gn->host_present |= 1u << i;
+        si_node_add_input(gn, id);
+    }
+    return !host_rows[op].convert || host_rows[op].convert(b, n, gn);
+}
+
+si_status si_host_eval(si_graph *g, si_gnode *n) {
+    const host_row *row = &host_rows[n->host_op];
+    const si_value *x = hin(g, n, 0);
+    if (!row->no_x && !x) return si_node_error(g, n, SI_ERR_FORMAT, "the first input is missing");
+    if (!row->no_x && !row->shape_only && !x->data)
+        return si_node_error(g, n, SI_ERR_INTERNAL, "input has no host data");
+    return row->eval(g, n, x, &g->values[n->out]);
+}

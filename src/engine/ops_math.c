@@ -1,0 +1,361 @@
+/* Import of the arithmetic ops: Gemm, MatMul, the broadcasting binaries, the activations,
+ * BatchNormalization (statistics folded into scale and shift at load), Softmax and the
+ * reductions (GlobalMaxPool among them). */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "import.h"
+
+static bool convert_gemm(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    gn->trans_a = (int)si_attr_int(n, "transA", 0);
+    gn->trans_b = (int)si_attr_int(n, "transB", 0);
+    gn->alpha = si_attr_float(n, "alpha", 1.f);
+    gn->beta = si_attr_float(n, "beta", 1.f);
+    int bb = si_b_input(b, n, 1), c = si_b_input(b, n, 2);
+    if (bb < 0) {
+        si_b_unsupported(b, n, "needs inputs A and B");
+        return false;
+    }
+    si_node_add_input(gn, x);
+    si_node_add_input(gn, bb);
+    if (c >= 0) si_node_add_input(gn, c);
+    return true;
+}
+
+static bool convert_matmul(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    int bb = si_b_input(b, n, 1);
+    if (bb < 0) {
+        si_b_unsupported(b, n, "needs inputs A and B");
+        return false;
+    }
+    si_node_add_input(gn, x);
+    si_node_add_input(gn, bb);
+    return true;
+}
+
+static bool convert_binary(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    const char *op = n->op_type;
+    if (b->m->opset < 7 && si_attr_int(n, "broadcast", 0) && si_node_attr(n, "axis")) {
+        si_b_unsupported(b, n, "legacy broadcast with an axis attribute (opset < 7)");
+        return false;
+    }
+    gn->binop = op[0] == 'A'   ? SI_BIN_ADD
+                : op[0] == 'S' ? SI_BIN_SUB
+                : op[0] == 'M' ? SI_BIN_MUL
+                               : SI_BIN_DIV;
+    int y = si_b_input(b, n, 1);
+    if (y < 0) {
+        si_b_unsupported(b, n, "needs two inputs");
+        return false;
+    }
+    si_node_add_input(gn, x);
+    si_node_add_input(gn, y);
+    return true;
+}
+
+static bool convert_relu(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    (void)b;
+    (void)n;
+    si_node_add_input(gn, x);
+    gn->act.kind = SI_ACT_RELU;
+    return true;
+}
+
+static bool convert_sigmoid(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    (void)b;
+    (void)n;
+    si_node_add_input(gn, x);
+    gn->act.kind = SI_ACT_SIGMOID;
+    return true;
+}
+
+static bool convert_hardswish(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    (void)b;
+    (void)n;
+    si_node_add_input(gn, x);
+    gn->act.kind = SI_ACT_HARDSWISH;
+    return true;
+}
+
+static bool convert_hardsigmoid(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    (void)b;
+    si_node_add_input(gn, x);
+    gn->act.kind = SI_ACT_HARDSIGMOID;
+    gn->act.alpha = si_attr_float(n, "alpha", 0.2f);
+    gn->act.beta = si_attr_float(n, "beta", 0.5f);
+    return true;
+}
+
+static bool convert_leakyrelu(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    (void)b;
+    si_node_add_input(gn, x);
+    gn->act.kind = SI_ACT_LEAKYRELU;
+    gn->act.alpha = si_attr_float(n, "alpha", 0.01f);
+    return true;
+}
+
+/* A float scalar parameter that must be constant (Clip's bounds). */
+static bool const_scalar(si_builder *b, const si_node_proto *n, int i, float *out) {
+    if (i >= n->n_inputs || !n->inputs[i][0]) return true;
+    const si_value *v = si_imp_const_in(b, n, i);
+    if (!v || si_shape_numel(&v->shape) != 1) {
+        si_b_unsupported(b, n, "input %d ('%s') must be a constant scalar", i, n->inputs[i]);
+        return false;
+    }
+    *out = (float)si_value_f64(v, 0);
+    return true;
+}
+
+/* Clip's bounds: attributes before opset 11, constant scalar inputs after. */
+static bool convert_clip(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    si_node_add_input(gn, x);
+    gn->act.kind = SI_ACT_CLIP;
+    if (b->m->opset < 11) {
+        gn->act.lo = si_attr_float(n, "min", -FLT_MAX);
+        gn->act.hi = si_attr_float(n, "max", FLT_MAX);
+        return true;
+    }
+    gn->act.lo = -INFINITY;
+    gn->act.hi = INFINITY;
+    return const_scalar(b, n, 1, &gn->act.lo) && const_scalar(b, n, 2, &gn->act.hi);
+}
+
+/* The attributes and outputs of a BatchNormalization that only inference supports. */
+static bool batchnorm_is_inference(si_builder *b, const si_node_proto *n) {
+    if (si_attr_int(n, "training_mode", 0) != 0) {
+        si_b_unsupported(b, n, "training_mode = 1 (only inference is supported)");
+        return false;
+    }
+    for (int i = 1; i < n->n_outputs; i++)
+        if (n->outputs[i][0]) {
+            si_b_unsupported(b, n, "training outputs (running statistics) are not supported");
+            return false;
+        }
+    if (b->m->opset < 9 && si_attr_int(n, "spatial", 1) == 0) {
+        si_b_unsupported(b, n, "spatial = 0 is not supported");
+        return false;
+    }
+    return true;
+}
+
+/* A constant of the builder: `name` with c floats (owned by the value from now on). */
+static int add_const_vector(si_builder *b, const char *name, float *data, int64_t c) {
+    int id = si_b_add_value(b, name);
+    si_value *v = &b->g->values[id];
+    v->kind = SI_VAL_CONST;
+    v->shape = (si_shape){.ndim = 1, .dims = {c}};
+    v->data = data;
+    return id;
+}
+
+/* Statistics folded into scale and shift now; the Conv folding pass reuses them. */
+static bool convert_batchnorm(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    if (!batchnorm_is_inference(b, n)) return false;
+    const si_value *p[4];
+    for (int i = 0; i < 4; i++)
+        if (!(p[i] = si_imp_const_in(b, n, i + 1)) || p[i]->dtype != SI_DT_FLOAT) {
+            si_b_unsupported(b, n, "scale, B, mean and var must be float constants");
+            return false;
+        }
+    int64_t c = si_shape_numel(&p[0]->shape);
+    for (int i = 1; i < 4; i++)
+        if (si_shape_numel(&p[i]->shape) != c) {
+            si_b_unsupported(b, n, "scale, B, mean and var differ in length");
+            return false;
+        }
+    float eps = si_attr_float(n, "epsilon", 1e-5f);
+    float *scale = si_xmalloc(sizeof(float) * (size_t)(c ? c : 1));
+    float *shift = si_xmalloc(sizeof(float) * (size_t)(c ? c : 1));
+    const float *gam = p[0]->data, *bet = p[1]->data, *mean = p[2]->data, *var = p[3]->data;
+    for (int64_t i = 0; i < c; i++) {
+        scale[i] = (float)((double)gam[i] / sqrt((double)var[i] + (double)eps));
+        shift[i] = (float)((double)bet[i] - (double)mean[i] * scale[i]);
+    }
+    char nm[600];
+    snprintf(nm, sizeof nm, "%s/scale", n->name);
+    int sid = add_const_vector(b, nm, scale, c);
+    snprintf(nm, sizeof nm, "%s/shift", n->name);
+    int hid = add_const_vector(b, nm, shift, c);
+    si_node_add_input(gn, x);
+    si_node_add_input(gn, sid);
+    si_node_add_input(gn, hid);
+    return true;
+}
+
+static bool convert_softmax(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    int64_t opset = b->m->opset;
+    gn->legacy_axis = opset < 13;
+    gn->axis = (int)si_attr_int(n, "axis", opset < 13 ? 1 : -1);
+    si_node_add_input(gn, x);
+    return true;
+}
+
+static bool convert_reduce(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    const char *op = n->op_type;
+    gn->reduce_op = !strcmp(op, "ReduceMean")  ? SI_REDUCE_MEAN
+                    : !strcmp(op, "ReduceSum") ? SI_REDUCE_SUM
+                    : !strcmp(op, "ReduceMax") ? SI_REDUCE_MAX
+                                               : SI_REDUCE_MIN;
+    gn->keepdims = (int)si_attr_int(n, "keepdims", 1);
+    gn->noop_with_empty_axes = (int)si_attr_int(n, "noop_with_empty_axes", 0);
+    si_node_add_input(gn, x);
+    int64_t opset = b->m->opset;
+    bool axes_input = gn->reduce_op == SI_REDUCE_SUM ? opset >= 13 : opset >= 18;
+    if (axes_input) return si_imp_add_param(b, n, gn, 1, &gn->pslot[0]);
+    if (!si_imp_store_attr_ints(b, n, gn, "axes")) return false;
+    gn->split_from_attr = si_node_attr_ints(n, "axes") != NULL;
+    return true;
+}
+
+static bool convert_global_maxpool(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    (void)b;
+    (void)n;
+    gn->reduce_op = SI_REDUCE_MAX;
+    gn->keepdims = 1;
+    gn->axis = -2; /* all spatial dims, resolved at infer */
+    si_node_add_input(gn, x);
+    return true;
+}
+
+/* --- shape inference ------------------------------------------------------------------------ */
+static si_status infer_gemm(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
+    const si_shape *bs = &g->values[n->in[1]].shape;
+    if (x->ndim != 2 || bs->ndim != 2)
+        return si_node_error(g, n, SI_ERR_FORMAT, "A and B must be matrices (ranks %d, %d)",
+                             x->ndim, bs->ndim);
+    int64_t m = n->trans_a ? x->dims[1] : x->dims[0], k = n->trans_a ? x->dims[0] : x->dims[1];
+    int64_t kb = n->trans_b ? bs->dims[1] : bs->dims[0];
+    int64_t nn = n->trans_b ? bs->dims[0] : bs->dims[1];
+    if (k != kb)
+        return si_node_error(g, n, SI_ERR_FORMAT, "inner dimensions differ (%lld vs %lld)",
+                             (long long)k, (long long)kb);
+    if (n->n_in > 2) {
+        const si_shape *c = &g->values[n->in[2]].shape;
+        int64_t cm = c->ndim == 2 ? c->dims[0] : 1;
+        int64_t cn = c->ndim >= 1 ? c->dims[c->ndim - 1] : 1;
+        if (c->ndim > 2 || (cm != 1 && cm != m) || (cn != 1 && cn != nn))
+            return si_node_error(g, n, SI_ERR_FORMAT, "C cannot be broadcast to (%lld, %lld)",
+                                 (long long)m, (long long)nn);
+    }
+    *y = (si_shape){.ndim = 2, .dims = {m, nn}};
+    return SI_OK;
+}
+
+/* Numpy matmul: 1-D operands promoted and the added dim dropped, batch dims broadcast. */
+static si_status infer_matmul(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
+    si_shape a = *x, b2 = g->values[n->in[1]].shape;
+    if (a.ndim < 1 || b2.ndim < 1) return si_node_error(g, n, SI_ERR_FORMAT, "MatMul of a scalar");
+    bool a1 = a.ndim == 1, b1 = b2.ndim == 1;
+    if (a1) a = (si_shape){.ndim = 2, .dims = {1, a.dims[0]}};
+    if (b1) b2 = (si_shape){.ndim = 2, .dims = {b2.dims[0], 1}};
+    if (a.dims[a.ndim - 1] != b2.dims[b2.ndim - 2])
+        return si_node_error(g, n, SI_ERR_FORMAT, "inner dimensions differ (%lld vs %lld)",
+                             (long long)a.dims[a.ndim - 1], (long long)b2.dims[b2.ndim - 2]);
+    si_shape ab = a, bb = b2, yb;
+    ab.ndim -= 2;
+    bb.ndim -= 2;
+    si_status st = si_imp_broadcast(g, n, &ab, &bb, &yb);
+    if (st != SI_OK) return st;
+    *y = yb;
+    if (!a1) y->dims[y->ndim++] = a.dims[a.ndim - 2];
+    if (!b1) y->dims[y->ndim++] = b2.dims[b2.ndim - 1];
+    return SI_OK;
+}
+
+static si_status infer_binary(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
+    return si_imp_broadcast(g, n, x, &g->values[n->in[1]].shape, y);
+}
+
+static si_status infer_same(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
+    (void)g;
+    (void)n;
+    *y = *x;
+    return SI_OK;
+}
+
+static si_status infer_affine(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
+    if (x->ndim < 2 || x->dims[1] != si_shape_numel(&g->values[n->in[1]].shape))
+        return si_node_error(g, n, SI_ERR_FORMAT,
+                             "channel count differs from the statistics' length");
+    *y = *x;
+    return SI_OK;
+}
+
+static si_status infer_softmax(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
+    int a = si_imp_norm_axis(n->axis, x->ndim);
+    if (a < 0 || a >= x->ndim)
+        return si_node_error(g, n, SI_ERR_FORMAT, "axis %d out of range", n->axis);
+    *y = *x;
+    return SI_OK;
+}
+
+static si_status infer_reduce(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
+    int64_t axes[2 * SI_MAX_DIMS];
+    int k;
+    memset(n->reduce_mask, 0, sizeof n->reduce_mask);
+    if (n->axis == -2) { /* GlobalMaxPool: every spatial dim */
+        k = 0;
+        for (int d = 2; d < x->ndim; d++) axes[k++] = d;
+    } else {
+        k = si_imp_read_axes(g, n, axes);
+    }
+    if (k <= 0) {
+        if (n->noop_with_empty_axes) {
+            *y = *x;
+            return SI_OK;
+        }
+        for (int d = 0; d < x->ndim; d++) n->reduce_mask[d] = 1;
+    }
+    for (int i = 0; i < k; i++) {
+        int a = si_imp_norm_axis(axes[i], x->ndim);
+        if (a < 0 || a >= x->ndim)
+            return si_node_error(g, n, SI_ERR_FORMAT, "invalid axis %lld", (long long)axes[i]);
+        n->reduce_mask[a] = 1;
+    }
+    y->ndim = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        if (!n->reduce_mask[d])
+            y->dims[y->ndim++] = x->dims[d];
+        else if (n->keepdims)
+            y->dims[y->ndim++] = 1;
+    }
+    return SI_OK;
+}
+
+#define ACT(name, fn)                                                                              \
+    { .onnx = name, .kind = SI_OP_ACTIVATION, .convert = fn, .infer = infer_same }
+#define BIN(name)                                                                                  \
+    { .onnx = name, .kind = SI_OP_BINARY, .convert = convert_binary, .infer = infer_binary }
+#define REDUCE(name)                                                                               \
+    { .onnx = name, .kind = SI_OP_REDUCE, .convert = convert_reduce, .infer = infer_reduce }
+
+const si_import_row si_import_math_rows[] = {
+    {.onnx = "Gemm", .kind = SI_OP_GEMM, .convert = convert_gemm, .infer = infer_gemm},
+    {.onnx = "MatMul", .kind = SI_OP_MATMUL, .convert = convert_matmul, .infer = infer_matmul},
+    BIN("Add"),
+    BIN("Sub"),
+    BIN("Mul"),
+    BIN("Div"),
+    ACT("Relu", convert_relu),
+    ACT("Sigmoid", convert_sigmoid),
+    ACT("HardSigmoid", convert_hardsigmoid),
+    ACT("HardSwish", convert_hardswish),
+    ACT("LeakyRelu", convert_leakyrelu),
+    ACT("Clip", convert_clip),
+    {.onnx = "BatchNormalization",
+     .kind = SI_OP_AFFINE,
+     .convert = convert_batchnorm,
+     .infer = infer_affine},
+    {.onnx = "Softmax", .kind = SI_OP_SOFTMAX, .convert = convert_softmax, .infer = infer_softmax},
+    REDUCE("ReduceMean"),
+    REDUCE("ReduceSum"),
+    REDUCE("ReduceMax"),
+    REDUCE("ReduceMin"),
+    {.onnx = "GlobalMaxPool",
+     .kind = SI_OP_REDUCE,
+     .convert = convert_global_maxpool,
+     .infer = infer_reduce},
+    {.onnx = NULL},
+};
