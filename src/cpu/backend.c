@@ -9,6 +9,7 @@
 
 #include "engine/engine.h"
 #include "engine/memplan.h"
+#include "kernels.h"
 
 /* The kernels call sgemm from inside their OpenMP threads and expect OpenBLAS's OpenMP build,
  * which then runs single-threaded there. When the loader finds another libopenblas.so.0 (on the
