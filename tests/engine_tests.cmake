@@ -3,6 +3,15 @@
 si_add_test(test_onnx_reader SOURCES test_onnx_reader.c LABELS "unit")
 si_add_test(test_postprocess SOURCES test_postprocess.c LABELS "unit")
 
+# The load-time check: a stub backend's refusals grouped into one message (si_engine_check).
+add_test(NAME make_check_model
+  COMMAND ${SI_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/make_check_model.py
+          --output ${SI_TEST_DATA}/engine_check.onnx)
+set_tests_properties(make_check_model PROPERTIES FIXTURES_SETUP check_model LABELS "unit")
+si_add_test(test_engine_check SOURCES test_engine_check.c LABELS "unit"
+  ARGS ${SI_TEST_DATA}/engine_check.onnx)
+set_tests_properties(test_engine_check PROPERTIES FIXTURES_REQUIRED check_model)
+
 add_executable(run_onnx_cases run_onnx_cases.c)
 target_link_libraries(run_onnx_cases PRIVATE si_core)
 target_compile_options(run_onnx_cases PRIVATE -Wno-format-truncation)

@@ -123,7 +123,8 @@ int si_cli_inspect(int argc, char **argv) {
         si_log_error("%s", si_error_msg());
         return SI_EXIT_FAIL;
     }
-    if ((st = si_graph_infer(g, 1)) != SI_OK) {
+    /* the numbers below are the CPU backend's (its arena plan), so it is the one asked */
+    if ((st = si_graph_infer(g, 1)) != SI_OK || (st = si_engine_check(g, "cpu", NULL)) != SI_OK) {
         si_log_error("%s", si_error_msg());
         si_graph_free(g);
         return SI_EXIT_FAIL;

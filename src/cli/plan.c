@@ -103,7 +103,18 @@ int si_cli_plan(int argc, char **argv) {
         ppi = pack_kb > 0 ? (size_t)pack_kb << 10
                           : SI_RS_PACK_DEFAULT(si_pipeline_default_resize(h, w));
     }
-    if ((st = si_devplan_build(g, (int)batch, elem, (int)slots, ws, pixels, ppi, &p)) != SI_OK) {
+    /* the refusal `run --backend cuda` would give, before any number (a build without CUDA has
+     * no cuda backend to ask) */
+    const si_backend *cuda = si_engine_backend("cuda");
+    si_engine_opts eo = {.precision = prec,
+                         .slots = (int)slots,
+                         .workspace_bytes = ws,
+                         .pixels = pixels,
+                         .pack_per_image = ppi};
+    if (cuda && (st = si_graph_infer(g, (int)batch)) == SI_OK)
+        st = si_engine_check_backend(g, cuda, &eo);
+    if (st != SI_OK ||
+        (st = si_devplan_build(g, (int)batch, elem, (int)slots, ws, pixels, ppi, &p)) != SI_OK) {
         si_log_error("%s", si_error_msg());
         si_graph_free(g);
         return SI_EXIT_FAIL;

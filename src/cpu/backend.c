@@ -6,6 +6,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@
 #include "engine/engine.h"
 #include "engine/memplan.h"
 #include "io/jpeg.h"
+#include "kernels.h"
 
 /* The kernels call sgemm from inside their OpenMP threads and expect OpenBLAS's OpenMP build,
  * which then runs single-threaded there. When the loader finds another libopenblas.so.0 (on the
@@ -105,154 +107,225 @@ static void align_dims(const si_shape *s, int nd, int64_t *out) {
     }
 }
 
-static void run_node(si_engine *e, si_gnode *n, cpu_state *s) {
-    si_graph *g = e->g;
-    float *y = ptr(e, n->out);
-    const float *x = ptr(e, n->in[0]);
-    const si_shape *xs = &g->values[n->in[0]].shape, *ys = &g->values[n->out].shape;
-    switch (n->op) {
-    case SI_OP_CONV: {
-        bool res = n->residual >= 0;
-        int nb = n->n_in - (res ? 1 : 0);
-        si_act none = {0};
-        si_cpu_conv2d(&n->conv, x, ptr(e, n->in[1]), nb > 2 ? ptr(e, n->in[2]) : NULL,
-                      res ? none : n->act, y, s->scratch);
-        if (res) { /* y = act(y + residual): one more pass on the CPU, fused on the GPU */
-            int64_t d[1] = {si_shape_numel(ys)};
-            si_cpu_binary(SI_BIN_ADD, 1, d, y, d, ptr(e, n->residual), d, y, n->act);
-        }
-        break;
+/* What each op's run reads: the node, its first input and output and their shapes. */
+typedef struct {
+    si_engine *e;
+    cpu_state *s;
+    const si_graph *g;
+    const si_gnode *n;
+    const float *x; /* input 0 */
+    float *y;       /* output 0 */
+    const si_shape *xs, *ys;
+} op_args;
+
+/* The product of dims [d0, d1) of s. */
+static int64_t dims_prod(const si_shape *s, int d0, int d1) {
+    int64_t p = 1;
+    for (int d = d0; d < d1; d++) p *= s->dims[d];
+    return p;
+}
+
+static void run_conv(const op_args *a) {
+    const si_gnode *n = a->n;
+    bool res = n->residual >= 0;
+    int nb = n->n_in - (res ? 1 : 0);
+    si_act none = {0};
+    si_cpu_conv2d(&n->conv, a->x, ptr(a->e, n->in[1]), nb > 2 ? ptr(a->e, n->in[2]) : NULL,
+                  res ? none : n->act, a->y, a->s->scratch);
+    if (res) { /* y = act(y + residual): one more pass on the CPU, fused on the GPU */
+        int64_t d[1] = {si_shape_numel(a->ys)};
+        si_cpu_binary(SI_BIN_ADD, 1, d, a->y, d, ptr(a->e, n->residual), d, a->y, n->act);
     }
-    case SI_OP_MAXPOOL: si_cpu_maxpool2d(&n->pool, x, y); break;
-    case SI_OP_AVGPOOL: si_cpu_avgpool2d(&n->pool, n->win.count_include_pad, x, y); break;
-    case SI_OP_GLOBAL_AVGPOOL: {
-        int64_t hw = 1;
-        for (int d = 2; d < xs->ndim; d++) hw *= xs->dims[d];
-        si_cpu_global_avgpool(x, xs->dims[0] * xs->dims[1], hw, y);
-        break;
+}
+
+static void run_maxpool(const op_args *a) {
+    si_cpu_maxpool2d(&a->n->pool, a->x, a->y);
+}
+
+static void run_avgpool(const op_args *a) {
+    si_cpu_avgpool2d(&a->n->pool, a->n->win.count_include_pad, a->x, a->y);
+}
+
+static void run_global_avgpool(const op_args *a) {
+    int64_t hw = dims_prod(a->xs, 2, a->xs->ndim);
+    si_cpu_global_avgpool(a->x, a->xs->dims[0] * a->xs->dims[1], hw, a->y);
+}
+
+static void run_gemm(const op_args *a) {
+    const si_gnode *n = a->n;
+    const si_shape *bs = &a->g->values[n->in[1]].shape;
+    int m = (int)a->ys->dims[0], nn = (int)a->ys->dims[1];
+    int k = (int)(n->trans_b ? bs->dims[1] : bs->dims[0]);
+    const float *c = NULL;
+    int cm = 1, cn = 1;
+    if (n->n_in > 2) {
+        const si_shape *cs = &a->g->values[n->in[2]].shape;
+        c = ptr(a->e, n->in[2]);
+        cm = cs->ndim == 2 ? (int)cs->dims[0] : 1;
+        cn = cs->ndim >= 1 ? (int)cs->dims[cs->ndim - 1] : 1;
     }
-    case SI_OP_GEMM: {
-        const si_shape *bs = &g->values[n->in[1]].shape;
-        int m = (int)ys->dims[0], nn = (int)ys->dims[1];
-        int k = (int)(n->trans_b ? bs->dims[1] : bs->dims[0]);
-        const float *c = NULL;
-        int cm = 1, cn = 1;
-        if (n->n_in > 2) {
-            const si_shape *cs = &g->values[n->in[2]].shape;
-            c = ptr(e, n->in[2]);
-            cm = cs->ndim == 2 ? (int)cs->dims[0] : 1;
-            cn = cs->ndim >= 1 ? (int)cs->dims[cs->ndim - 1] : 1;
-        }
-        si_cpu_gemm(n->trans_a, n->trans_b, m, nn, k, n->alpha, x, ptr(e, n->in[1]), n->beta, c, cm,
-                    cn, y);
-        if (n->act.kind) si_cpu_activation(y, si_shape_numel(ys), n->act, y);
-        break;
+    si_cpu_gemm(n->trans_a, n->trans_b, m, nn, k, n->alpha, a->x, ptr(a->e, n->in[1]), n->beta, c,
+                cm, cn, a->y);
+    if (n->act.kind) si_cpu_activation(a->y, si_shape_numel(a->ys), n->act, a->y);
+}
+
+static void run_matmul(const op_args *a) {
+    si_shape sa = *a->xs, sb = a->g->values[a->n->in[1]].shape;
+    if (sa.ndim == 1) sa = (si_shape){2, {1, sa.dims[0]}};
+    if (sb.ndim == 1) sb = (si_shape){2, {sb.dims[0], 1}};
+    int nd = sa.ndim > sb.ndim ? sa.ndim : sb.ndim;
+    int64_t ad[SI_MAX_DIMS], bd[SI_MAX_DIMS], yd[SI_MAX_DIMS];
+    align_dims(&sa, nd, ad);
+    align_dims(&sb, nd, bd);
+    for (int d = 0; d < nd - 2; d++) yd[d] = ad[d] > bd[d] ? ad[d] : bd[d];
+    yd[nd - 2] = ad[nd - 2];
+    yd[nd - 1] = bd[nd - 1];
+    si_cpu_matmul(nd, ad, a->x, bd, ptr(a->e, a->n->in[1]), yd, a->y);
+}
+
+static void run_binary(const op_args *a) {
+    const si_shape *bs = &a->g->values[a->n->in[1]].shape;
+    int nd = a->ys->ndim ? a->ys->ndim : 1;
+    int64_t ad[SI_MAX_DIMS], bd[SI_MAX_DIMS], yd[SI_MAX_DIMS];
+    align_dims(a->xs, nd, ad);
+    align_dims(bs, nd, bd);
+    align_dims(a->ys, nd, yd);
+    si_cpu_binary(a->n->binop, nd, ad, a->x, bd, ptr(a->e, a->n->in[1]), yd, a->y, a->n->act);
+}
+
+static void run_activation(const op_args *a) {
+    si_cpu_activation(a->x, si_shape_numel(a->xs), a->n->act, a->y);
+}
+
+static void run_affine(const op_args *a) {
+    int64_t inner = dims_prod(a->xs, 2, a->xs->ndim);
+    si_cpu_channel_affine(a->x, a->xs->dims[0], a->xs->dims[1], inner, ptr(a->e, a->n->in[1]),
+                          ptr(a->e, a->n->in[2]), a->y);
+}
+
+/* shares the input's bytes, unless the input is a constant or host value */
+static void run_view(const op_args *a) {
+    if (a->g->values[a->n->in[0]].kind != SI_VAL_RUNTIME)
+        memcpy(a->y, a->x, sizeof(float) * (size_t)si_shape_numel(a->ys));
+}
+
+static void run_concat(const op_args *a) {
+    const si_gnode *n = a->n;
+    int ax = (int)(n->axis < 0 ? n->axis + a->ys->ndim : n->axis);
+    int64_t outer = dims_prod(a->ys, 0, ax), inner = dims_prod(a->ys, ax + 1, a->ys->ndim);
+    for (int i = 0; i < n->n_in; i++) {
+        a->s->cat_in[i] = ptr(a->e, n->in[i]);
+        a->s->cat_sizes[i] = a->g->values[n->in[i]].shape.dims[ax];
     }
-    case SI_OP_MATMUL: {
-        si_shape a = *xs, b = g->values[n->in[1]].shape;
-        if (a.ndim == 1) a = (si_shape){2, {1, a.dims[0]}};
-        if (b.ndim == 1) b = (si_shape){2, {b.dims[0], 1}};
-        int nd = a.ndim > b.ndim ? a.ndim : b.ndim;
-        int64_t ad[SI_MAX_DIMS], bd[SI_MAX_DIMS], yd[SI_MAX_DIMS];
-        align_dims(&a, nd, ad);
-        align_dims(&b, nd, bd);
-        for (int d = 0; d < nd - 2; d++) yd[d] = ad[d] > bd[d] ? ad[d] : bd[d];
-        yd[nd - 2] = ad[nd - 2];
-        yd[nd - 1] = bd[nd - 1];
-        si_cpu_matmul(nd, ad, x, bd, ptr(e, n->in[1]), yd, y);
-        break;
+    si_cpu_concat(n->n_in, a->s->cat_in, a->s->cat_sizes, outer, inner, a->y);
+}
+
+static void run_split(const op_args *a) {
+    const si_gnode *n = a->n;
+    int64_t outer = dims_prod(a->xs, 0, n->axis),
+            inner = dims_prod(a->xs, n->axis + 1, a->xs->ndim);
+    float *ys[SI_MAX_OUTPUTS];
+    for (int o = 0; o < n->n_out; o++) ys[o] = ptr(a->e, n->outs[o]);
+    si_cpu_split(a->x, outer, inner, n->n_out, n->split_sizes, ys);
+}
+
+static void run_slice(const op_args *a) {
+    si_cpu_slice(a->xs->ndim, a->xs->dims, a->x, a->n->starts, a->n->steps, a->ys->dims, a->y);
+}
+
+static void run_transpose(const op_args *a) {
+    si_cpu_transpose(a->xs->ndim, a->xs->dims, a->n->perm, a->x, a->y);
+}
+
+static void run_expand(const op_args *a) {
+    int64_t xd[SI_MAX_DIMS];
+    align_dims(a->xs, a->ys->ndim, xd);
+    si_cpu_broadcast(a->ys->ndim, xd, a->x, a->ys->dims, a->y);
+}
+
+static void run_gather(const op_args *a) {
+    const si_gnode *n = a->n;
+    const si_value *iv = &a->g->values[n->in[n->pslot[0]]];
+    int64_t outer = dims_prod(a->xs, 0, n->axis),
+            inner = dims_prod(a->xs, n->axis + 1, a->xs->ndim);
+    int64_t ni = si_shape_numel(&iv->shape);
+    if (iv->dtype == SI_DT_INT64) {
+        si_cpu_gather(a->x, outer, a->xs->dims[n->axis], inner, iv->data, ni, a->y);
+    } else { /* float indices (legal but rare): convert into scratch */
+        for (int64_t i = 0; i < ni; i++)
+            a->s->gather_idx[i] = (int64_t)((const float *)iv->data)[i];
+        si_cpu_gather(a->x, outer, a->xs->dims[n->axis], inner, a->s->gather_idx, ni, a->y);
     }
-    case SI_OP_BINARY: {
-        const si_shape *bs = &g->values[n->in[1]].shape;
-        int nd = ys->ndim ? ys->ndim : 1;
-        int64_t ad[SI_MAX_DIMS], bd[SI_MAX_DIMS], yd[SI_MAX_DIMS];
-        align_dims(xs, nd, ad);
-        align_dims(bs, nd, bd);
-        align_dims(ys, nd, yd);
-        si_cpu_binary(n->binop, nd, ad, x, bd, ptr(e, n->in[1]), yd, y, n->act);
-        break;
-    }
-    case SI_OP_ACTIVATION: si_cpu_activation(x, si_shape_numel(xs), n->act, y); break;
-    case SI_OP_AFFINE: {
-        int64_t inner = 1;
-        for (int d = 2; d < xs->ndim; d++) inner *= xs->dims[d];
-        si_cpu_channel_affine(x, xs->dims[0], xs->dims[1], inner, ptr(e, n->in[1]),
-                              ptr(e, n->in[2]), y);
-        break;
-    }
-    case SI_OP_VIEW:
-        /* shares the input's bytes, unless the input is a constant or host value */
-        if (g->values[n->in[0]].kind != SI_VAL_RUNTIME)
-            memcpy(y, x, sizeof(float) * (size_t)si_shape_numel(ys));
-        break;
-    case SI_OP_CONCAT:
-    case SI_OP_SPLIT: {
-        int a = n->op == SI_OP_CONCAT ? (int)(n->axis < 0 ? n->axis + ys->ndim : n->axis) : n->axis;
-        const si_shape *full = n->op == SI_OP_CONCAT ? ys : xs;
-        int64_t outer = 1, inner = 1;
-        for (int d = 0; d < a; d++) outer *= full->dims[d];
-        for (int d = a + 1; d < full->ndim; d++) inner *= full->dims[d];
-        if (n->op == SI_OP_SPLIT) {
-            float *ys_[SI_MAX_OUTPUTS];
-            for (int o = 0; o < n->n_out; o++) ys_[o] = ptr(e, n->outs[o]);
-            si_cpu_split(x, outer, inner, n->n_out, n->split_sizes, ys_);
-        } else {
-            for (int i = 0; i < n->n_in; i++) {
-                s->cat_in[i] = ptr(e, n->in[i]);
-                s->cat_sizes[i] = g->values[n->in[i]].shape.dims[a];
-            }
-            si_cpu_concat(n->n_in, s->cat_in, s->cat_sizes, outer, inner, y);
-        }
-        break;
-    }
-    case SI_OP_SLICE: si_cpu_slice(xs->ndim, xs->dims, x, n->starts, n->steps, ys->dims, y); break;
-    case SI_OP_TRANSPOSE: si_cpu_transpose(xs->ndim, xs->dims, n->perm, x, y); break;
-    case SI_OP_EXPAND: {
-        int64_t xd[SI_MAX_DIMS];
-        align_dims(xs, ys->ndim, xd);
-        si_cpu_broadcast(ys->ndim, xd, x, ys->dims, y);
-        break;
-    }
-    case SI_OP_GATHER: {
-        const si_value *iv = &g->values[n->in[n->pslot[0]]];
-        int64_t outer = 1, inner = 1, ni = si_shape_numel(&iv->shape);
-        for (int d = 0; d < n->axis; d++) outer *= xs->dims[d];
-        for (int d = n->axis + 1; d < xs->ndim; d++) inner *= xs->dims[d];
-        if (iv->dtype == SI_DT_INT64) {
-            si_cpu_gather(x, outer, xs->dims[n->axis], inner, iv->data, ni, y);
-        } else { /* float indices (legal but rare): convert into scratch */
-            for (int64_t i = 0; i < ni; i++)
-                s->gather_idx[i] = (int64_t)((const float *)iv->data)[i];
-            si_cpu_gather(x, outer, xs->dims[n->axis], inner, s->gather_idx, ni, y);
-        }
-        break;
-    }
-    case SI_OP_RESIZE:
-        si_cpu_resize2d(&n->resize, xs->dims[0] * xs->dims[1], (int)xs->dims[2], (int)xs->dims[3],
-                        (int)ys->dims[2], (int)ys->dims[3], n->scales[0], n->scales[1], x, y);
-        break;
-    case SI_OP_SOFTMAX: {
-        int a = (int)(n->axis < 0 ? n->axis + xs->ndim : n->axis);
-        int64_t outer = 1, len = xs->dims[a], inner = 1;
-        for (int d = 0; d < a; d++) outer *= xs->dims[d];
-        for (int d = a + 1; d < xs->ndim; d++) inner *= xs->dims[d];
-        if (n->legacy_axis)
-            si_cpu_softmax(x, outer, len * inner, y); /* coerced to 2-D */
-        else
-            si_cpu_softmax_axis(x, outer, len, inner, y);
-        break;
-    }
-    case SI_OP_PAD:
-        si_cpu_pad(n->pad_mode, xs->ndim, xs->dims, x, n->pads, n->pad_value, ys->dims, y);
-        break;
-    case SI_OP_REDUCE:
-        if (si_shape_numel(xs) == si_shape_numel(ys) && n->noop_with_empty_axes)
-            memcpy(y, x, sizeof(float) * (size_t)si_shape_numel(ys));
-        else
-            si_cpu_reduce(n->reduce_op, xs->ndim, xs->dims, x, n->reduce_mask, y);
-        break;
-    default: SI_ASSERT(!"unknown op");
-    }
+}
+
+static void run_resize(const op_args *a) {
+    const si_shape *xs = a->xs, *ys = a->ys;
+    si_cpu_resize2d(&a->n->resize, xs->dims[0] * xs->dims[1], (int)xs->dims[2], (int)xs->dims[3],
+                    (int)ys->dims[2], (int)ys->dims[3], a->n->scales[0], a->n->scales[1], a->x,
+                    a->y);
+}
+
+static void run_softmax(const op_args *a) {
+    const si_shape *xs = a->xs;
+    int ax = (int)(a->n->axis < 0 ? a->n->axis + xs->ndim : a->n->axis);
+    int64_t outer = dims_prod(xs, 0, ax), len = xs->dims[ax],
+            inner = dims_prod(xs, ax + 1, xs->ndim);
+    if (a->n->legacy_axis)
+        si_cpu_softmax(a->x, outer, len * inner, a->y); /* coerced to 2-D */
+    else
+        si_cpu_softmax_axis(a->x, outer, len, inner, a->y);
+}
+
+static void run_pad(const op_args *a) {
+    si_cpu_pad(a->n->pad_mode, a->xs->ndim, a->xs->dims, a->x, a->n->pads, a->n->pad_value,
+               a->ys->dims, a->y);
+}
+
+static void run_reduce(const op_args *a) {
+    if (si_shape_numel(a->xs) == si_shape_numel(a->ys) && a->n->noop_with_empty_axes)
+        memcpy(a->y, a->x, sizeof(float) * (size_t)si_shape_numel(a->ys));
+    else
+        si_cpu_reduce(a->n->reduce_op, a->xs->ndim, a->xs->dims, a->x, a->n->reduce_mask, a->y);
+}
+
+/* The CPU's run of each op; SI_OP_HOST has none (the graph evaluates it). An op without an
+ * entry is refused at load by cpu_supports_op, so run_node never meets one. */
+static void (*const op_runs[SI_OP_COUNT])(const op_args *a) = {
+    [SI_OP_CONV] = run_conv,       [SI_OP_MAXPOOL] = run_maxpool,
+    [SI_OP_AVGPOOL] = run_avgpool, [SI_OP_GLOBAL_AVGPOOL] = run_global_avgpool,
+    [SI_OP_GEMM] = run_gemm,       [SI_OP_MATMUL] = run_matmul,
+    [SI_OP_BINARY] = run_binary,   [SI_OP_ACTIVATION] = run_activation,
+    [SI_OP_AFFINE] = run_affine,   [SI_OP_VIEW] = run_view,
+    [SI_OP_CONCAT] = run_concat,   [SI_OP_SPLIT] = run_split,
+    [SI_OP_SLICE] = run_slice,     [SI_OP_TRANSPOSE] = run_transpose,
+    [SI_OP_EXPAND] = run_expand,   [SI_OP_GATHER] = run_gather,
+    [SI_OP_RESIZE] = run_resize,   [SI_OP_SOFTMAX] = run_softmax,
+    [SI_OP_PAD] = run_pad,         [SI_OP_REDUCE] = run_reduce,
+};
+
+/* The CPU is the reference: it runs every op the graph can hold, at any shape the graph's
+ * inference accepts, for FP32 (the precision is refused once, by the engine, not per node). */
+static bool cpu_supports_op(const si_graph *g, const si_gnode *n, const si_engine_opts *opts,
+                            char *why, size_t cap) {
+    (void)g;
+    (void)opts;
+    if (n->op >= 0 && n->op < SI_OP_COUNT && op_runs[n->op]) return true;
+    snprintf(why, cap, "no CPU kernel for op %s", si_op_name(n->op));
+    return false;
+}
+
+static void run_node(si_engine *e, const si_gnode *n, cpu_state *s) {
+    SI_ASSERT(n->op >= 0 && n->op < SI_OP_COUNT && op_runs[n->op]);
+    const si_graph *g = e->g;
+    op_args a = {.e = e,
+                 .s = s,
+                 .g = g,
+                 .n = n,
+                 .x = ptr(e, n->in[0]),
+                 .y = ptr(e, n->out),
+                 .xs = &g->values[n->in[0]].shape,
+                 .ys = &g->values[n->out].shape};
+    op_runs[n->op](&a);
 }
 
 static si_status cpu_run(si_engine *e, int batch) {
@@ -332,4 +405,5 @@ const si_backend si_cpu_backend = {.name = "cpu",
                                    .pixels = cpu_pixels,
                                    .submit = cpu_submit,
                                    .collect = cpu_collect,
-                                   .times = cpu_times};
+                                   .times = cpu_times,
+                                   .supports_op = cpu_supports_op};

@@ -18,12 +18,6 @@
 /* Below this many elements a parallel region costs more than it saves. */
 #define PAR_MIN 65536
 
-/* The activation formulas are kernel_math.h's si_act_eval (shared with the GPU), inline so the
- * conv epilogue and elementwise loops pay no call per element; this exports the same body. */
-float si_act_apply(float v, si_act a) {
-    return si_act_eval(v, a);
-}
-
 size_t si_cpu_conv2d_scratch(const si_conv_shape *s) {
     int cg = s->c / s->group;
     bool pointwise = s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->pt == 0 &&

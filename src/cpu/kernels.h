@@ -1,5 +1,5 @@
 /* CPU kernels: plain functions over float32 arrays in NCHW layout, parallel with OpenMP, GEMM
- * through OpenBLAS. They know nothing of graphs; the CPU backend (cpu_backend.c) calls them and
+ * through OpenBLAS. They know nothing of graphs; the CPU backend (backend.c) calls them and
  * the GPU backend's kernels are checked against them. */
 #ifndef SI_CPU_KERNELS_H
 #define SI_CPU_KERNELS_H
@@ -7,34 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* An activation, standalone or fused into the op that precedes it. */
-typedef enum {
-    SI_ACT_NONE = 0,
-    SI_ACT_RELU,
-    SI_ACT_CLIP,        /* min(max(x, lo), hi) */
-    SI_ACT_SIGMOID,     /* 1 / (1 + exp(-x)) */
-    SI_ACT_HARDSIGMOID, /* max(0, min(1, alpha * x + beta)) */
-    SI_ACT_HARDSWISH,   /* x * max(0, min(1, x / 6 + 1/2)) */
-    SI_ACT_SILU,        /* x * sigmoid(x) (exported as Sigmoid + Mul) */
-    SI_ACT_LEAKYRELU    /* x >= 0 ? x : alpha * x */
-} si_act_kind;
-typedef struct {
-    int kind;
-    float lo, hi;      /* SI_ACT_CLIP bounds */
-    float alpha, beta; /* SI_ACT_HARDSIGMOID, SI_ACT_LEAKYRELU */
-} si_act;
-
-/* The activation of one value (the same formula every backend must implement). */
-float si_act_apply(float v, si_act a);
-
-typedef struct {
-    int n, c, h, w; /* input (N, C, H, W) */
-    int m, kh, kw;  /* weight (M, C/group, kh, kw) */
-    int group;
-    int sh, sw, dh, dw;
-    int pt, pl, pb, pr; /* pads: top, left, bottom, right */
-    int oh, ow;         /* output (N, M, oh, ow) */
-} si_conv_shape;
+#include "engine/ops.h"
 
 /* Floats of scratch the conv needs per thread (0 if it needs none). */
 size_t si_cpu_conv2d_scratch(const si_conv_shape *s);
@@ -44,12 +17,6 @@ void si_cpu_conv2d(const si_conv_shape *s, const float *x /* (N,C,H,W) */,
                    const float *w /* (M,C/g,kh,kw) */, const float *bias /* (M) */, si_act act,
                    float *y /* (N,M,oh,ow) */, float *scratch);
 
-typedef struct {
-    int n, c, h, w;
-    int kh, kw, sh, sw, dh, dw;
-    int pt, pl, pb, pr;
-    int oh, ow;
-} si_pool_shape;
 /* Max pooling; padded positions never win. */
 void si_cpu_maxpool2d(const si_pool_shape *s, const float *x, float *y);
 /* (N, C, H, W) -> (N, C, 1, 1) mean. */
@@ -61,7 +28,6 @@ void si_cpu_gemm(int trans_a, int trans_b, int m, int n, int k, float alpha, con
                  const float *b, float beta, const float *c, int cm, int cn, float *y);
 
 /* Elementwise with numpy broadcasting: shapes are right-aligned to ndim (pad with 1s). */
-typedef enum { SI_BIN_ADD = 0, SI_BIN_SUB, SI_BIN_MUL, SI_BIN_DIV } si_binop;
 void si_cpu_binary(si_binop op, int ndim, const int64_t *a_dims, const float *a,
                    const int64_t *b_dims, const float *b, const int64_t *y_dims, float *y,
                    si_act act);
@@ -110,36 +76,14 @@ void si_cpu_gather(const float *x, int64_t outer, int64_t len, int64_t inner, co
 void si_cpu_matmul(int ndim, const int64_t *a_dims, const float *a, const int64_t *b_dims,
                    const float *b, const int64_t *y_dims, float *y);
 
-typedef enum { SI_PAD_CONSTANT = 0, SI_PAD_REFLECT, SI_PAD_EDGE, SI_PAD_WRAP } si_pad_mode;
 /* pads: begin[ndim] then end[ndim], negative values crop. */
 void si_cpu_pad(int mode, int ndim, const int64_t *x_dims, const float *x, const int64_t *pads,
                 float value, const int64_t *y_dims, float *y);
 
-typedef enum { SI_REDUCE_MEAN = 0, SI_REDUCE_SUM, SI_REDUCE_MAX, SI_REDUCE_MIN } si_reduce_op;
 /* Reduces the dims with reduce[d] != 0; y has x's shape with those dims set to 1. */
 void si_cpu_reduce(int op, int ndim, const int64_t *x_dims, const float *x, const uint8_t *reduce,
                    float *y);
 
-typedef enum { SI_RESIZE_NEAREST = 0, SI_RESIZE_LINEAR, SI_RESIZE_CUBIC } si_resize_mode;
-typedef enum {
-    SI_COORD_HALF_PIXEL = 0,
-    SI_COORD_ASYMMETRIC,
-    SI_COORD_ALIGN_CORNERS,
-    SI_COORD_PYTORCH_HALF_PIXEL,
-    SI_COORD_TF_HALF_PIXEL_FOR_NN,
-    SI_COORD_HALF_PIXEL_SYMMETRIC
-} si_coord_mode;
-typedef enum {
-    SI_NEAREST_ROUND_PREFER_FLOOR = 0,
-    SI_NEAREST_ROUND_PREFER_CEIL,
-    SI_NEAREST_FLOOR,
-    SI_NEAREST_CEIL
-} si_nearest_mode;
-typedef struct {
-    int mode, coord, nearest;
-    float cubic_a; /* cubic_coeff_a, default -0.75 */
-    int exclude_outside;
-} si_resize_params;
 /* Resizes the last two dims of (nc, ih, iw) to (oh, ow) with the given scales (output/input,
  * as ONNX's coordinate transforms use them), per ONNX Resize-11..19 semantics. */
 void si_cpu_resize2d(const si_resize_params *p, int64_t nc, int ih, int iw, int oh, int ow,

@@ -1,6 +1,8 @@
-/* Engine: backend selection, planning for the largest batch, and the run entry point. */
+/* Engine: backend selection, the load-time check of every node against the backend, planning
+ * for the largest batch, and the run entry point. */
 #include "engine.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,14 +29,93 @@ si_status si_engine_create(si_graph *g, const char *backend, int max_batch, si_e
     return si_engine_create_opts(g, backend, max_batch, NULL, out);
 }
 
+const si_backend *si_engine_backend(const char *name) {
+    if (!strcmp(name, "cpu")) return &si_cpu_backend;
+#ifdef SI_HAVE_CUDA
+    if (!strcmp(name, "cuda")) return &si_cuda_backend;
+#endif
+    return NULL;
+}
+
+/* One line of the refusal: every refused node of one op type with one reason. */
+typedef struct {
+    const si_gnode *first;
+    char why[256];
+    int count;
+} refusal;
+
+/* Appends to *msg (grown, caller frees) the line of each group. */
+static void append_groups(char **msg, size_t *len, const si_graph *g, const refusal *r, int n) {
+    for (int i = 0; i < n; i++) {
+        const si_gnode *f = r[i].first;
+        const char *name = f->name && *f->name ? f->name : g->values[f->out].name;
+        char line[1024];
+        int k = snprintf(line, sizeof line, "\n  %s ×%d (first: %s): %s", f->op_type, r[i].count,
+                         name, r[i].why);
+        if (k < 0) continue;
+        if ((size_t)k >= sizeof line) k = (int)sizeof line - 1;
+        *msg = si_xrealloc(*msg, *len + (size_t)k + 1);
+        memcpy(*msg + *len, line, (size_t)k + 1);
+        *len += (size_t)k;
+    }
+}
+
+si_status si_engine_check_backend(si_graph *g, const si_backend *be, const si_engine_opts *opts) {
+    if (!be->supports_op) return SI_OK;
+    if (g->inferred_batch < 0) {
+        si_status st = si_graph_infer(g, 1);
+        if (st != SI_OK) return st;
+    }
+    si_engine_opts o = {0};
+    if (opts) o = *opts;
+    refusal *r = si_xcalloc((size_t)g->n_nodes + 1, sizeof *r);
+    int n = 0;
+    for (int j = 0; j < g->n_nodes; j++) {
+        const si_gnode *nd = &g->nodes[j];
+        char why[sizeof r->why] = "";
+        if (nd->op == SI_OP_HOST || be->supports_op(g, nd, &o, why, sizeof why)) continue;
+        int i = 0;
+        while (i < n && (strcmp(r[i].first->op_type, nd->op_type) || strcmp(r[i].why, why))) i++;
+        if (i == n) {
+            r[n].first = nd;
+            memcpy(r[n].why, why, sizeof why);
+            n++;
+        }
+        r[i].count++;
+    }
+    if (n == 0) {
+        free(r);
+        return SI_OK;
+    }
+    int types = 0; /* groups of a type already counted share its name */
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        while (k < i && strcmp(r[k].first->op_type, r[i].first->op_type)) k++;
+        types += k == i;
+    }
+    char *msg = NULL;
+    size_t len = 0;
+    append_groups(&msg, &len, g, r, n);
+    si_status st =
+        si_error(SI_ERR_UNSUPPORTED, "the %s backend cannot run %d operator type%s of %s:%s",
+                 be->name, types, types > 1 ? "s" : "", g->path, msg);
+    free(msg);
+    free(r);
+    return st;
+}
+
+si_status si_engine_check(si_graph *g, const char *backend, const si_engine_opts *opts) {
+    const si_backend *be = si_engine_backend(backend);
+    if (!be)
+        return si_error(SI_ERR_ARG, "unknown backend '%s' (this build has: %s)", backend,
+                        si_engine_backends());
+    return si_engine_check_backend(g, be, opts);
+}
+
 si_status si_engine_create_opts(si_graph *g, const char *backend, int max_batch,
                                 const si_engine_opts *opts, si_engine **out) {
     *out = NULL;
-    const si_backend *be = NULL;
-    if (!strcmp(backend, "cpu")) be = &si_cpu_backend;
-#ifdef SI_HAVE_CUDA
-    if (!strcmp(backend, "cuda")) be = &si_cuda_backend;
-#endif
+    const si_backend *be = si_engine_backend(backend);
     if (!be) {
         si_graph_free(g);
         return si_error(SI_ERR_ARG, "unknown backend '%s' (this build has: %s)", backend,
@@ -53,7 +134,9 @@ si_status si_engine_create_opts(si_graph *g, const char *backend, int max_batch,
         si_graph_free(g);
         return si_error(SI_ERR_ARG, "batch size must be at least 1");
     }
+    /* shapes for the largest batch, then the backend's word on every node before it allocates */
     si_status st = si_graph_infer(g, max_batch);
+    if (st == SI_OK) st = si_engine_check_backend(g, be, &o);
     if (st != SI_OK) {
         si_graph_free(g);
         return st;

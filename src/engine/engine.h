@@ -73,8 +73,8 @@ typedef struct {
     /* Load-time check, before init and before anything is allocated: whether this backend runs
      * node n of g (shapes inferred) with these options. false: a short reason in why[cap].
      * NULL: every op the graph can hold. */
-    bool (*supports_op)(const si_graph *g, const si_gnode *n, const si_engine_opts *opts,
-                        char *why, size_t cap);
+    bool (*supports_op)(const si_graph *g, const si_gnode *n, const si_engine_opts *opts, char *why,
+                        size_t cap);
 } si_backend;
 
 struct si_engine {
@@ -100,6 +100,16 @@ si_status si_engine_create(si_graph *g, const char *backend, int max_batch, si_e
 /* The same with options (NULL: defaults). */
 si_status si_engine_create_opts(si_graph *g, const char *backend, int max_batch,
                                 const si_engine_opts *opts, si_engine **out);
+/* The backend named `name` ("cpu", "cuda"), or NULL when this build has none of that name. */
+const si_backend *si_engine_backend(const char *name);
+/* The load-time check that si_engine_create_opts makes before it allocates: asks the backend
+ * about every RUNTIME node of g (shapes inferred for batch 1 first if g has none yet). SI_OK when
+ * it runs them all, else SI_ERR_UNSUPPORTED with one message listing the refused nodes grouped by
+ * op type and reason, with the count and the first node's name. A backend without supports_op
+ * runs every node. opts may be NULL (defaults). */
+si_status si_engine_check(si_graph *g, const char *backend, const si_engine_opts *opts);
+/* The same for a backend given by its table (tests pass their own). */
+si_status si_engine_check_backend(si_graph *g, const si_backend *be, const si_engine_opts *opts);
 /* The backends this build has, comma separated ("cpu" or "cpu, cuda"). */
 const char *si_engine_backends(void);
 void si_engine_free(si_engine *e); /* accepts NULL */

@@ -11,8 +11,8 @@
 #ifndef SI_GRAPH_H
 #define SI_GRAPH_H
 
-#include "cpu/kernels.h"
 #include "onnx.h"
+#include "ops.h"
 
 typedef enum {
     SI_OP_CONV = 0,

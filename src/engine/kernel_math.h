@@ -8,9 +8,8 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "cpu/kernels.h"
-
 #include "base/hd.h"
+#include "ops.h"
 
 /* The activations, kind for kind. NaN propagates through every kind but RELU. */
 SI_HD static inline float si_act_eval(float v, si_act a) {

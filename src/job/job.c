@@ -121,6 +121,8 @@ static si_status open_inputs(si_job_state *J) {
     si_status st = si_graph_load(J->cfg->model, NULL, &J->g);
     if (st == SI_OK) st = model_norm(J);
     if (st == SI_OK) st = si_pipeline_check_model(J->g, &J->pc);
+    /* every op the backend cannot run, listed at once, before anything is set up */
+    if (st == SI_OK) st = si_engine_check(J->g, J->cfg->backend, &J->eo);
     if ((st = si_mpi_agree(m, st)) != SI_OK) return st;
     if ((st = si_mpi_agree(m, si_source_open(J->cfg->input, &J->cfg->src, &J->set))) != SI_OK)
         return st;

@@ -1,0 +1,72 @@
+/* The op vocabulary: activations, convolution and pooling geometry, elementwise, Pad, Reduce and
+ * Resize modes. The graph describes its nodes with these types and every backend reads them, so
+ * they live in the engine rather than in one backend's kernel header. */
+#ifndef SI_OPS_H
+#define SI_OPS_H
+
+/* An activation, standalone or fused into the op that precedes it. */
+typedef enum {
+    SI_ACT_NONE = 0,
+    SI_ACT_RELU,
+    SI_ACT_CLIP,        /* min(max(x, lo), hi) */
+    SI_ACT_SIGMOID,     /* 1 / (1 + exp(-x)) */
+    SI_ACT_HARDSIGMOID, /* max(0, min(1, alpha * x + beta)) */
+    SI_ACT_HARDSWISH,   /* x * max(0, min(1, x / 6 + 1/2)) */
+    SI_ACT_SILU,        /* x * sigmoid(x) (exported as Sigmoid + Mul) */
+    SI_ACT_LEAKYRELU    /* x >= 0 ? x : alpha * x */
+} si_act_kind;
+typedef struct {
+    int kind;
+    float lo, hi;      /* SI_ACT_CLIP bounds */
+    float alpha, beta; /* SI_ACT_HARDSIGMOID, SI_ACT_LEAKYRELU */
+} si_act;
+
+/* The activation of one value (the same formula every backend must implement). */
+float si_act_apply(float v, si_act a);
+
+typedef struct {
+    int n, c, h, w; /* input (N, C, H, W) */
+    int m, kh, kw;  /* weight (M, C/group, kh, kw) */
+    int group;
+    int sh, sw, dh, dw;
+    int pt, pl, pb, pr; /* pads: top, left, bottom, right */
+    int oh, ow;         /* output (N, M, oh, ow) */
+} si_conv_shape;
+
+typedef struct {
+    int n, c, h, w;
+    int kh, kw, sh, sw, dh, dw;
+    int pt, pl, pb, pr;
+    int oh, ow;
+} si_pool_shape;
+
+/* Elementwise with numpy broadcasting. */
+typedef enum { SI_BIN_ADD = 0, SI_BIN_SUB, SI_BIN_MUL, SI_BIN_DIV } si_binop;
+
+typedef enum { SI_PAD_CONSTANT = 0, SI_PAD_REFLECT, SI_PAD_EDGE, SI_PAD_WRAP } si_pad_mode;
+
+typedef enum { SI_REDUCE_MEAN = 0, SI_REDUCE_SUM, SI_REDUCE_MAX, SI_REDUCE_MIN } si_reduce_op;
+
+typedef enum { SI_RESIZE_NEAREST = 0, SI_RESIZE_LINEAR, SI_RESIZE_CUBIC } si_resize_mode;
+typedef enum {
+    SI_COORD_HALF_PIXEL = 0,
+    SI_COORD_ASYMMETRIC,
+    SI_COORD_ALIGN_CORNERS,
+    SI_COORD_PYTORCH_HALF_PIXEL,
+    SI_COORD_TF_HALF_PIXEL_FOR_NN,
+    SI_COORD_HALF_PIXEL_SYMMETRIC
+} si_coord_mode;
+typedef enum {
+    SI_NEAREST_ROUND_PREFER_FLOOR = 0,
+    SI_NEAREST_ROUND_PREFER_CEIL,
+    SI_NEAREST_FLOOR,
+    SI_NEAREST_CEIL
+} si_nearest_mode;
+/* Resize as ONNX Resize-11..19 defines it. */
+typedef struct {
+    int mode, coord, nearest;
+    float cubic_a; /* cubic_coeff_a, default -0.75 */
+    int exclude_outside;
+} si_resize_params;
+
+#endif
