@@ -1,6 +1,6 @@
 /* Postprocessing of classifier outputs on the CPU: softmax and top-K per image. */
-#ifndef SI_POSTPROCESS_H
-#define SI_POSTPROCESS_H
+#ifndef SI_POST_CLASSIFY_H
+#define SI_POST_CLASSIFY_H
 
 #include <stdint.h>
 

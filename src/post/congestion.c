@@ -1,12 +1,15 @@
-/* Congestion score of one dense map: see post_congestion.h for the exact definitions. Integer
- * Canny, 1-D k-means on a 256-bin histogram of the sample, and the blurred map's mean from
- * separable per-pixel weights, so one 224x224 map costs well under a millisecond. */
+/* --post congestion, the congestion score of one dense map: see congestion.h for the exact
+ * definitions. Integer Canny, 1-D k-means on a 256-bin histogram of the sample, and the blurred
+ * map's mean from separable per-pixel weights, so one 224x224 map costs well under a
+ * millisecond. */
 #include "congestion.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "kinds.h"
 
 #define ALIGN     64
 #define MAX_ITERS 100
@@ -360,3 +363,45 @@ void si_congestion_params_format(const si_congestion_params *p, char *buf, size_
              p->sample_fraction, (unsigned long long)p->seed, p->canny_lo, p->canny_hi,
              p->blur_size, p->blur_sigma);
 }
+
+/* --- the --post congestion row -------------------------------------------------------------- */
+
+/* Output 0 (H, W) or (1, H, W): columns congestion/score and congestion/map_mean, float64. */
+static si_status plan(const si_post_config *c, int n_outputs, const char *const *names,
+                      const si_shape *per_image, si_post_plan *p) {
+    const si_shape *s = &per_image[0];
+    bool ok = si_post_numel(s) > 0 && (s->ndim == 2 || (s->ndim == 3 && s->dims[0] == 1));
+    if (!ok) return si_post_mismatch(c, 0, names, s, "(height, width) or (1, height, width)");
+    /* numel <= SI_POST_MAX_NUMEL, so both fit an int. */
+    p->map_h = (int)s->dims[s->ndim - 2];
+    p->map_w = (int)s->dims[s->ndim - 1];
+    p->scratch_bytes = si_congestion_scratch_size(p->map_h, p->map_w);
+    if (!p->scratch_bytes)
+        return si_post_mismatch(c, 0, names, s, "a map small enough for the congestion scratch");
+    si_post_add_col(p, "congestion/score", SI_COL_F64, 0, NULL);
+    si_post_add_col(p, "congestion/map_mean", SI_COL_F64, 0, NULL);
+    p->out_numel[0] = (int64_t)p->map_h * p->map_w;
+    return SI_OK;
+}
+
+static si_status image(const si_post_config *c, const si_post_plan *p, const float *const *outs,
+                       void *scratch, uint8_t *row, si_detection *dets, int *n_dets) {
+    double score, mean;
+    si_status st =
+        si_congestion_score(outs[0], p->map_h, p->map_w, &c->congestion, scratch, &score, &mean);
+    if (st != SI_OK) return st;
+    memcpy(row + p->cols[0].offset, &score, sizeof score);
+    memcpy(row + p->cols[1].offset, &mean, sizeof mean);
+    return SI_OK;
+}
+
+static void params(const si_post_config *c, const si_post_plan *p, char *buf, size_t cap) {
+    si_congestion_params_format(&c->congestion, buf, cap);
+}
+
+const si_post_kind_ops si_post_congestion_ops = {
+    .name = "congestion",
+    .plan = plan,
+    .image = image,
+    .params = params,
+};

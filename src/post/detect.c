@@ -1,7 +1,7 @@
-/* YOLOv8 detection decoding: threshold, xywh -> xyxy, greedy class-wise NMS. Only anchors above
- * the score threshold reach NMS, so its quadratic pass runs over tens to hundreds of candidates,
- * not the 8400 anchors; it stops as soon as max_detections boxes are kept, which is exact because
- * boxes are kept in the same score order they are output in. */
+/* --post detect, YOLOv8 detection decoding: threshold, xywh -> xyxy, greedy class-wise NMS. Only
+ * anchors above the score threshold reach NMS, so its quadratic pass runs over tens to hundreds of
+ * candidates, not the 8400 anchors; it stops as soon as max_detections boxes are kept, which is
+ * exact because boxes are kept in the same score order they are output in. */
 #include "detect.h"
 
 #include <math.h>
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "kinds.h"
 
 typedef struct {
     float x1, y1, x2, y2, area, score;
@@ -167,3 +168,49 @@ void si_detect_params_format(const si_detect_params *p, char *buf, size_t cap) {
              "detect score_threshold=%g iou_threshold=%g max_detections=%d class_agnostic=%d",
              p->score_threshold, p->iou_threshold, p->max_detections, p->class_agnostic);
 }
+
+/* --- the --post detect row ------------------------------------------------------------------ */
+
+/* Output 0 (4 + classes, anchors); no columns, the detections go to the list. */
+static si_status plan(const si_post_config *c, int n_outputs, const char *const *names,
+                      const si_shape *per_image, si_post_plan *p) {
+    const si_shape *s = &per_image[0];
+    const char *exp = "(4 + classes, anchors) with classes >= 1";
+    if (s->ndim != 2 || si_post_numel(s) < 0 || s->dims[0] < 5)
+        return si_post_mismatch(c, 0, names, s, exp);
+    if (c->detect.max_detections < 0)
+        return si_error(SI_ERR_ARG, "--post detect: max detections %d is negative",
+                        c->detect.max_detections);
+    p->classes = s->dims[0] - 4;
+    p->anchors = s->dims[1];
+    p->scratch_bytes = si_detect_scratch_size(p->anchors);
+    if (!p->scratch_bytes) return si_post_mismatch(c, 0, names, s, exp);
+    /* An image cannot keep more boxes than it has anchors, so a huge --max-det does not size the
+     * caller's detection buffers beyond what can be filled. */
+    p->max_dets =
+        c->detect.max_detections < p->anchors ? c->detect.max_detections : (int)p->anchors;
+    p->out_numel[0] = (p->classes + 4) * p->anchors;
+    return SI_OK;
+}
+
+static si_status image(const si_post_config *c, const si_post_plan *p, const float *const *outs,
+                       void *scratch, uint8_t *row, si_detection *dets, int *n_dets) {
+    SI_ASSERT(n_dets && (dets || p->max_dets == 0));
+    int n =
+        si_detect_decode(outs[0], p->classes, p->anchors, &c->detect, scratch, dets, p->max_dets);
+    if (n < 0) return SI_ERR_ARG; /* message set by the decoder */
+    *n_dets = n;
+    return SI_OK;
+}
+
+static void params(const si_post_config *c, const si_post_plan *p, char *buf, size_t cap) {
+    si_detect_params_format(&c->detect, buf, cap);
+}
+
+const si_post_kind_ops si_post_detect_ops = {
+    .name = "detect",
+    .plan = plan,
+    .image = image,
+    .params = params,
+    .detections = true,
+};

@@ -11,7 +11,9 @@
  *   congestion  output 0 (N, H, W) or (N, 1, H, W) (src/post/congestion.h):
  *               congestion/score float64, congestion/map_mean float64
  *   raw         every output as it is: raw/<name> float32 [per-image dims]
- * A failed image's row holds the fill values: int32 -1, float NaN (topk_prob 0). */
+ * A failed image's row holds the fill values: int32 -1, float NaN (topk_prob 0).
+ * Adding a postprocessor: one file that fills a si_post_kind_ops (src/post/kinds.h; embed.c is the
+ * smallest) and one row in post.c's table, under a new si_post_kind value. */
 #ifndef SI_POST_H
 #define SI_POST_H
 
