@@ -75,7 +75,9 @@ def prepare(a):
 
 def check_timeline(path, rank):
     """--timeline: every batch a rank decoded was read, computed and postprocessed, once each,
-    in that order, and every interval is well formed."""
+    in that order, and every interval is well formed. Returns how many batches the rank decoded
+    (none is possible: with dynamic scheduling on a busy machine the other ranks may claim every
+    chunk first)."""
     rows = [l.rstrip("\n").split(",") for l in open(path)]
     if rows[0] != ["rank", "stage", "batch", "t0", "t1"]:
         sys.exit(f"FAIL: {path}: header {rows[0]}")
@@ -85,8 +87,6 @@ def check_timeline(path, rank):
             sys.exit(f"FAIL: {path}: bad row {r},{stage},{batch},{t0},{t1}")
         seen.setdefault(stage, []).append((int(batch), float(t0), float(t1)))
     decoded = sorted(b for b, _, _ in seen.get("decode", []))
-    if not decoded:
-        sys.exit(f"FAIL: {path}: no decode rows")
     for stage in ("read", "compute", "post"):
         got = sorted(b for b, _, _ in seen.get(stage, []))
         if got != decoded:
@@ -95,6 +95,7 @@ def check_timeline(path, rank):
     for b in decoded:
         if not (t["read"][b][1] <= t["decode"][b][0] and t["decode"][b][1] <= t["post"][b][0]):
             sys.exit(f"FAIL: {path}: batch {b}: stages out of order")
+    return len(decoded)
 
 
 def run(a):
@@ -103,8 +104,12 @@ def run(a):
     p = sh(["mpirun", "-np", str(a.np), a.shardinfer, "run", "--model",
             os.path.join(a.dir, "tiny.onnx"), "--input", os.path.join(a.dir, "set.h5"),
             "--output", out, "--batch", "4", "--overwrite", "--timeline", tl])
-    for r in range(a.np):
-        check_timeline(tl if a.np == 1 else f"{tl}.rank{r}", r)
+    import h5py
+    batches = sum(check_timeline(tl if a.np == 1 else f"{tl}.rank{r}", r) for r in range(a.np))
+    with h5py.File(os.path.join(a.dir, "set.h5"), "r") as f:
+        want = (len(f["/images/ids"]) + 3) // 4
+    if batches != want:
+        sys.exit(f"FAIL: the ranks' timelines hold {batches} decoded batches, the set has {want}")
     # each failed image is logged once, with its index and id
     for idx, name in ((5, "photo_05_truncated.jpg"), (17, "photo_17_corrupt.jpg")):
         lines = [l for l in p.stderr.splitlines() if f"image {idx} " in l and name in l]
