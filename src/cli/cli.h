@@ -18,7 +18,7 @@ int si_cli_show(int argc, char **argv);
 int si_cli_merge(int argc, char **argv);
 int si_cli_exec(int argc, char **argv);
 int si_cli_inspect(int argc, char **argv);
-int si_cli_bench(int argc, char **argv);        /* the engine alone (inspect.c) */
+int si_cli_bench(int argc, char **argv);        /* the engine alone */
 int si_cli_bench_decode(int argc, char **argv); /* `bench decode`: argv starts at "decode" */
 int si_cli_plan(int argc, char **argv);
 
