@@ -136,7 +136,43 @@ static void usage(FILE *f) {
                "  copy into a packed buffer only (the resize is the GPU's)\n");
 }
 
-int si_cli_bench_decode(int argc, char **argv) {
+typedef struct {
+    int counts[MAX_THREAD_COUNTS], ncounts; /* thread counts, in the order given */
+    si_preproc pp;
+    double seconds; /* per thread count */
+    bool gpu_resize;
+    const char *path;
+} decode_args;
+
+/* One option into a; false if its value is out of range. */
+static bool set_option(decode_args *a, int c, const char *arg) {
+    char *end = NULL;
+    long v = arg ? strtol(arg, &end, 10) : 0;
+    bool int_ok = arg && end && !*end && v >= 1 && v <= 100000;
+    switch (c) {
+    case 't': return parse_threads(arg, a->counts, &a->ncounts);
+    case 'r': return int_ok && (a->pp.resize = (int)v, true);
+    case 'c': return int_ok && (a->pp.crop_h = a->pp.crop_w = (int)v, true);
+    case 's': {
+        double s = strtod(arg, &end);
+        return end != arg && !*end && s > 0 && s <= 3600 && (a->seconds = s, true);
+    }
+    case 'm': {
+        unsigned long long m = strtoull(arg, &end, 10);
+        return end != arg && !*end && m >= 1 && (a->pp.max_pixels = m, true);
+    }
+    case 'e': a->pp.exact = true; return true;
+    case 'x': a->pp.no_exif = true; return true;
+    case 'R':
+        if (strcmp(arg, "cpu") && strcmp(arg, "gpu")) return false;
+        a->gpu_resize = !strcmp(arg, "gpu");
+        return true;
+    default: return false;
+    }
+}
+
+/* Parses argv into a; returns -1 to go on, else the exit code (after --help or a bad option). */
+static int parse_bench_decode(int argc, char **argv, decode_args *a) {
     static const struct option opts[] = {{"threads", required_argument, 0, 't'},
                                          {"resize", required_argument, 0, 'r'},
                                          {"crop", required_argument, 0, 'c'},
@@ -147,59 +183,15 @@ int si_cli_bench_decode(int argc, char **argv) {
                                          {"resize-on", required_argument, 0, 'R'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    int counts[MAX_THREAD_COUNTS], ncounts = 0, c;
-    si_preproc pp = {.resize = 256, .crop_h = 224, .crop_w = 224, .max_pixels = 100000000};
-    double seconds = 3.0;
-    bool gpu_resize = false;
+    int c;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":t:r:c:s:m:exh", opts, NULL)) != -1) {
-        char *end = NULL;
-        long v = optarg ? strtol(optarg, &end, 10) : 0;
-        bool int_ok = optarg && end && !*end && v >= 1 && v <= 100000;
-        switch (c) {
-        case 't':
-            if (parse_threads(optarg, counts, &ncounts)) continue;
-            break;
-        case 'r':
-            if (int_ok) {
-                pp.resize = (int)v;
-                continue;
-            }
-            break;
-        case 'c':
-            if (int_ok) {
-                pp.crop_h = pp.crop_w = (int)v;
-                continue;
-            }
-            break;
-        case 's': {
-            double s = strtod(optarg, &end);
-            if (end != optarg && !*end && s > 0 && s <= 3600) {
-                seconds = s;
-                continue;
-            }
-            break;
+        if (c == 'h') {
+            usage(stdout);
+            return SI_EXIT_OK;
         }
-        case 'm': {
-            unsigned long long m = strtoull(optarg, &end, 10);
-            if (end != optarg && !*end && m >= 1) {
-                pp.max_pixels = m;
-                continue;
-            }
-            break;
-        }
-        case 'e': pp.exact = true; continue;
-        case 'x': pp.no_exif = true; continue;
-        case 'R':
-            if (!strcmp(optarg, "cpu") || !strcmp(optarg, "gpu")) {
-                gpu_resize = !strcmp(optarg, "gpu");
-                continue;
-            }
-            break;
-        case 'h': usage(stdout); return SI_EXIT_OK;
-        default: break;
-        }
+        if (set_option(a, c, optarg)) continue;
         fprintf(stderr, "shardinfer bench decode: bad option '%s'\n", argv[optind - 1]);
         usage(stderr);
         return SI_EXIT_USAGE;
@@ -208,56 +200,47 @@ int si_cli_bench_decode(int argc, char **argv) {
         usage(stderr);
         return SI_EXIT_USAGE;
     }
-    if (pp.crop_h > pp.resize) {
+    if (a->pp.crop_h > a->pp.resize) {
         fprintf(stderr, "shardinfer bench decode: --crop %d is larger than --resize %d\n",
-                pp.crop_h, pp.resize);
+                a->pp.crop_h, a->pp.resize);
         return SI_EXIT_USAGE;
     }
-    if (ncounts == 0) {
-        counts[ncounts++] = 1;
-        if (omp_get_num_procs() > 1) counts[ncounts++] = omp_get_num_procs();
+    if (a->ncounts == 0) {
+        a->counts[a->ncounts++] = 1;
+        if (omp_get_num_procs() > 1) a->counts[a->ncounts++] = omp_get_num_procs();
     }
-    const char *path = argv[optind];
+    a->path = argv[optind];
+    return -1;
+}
 
+/* Every record of the set at path into buf (the caller frees it with si_bytes_free) and *off
+ * (n + 1 offsets; the caller frees it). */
+static si_status load_set(const char *path, si_bytes *buf, uint64_t **off, uint32_t *n) {
     si_imageset *set = NULL;
-    si_bytes buf = {0};
-    uint64_t *off = NULL;
     si_status st = si_imageset_open(path, &set);
     uint64_t n64 = st == SI_OK ? si_imageset_count(set) : 0;
     if (st == SI_OK && (n64 == 0 || n64 > UINT32_MAX))
         st = si_error(SI_ERR_FORMAT, "%s: %llu images; the benchmark needs 1 to 2^32-1", path,
                       (unsigned long long)n64);
     if (st == SI_OK) {
-        off = si_xmalloc(sizeof *off * (size_t)(n64 + 1));
-        st = si_imageset_read(set, 0, (uint32_t)n64, &buf, off);
+        *off = si_xmalloc(sizeof **off * (size_t)(n64 + 1));
+        st = si_imageset_read(set, 0, (uint32_t)n64, buf, *off);
     }
     si_imageset_close(set);
-    if (st != SI_OK) {
-        si_log_error("%s", si_error_msg());
-        free(off);
-        si_bytes_free(&buf);
-        return SI_EXIT_FAIL;
-    }
-    uint32_t n = (uint32_t)n64;
-    bench_set b = {.data = buf.data,
-                   .off = off,
-                   .n = n,
-                   .pp = pp,
-                   .crop_bytes = (size_t)pp.crop_h * pp.crop_w * 3,
-                   .gpu_resize = gpu_resize};
-    b.dst_bytes = gpu_resize ? SI_RS_PACK_DEFAULT(pp.resize) : b.crop_bytes;
-    printf("bench-decode: set=%s images=%u bytes=%zu mean_kib=%.1f resize=%d crop=%d exact=%d "
-           "exif=%d resize_on=%s\n",
-           path, n, buf.len, (double)buf.len / n / 1024, pp.resize, pp.crop_h, pp.exact,
-           !pp.no_exif, gpu_resize ? "gpu" : "cpu");
-    fflush(stdout);
+    *n = (uint32_t)n64;
+    return st;
+}
 
+/* One line per thread count; every count's crops are compared with the first count's. Returns
+ * SI_EXIT_VERIFY if any differ, else SI_EXIT_OK. */
+static int time_thread_counts(const bench_set *b, const decode_args *a) {
+    uint32_t n = b->n;
     int *status = si_xmalloc(sizeof *status * n);
     uint64_t *hash = si_xmalloc(sizeof *hash * n), *hash0 = si_xmalloc(sizeof *hash0 * n);
     int rc = SI_EXIT_OK;
-    for (int t = 0; t < ncounts; t++) {
+    for (int t = 0; t < a->ncounts; t++) {
         long done = 0;
-        double ips = run_threads(&b, counts[t], seconds, status, hash, &done);
+        double ips = run_threads(b, a->counts[t], a->seconds, status, hash, &done);
         uint32_t bad = 0, mismatched = 0;
         uint64_t digest = 0; /* sum over images of (index + 1) * crop_digest, mod 2^64 */
         for (uint32_t i = 0; i < n; i++) {
@@ -270,55 +253,89 @@ int si_cli_bench_decode(int argc, char **argv) {
             for (uint32_t i = 0; i < n; i++) mismatched += hash[i] != hash0[i];
         printf("bench-decode: threads=%d images_per_s=%.1f per_core=%.1f exact=%d images=%ld "
                "seconds=%.2f failed=%u digest=%016llx\n",
-               counts[t], ips, ips / counts[t], pp.exact, done, (double)done / ips, bad,
+               a->counts[t], ips, ips / a->counts[t], b->pp.exact, done, (double)done / ips, bad,
                (unsigned long long)digest);
         fflush(stdout);
         if (mismatched) {
             si_log_error("bench decode: %u crops differ between %d and %d threads", mismatched,
-                         counts[0], counts[t]);
+                         a->counts[0], a->counts[t]);
             rc = SI_EXIT_VERIFY;
         }
-    }
-
-    if (!pp.exact) { /* how far the scaled decode is from the exact one, over the whole set */
-        si_preproc ex = pp;
-        ex.exact = true;
-        uint64_t sum = 0, npx = 0;
-        int worst = 0;
-        double worst_mean = 0;
-#pragma omp parallel
-        {
-            si_decoder *d = si_decoder_create();
-            if (!d) si_fatal(__FILE__, __LINE__, "si_decoder_create", "%s", si_error_msg());
-            uint8_t *a = si_xmalloc(b.crop_bytes), *e = si_xmalloc(b.crop_bytes);
-#pragma omp for schedule(dynamic, 1) reduction(+ : sum, npx) reduction(max : worst, worst_mean)
-            for (uint32_t i = 0; i < n; i++) {
-                size_t len = (size_t)(off[i + 1] - off[i]);
-                if (si_decode_crop(d, buf.data + off[i], len, &pp, a, NULL, 0) != SI_IMG_OK ||
-                    si_decode_crop(d, buf.data + off[i], len, &ex, e, NULL, 0) != SI_IMG_OK)
-                    continue;
-                uint64_t s = 0;
-                for (size_t k = 0; k < b.crop_bytes; k++) {
-                    int dd = abs((int)a[k] - (int)e[k]);
-                    s += (uint64_t)dd;
-                    if (dd > worst) worst = dd;
-                }
-                sum += s;
-                npx += b.crop_bytes;
-                double m = (double)s / (double)b.crop_bytes;
-                if (m > worst_mean) worst_mean = m;
-            }
-            si_decoder_destroy(d);
-            free(a);
-            free(e);
-        }
-        printf("bench-decode: scaled-vs-exact mean_abs=%.3f max_abs=%d worst_image_mean_abs=%.3f "
-               "values=%llu\n",
-               npx ? (double)sum / (double)npx : 0.0, worst, worst_mean, (unsigned long long)npx);
     }
     free(status);
     free(hash);
     free(hash0);
+    return rc;
+}
+
+/* How far the DCT-scaled crops are from the exact ones, over the whole set. */
+static void print_scaled_vs_exact(const bench_set *b) {
+    si_preproc ex = b->pp;
+    ex.exact = true;
+    uint64_t sum = 0, npx = 0;
+    int worst = 0;
+    double worst_mean = 0;
+#pragma omp parallel
+    {
+        si_decoder *d = si_decoder_create();
+        if (!d) si_fatal(__FILE__, __LINE__, "si_decoder_create", "%s", si_error_msg());
+        uint8_t *sc = si_xmalloc(b->crop_bytes), *e = si_xmalloc(b->crop_bytes);
+#pragma omp for schedule(dynamic, 1) reduction(+ : sum, npx) reduction(max : worst, worst_mean)
+        for (uint32_t i = 0; i < b->n; i++) {
+            const uint8_t *data = b->data + b->off[i];
+            size_t len = (size_t)(b->off[i + 1] - b->off[i]);
+            if (si_decode_crop(d, data, len, &b->pp, sc, NULL, 0) != SI_IMG_OK ||
+                si_decode_crop(d, data, len, &ex, e, NULL, 0) != SI_IMG_OK)
+                continue;
+            uint64_t s = 0;
+            for (size_t k = 0; k < b->crop_bytes; k++) {
+                int dd = abs((int)sc[k] - (int)e[k]);
+                s += (uint64_t)dd;
+                if (dd > worst) worst = dd;
+            }
+            sum += s;
+            npx += b->crop_bytes;
+            double m = (double)s / (double)b->crop_bytes;
+            if (m > worst_mean) worst_mean = m;
+        }
+        si_decoder_destroy(d);
+        free(sc);
+        free(e);
+    }
+    printf("bench-decode: scaled-vs-exact mean_abs=%.3f max_abs=%d worst_image_mean_abs=%.3f "
+           "values=%llu\n",
+           npx ? (double)sum / (double)npx : 0.0, worst, worst_mean, (unsigned long long)npx);
+}
+
+int si_cli_bench_decode(int argc, char **argv) {
+    decode_args a = {.pp = {.resize = 256, .crop_h = 224, .crop_w = 224, .max_pixels = 100000000},
+                     .seconds = 3.0};
+    int rc = parse_bench_decode(argc, argv, &a);
+    if (rc >= 0) return rc;
+    si_bytes buf = {0};
+    uint64_t *off = NULL;
+    uint32_t n;
+    if (load_set(a.path, &buf, &off, &n) != SI_OK) {
+        si_log_error("%s", si_error_msg());
+        free(off);
+        si_bytes_free(&buf);
+        return SI_EXIT_FAIL;
+    }
+    const si_preproc *pp = &a.pp;
+    bench_set b = {.data = buf.data,
+                   .off = off,
+                   .n = n,
+                   .pp = *pp,
+                   .crop_bytes = (size_t)pp->crop_h * pp->crop_w * 3,
+                   .gpu_resize = a.gpu_resize};
+    b.dst_bytes = a.gpu_resize ? SI_RS_PACK_DEFAULT(pp->resize) : b.crop_bytes;
+    printf("bench-decode: set=%s images=%u bytes=%zu mean_kib=%.1f resize=%d crop=%d exact=%d "
+           "exif=%d resize_on=%s\n",
+           a.path, n, buf.len, (double)buf.len / n / 1024, pp->resize, pp->crop_h, pp->exact,
+           !pp->no_exif, a.gpu_resize ? "gpu" : "cpu");
+    fflush(stdout);
+    rc = time_thread_counts(&b, &a);
+    if (!pp->exact) print_scaled_vs_exact(&b);
     free(off);
     si_bytes_free(&buf);
     return rc;

@@ -291,73 +291,64 @@ static char **output_paths(const char *dir, const si_graph *g) {
 
 /* --- the run -------------------------------------------------------------------------------- */
 
-/* Loads, binds, runs once and writes the outputs; the message of a failure is in si_error. The
- * input tensors stay in a (the caller frees them); everything else is freed here. */
-static si_status exec_run(exec_args *a) {
-    si_model_proto *m = NULL;
-    si_graph *g = NULL;
-    si_engine *e = NULL;
-    si_tensor *bind = NULL;
-    char **paths = NULL;
-    char s1[256], s2[256];
-    si_status st = si_model_proto_load(a->model, &m);
-    if (st == SI_OK) st = match_inputs(m, a);
-    if (st == SI_OK) st = read_inputs(m, a);
-    if (st != SI_OK) goto out;
-
-    bind = si_xcalloc((size_t)a->n_in + 1, sizeof *bind);
+/* Builds the graph with the bound inputs as constants; *bind (a shallow copy of those tensors,
+ * names and data borrowed from a) is the caller's to free, after the graph is built. */
+static si_status build_graph(const si_model_proto *m, const exec_args *a, si_tensor **bind,
+                             si_graph **g) {
+    *bind = si_xcalloc((size_t)a->n_in + 1, sizeof **bind);
     int n_bind = 0;
     for (int i = 0; i < a->n_in; i++) {
         if (!a->in[i].bound) continue;
-        bind[n_bind] = a->in[i].t;
-        bind[n_bind++].name = (char *)a->in[i].name; /* borrowed: bind is a shallow copy */
+        (*bind)[n_bind] = a->in[i].t;
+        (*bind)[n_bind++].name = (char *)a->in[i].name;
     }
-    si_graph_opts opts = {.bind = bind, .n_bind = n_bind};
-    if ((st = si_graph_build(m, &opts, &g)) != SI_OK) goto out;
+    si_graph_opts opts = {.bind = *bind, .n_bind = n_bind};
+    return si_graph_build(m, &opts, g);
+}
 
-    /* runtime inputs in the graph's order, each paired with its --input */
-    exec_input **rt = si_xcalloc((size_t)g->n_inputs + 1, sizeof *rt);
+/* Pairs the graph's runtime inputs, in its order, with their --input (rt, g->n_inputs entries)
+ * and finds the batch: dim 0 of the first input when the model leaves it symbolic, else 1. */
+static si_status runtime_inputs(const si_graph *g, exec_args *a, exec_input **rt, int *batch) {
     for (int i = 0; i < g->n_inputs; i++)
         for (int k = 0; k < a->n_in && !rt[i]; k++)
             if (!strcmp(a->in[k].name, g->values[g->inputs[i]].name)) rt[i] = &a->in[k];
-    int batch = 1;
+    *batch = 1;
     /* match_inputs saw every input that is not an initializer given */
     for (int i = 0; i < g->n_inputs; i++) SI_ASSERT(rt[i]);
     if (g->n_inputs > 0 && g->values[g->inputs[0]].batch_dim) {
         int64_t b = rt[0]->t.dims[0];
-        if (b < 1 || b > 1 << 20) {
-            st = si_error(SI_ERR_ARG, "input '%s': %s has batch dimension %lld (1..%d allowed)",
-                          rt[0]->name, rt[0]->file, (long long)b, 1 << 20);
-            free(rt);
-            goto out;
-        }
-        batch = (int)b;
+        if (b < 1 || b > 1 << 20)
+            return si_error(SI_ERR_ARG, "input '%s': %s has batch dimension %lld (1..%d allowed)",
+                            rt[0]->name, rt[0]->file, (long long)b, 1 << 20);
+        *batch = (int)b;
     }
-    st = si_engine_create(g, a->backend, batch, &e);
-    g = NULL; /* owned by the engine now, or freed */
-    if (st != SI_OK) {
-        free(rt);
-        goto out;
-    }
-    for (int i = 0; i < e->g->n_inputs && st == SI_OK; i++) {
+    return SI_OK;
+}
+
+/* Copies each runtime input into the engine after checking its shape against the batch's. */
+static si_status feed_inputs(si_engine *e, exec_input *const *rt, int batch) {
+    char s1[256], s2[256];
+    for (int i = 0; i < e->g->n_inputs; i++) {
         const si_value *v = &e->g->values[e->g->inputs[i]];
         const si_tensor *t = &rt[i]->t;
         bool same = t->ndim == v->shape.ndim;
         for (int d = 0; same && d < t->ndim; d++) same = t->dims[d] == v->shape.dims[d];
         if (!same)
-            st = si_error(
+            return si_error(
                 SI_ERR_ARG, "input '%s': %s has shape %s, the model expects %s for batch %d",
                 rt[i]->name, rt[i]->file, fmt_shape(s1, sizeof s1, t->ndim, t->dims, NULL),
                 fmt_shape(s2, sizeof s2, v->shape.ndim, v->shape.dims, NULL), batch);
-        else
-            memcpy(si_engine_input(e, i), t->data, sizeof(float) * (size_t)t->numel);
+        memcpy(si_engine_input(e, i), t->data, sizeof(float) * (size_t)t->numel);
     }
-    free(rt);
-    if (st == SI_OK) st = si_engine_run(e, batch);
-    if (st == SI_OK) st = make_dir(a->outdir);
-    if (st != SI_OK) goto out;
+    return SI_OK;
+}
 
-    paths = output_paths(a->outdir, e->g);
+/* Writes every output to its .npy under outdir (created if missing), a line each on stdout. */
+static si_status write_outputs(si_engine *e, const char *outdir) {
+    char s1[256];
+    si_status st = make_dir(outdir);
+    if (st != SI_OK) return st;
+    char **paths = output_paths(outdir, e->g);
     for (int o = 0; o < e->g->n_outputs; o++) {
         si_shape sh;
         const float *y = si_engine_output(e, o, &sh);
@@ -372,9 +363,36 @@ static si_status exec_run(exec_args *a) {
                fmt_shape(s1, sizeof s1, sh.ndim, sh.dims, NULL), paths[o]);
     }
     fflush(stdout);
-out:
-    for (int i = 0; paths && paths[i]; i++) free(paths[i]);
+    for (int i = 0; paths[i]; i++) free(paths[i]);
     free(paths);
+    return st;
+}
+
+/* Loads, binds, runs once and writes the outputs; the message of a failure is in si_error. The
+ * input tensors stay in a (the caller frees them); everything else is freed here. */
+static si_status exec_run(exec_args *a) {
+    si_model_proto *m = NULL;
+    si_graph *g = NULL;
+    si_engine *e = NULL;
+    si_tensor *bind = NULL;
+    exec_input **rt = NULL;
+    int batch = 1;
+    si_status st = si_model_proto_load(a->model, &m);
+    if (st == SI_OK) st = match_inputs(m, a);
+    if (st == SI_OK) st = read_inputs(m, a);
+    if (st == SI_OK) st = build_graph(m, a, &bind, &g);
+    if (st == SI_OK) {
+        rt = si_xcalloc((size_t)g->n_inputs + 1, sizeof *rt);
+        st = runtime_inputs(g, a, rt, &batch);
+    }
+    if (st == SI_OK) {
+        st = si_engine_create(g, a->backend, batch, &e);
+        g = NULL; /* owned by the engine now, or freed */
+    }
+    if (st == SI_OK) st = feed_inputs(e, rt, batch);
+    if (st == SI_OK) st = si_engine_run(e, batch);
+    if (st == SI_OK) st = write_outputs(e, a->outdir);
+    free(rt);
     free(bind);
     si_engine_free(e);
     si_graph_free(g);

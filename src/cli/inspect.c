@@ -1,8 +1,8 @@
 /* `shardinfer inspect MODEL`: what the engine makes of a model (ops, shapes, parameters, FLOPs,
- * planned memory per batch size, or every unsupported node at once), and `shardinfer bench`:
- * the engine alone on random input, for comparing backends and runtimes. */
+ * planned memory per batch size, or every unsupported node at once); `shardinfer inspect SET`:
+ * what an image set holds (io/source_describe.c). The report is this command's own, printed in
+ * steps from what the engine's graph and memory planner give. */
 #include <getopt.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,10 +60,11 @@ static bool parse_batches(const char *s, int *b, int *n) {
     return *n > 0;
 }
 
-int si_cli_inspect(int argc, char **argv) {
+/* Parses argv into batches/nb and *path; returns -1 to go on, else the exit code. */
+static int parse_inspect(int argc, char **argv, int *batches, int *nb, const char **path) {
     static const struct option opts[] = {
         {"batch", required_argument, 0, 'b'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    int batches[16] = {1, 8, 32, 256}, nb = 4, c;
+    int c;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":b:h", opts, NULL)) != -1) {
@@ -73,7 +74,7 @@ int si_cli_inspect(int argc, char **argv) {
                    "directory)\n");
             return SI_EXIT_OK;
         }
-        if (c == 'b' && parse_batches(optarg, batches, &nb)) continue;
+        if (c == 'b' && parse_batches(optarg, batches, nb)) continue;
         fprintf(stderr, "shardinfer inspect: %s '%s' (see shardinfer inspect --help)\n",
                 c == 'b' ? "--batch expects sizes like 1,8,32:" : "unknown option",
                 c == 'b' ? optarg : argv[optind - 1]);
@@ -83,28 +84,27 @@ int si_cli_inspect(int argc, char **argv) {
         fprintf(stderr, "shardinfer inspect: expected one MODEL.onnx\n");
         return SI_EXIT_USAGE;
     }
-    const char *path = argv[optind];
-    size_t len = strlen(path);
-    if (len < 5 || strcmp(path + len - 5, ".onnx")) { /* an image set: describe it */
-        si_source *src;
-        if (si_source_open(path, NULL, &src) != SI_OK || si_source_describe(src, stdout) != SI_OK) {
-            si_log_error("%s", si_error_msg());
-            return SI_EXIT_FAIL;
-        }
-        si_source_close(src);
-        return SI_EXIT_OK;
-    }
-    si_model_proto *m;
-    si_graph *g = NULL;
-    if (si_model_proto_load(path, &m) != SI_OK) {
+    *path = argv[optind];
+    return -1;
+}
+
+/* An image set (anything not ending in .onnx): what io/source.h makes of it. */
+static int inspect_set(const char *path) {
+    si_source *src;
+    if (si_source_open(path, NULL, &src) != SI_OK || si_source_describe(src, stdout) != SI_OK) {
         si_log_error("%s", si_error_msg());
         return SI_EXIT_FAIL;
     }
+    si_source_close(src);
+    return SI_EXIT_OK;
+}
+
+/* The model file as ONNX gives it, before any pass: header and op types with counts. */
+static void print_proto(const char *path, const si_model_proto *m) {
     printf("model: %s\n  ir_version %lld, opset %lld, producer '%s', %d ONNX nodes, %d "
            "initializers\n",
            path, (long long)m->ir_version, (long long)m->opset, m->producer ? m->producer : "",
            m->n_nodes, m->n_inits);
-    /* ONNX op types with counts, before any pass */
     printf("  ONNX ops:");
     for (int i = 0; i < m->n_nodes; i++) {
         bool seen = false;
@@ -117,18 +117,10 @@ int si_cli_inspect(int argc, char **argv) {
         printf(" %s x%d", m->nodes[i].op_type, cnt);
     }
     printf("\n");
-    si_status st = si_graph_build(m, NULL, &g);
-    si_model_proto_free(m);
-    if (st != SI_OK) { /* lists every unsupported node at once */
-        si_log_error("%s", si_error_msg());
-        return SI_EXIT_FAIL;
-    }
-    /* the numbers below are the CPU backend's (its arena plan), so it is the one asked */
-    if ((st = si_graph_infer(g, 1)) != SI_OK || (st = si_engine_check(g, "cpu", NULL)) != SI_OK) {
-        si_log_error("%s", si_error_msg());
-        si_graph_free(g);
-        return SI_EXIT_FAIL;
-    }
+}
+
+/* Inputs and outputs with their shapes (N for a symbolic batch), and what the passes did. */
+static void print_io(const si_graph *g) {
     for (int i = 0; i < g->n_inputs; i++) {
         const si_value *v = &g->values[g->inputs[i]];
         printf("  input  %-24s float32 ", v->name);
@@ -145,7 +137,10 @@ int si_cli_inspect(int argc, char **argv) {
     printf("passes: %d constants folded, %d dead nodes removed, %d BatchNorms folded into Conv, "
            "%d activations fused, %d residual Adds fused\n",
            g->folded_consts, g->removed_nodes, g->folded_bn, g->fused_act, g->fused_residual);
-    /* engine nodes by (fused) type */
+}
+
+/* Engine nodes by (fused) type, then parameters and FLOPs at batch 1. */
+static void print_nodes(const si_graph *g) {
     printf("engine nodes (%d):\n", g->n_nodes);
     bool *done = si_xcalloc((size_t)g->n_nodes + 1, 1);
     for (int i = 0; i < g->n_nodes; i++) {
@@ -164,14 +159,15 @@ int si_cli_inspect(int argc, char **argv) {
     for (int j = 0; j < g->n_nodes; j++) flops += node_flops(g, &g->nodes[j]);
     printf("parameters: %.0f (%.1f MB as float32)\n", params, params * 4 / 1e6);
     printf("compute: %.3f GFLOP per image (batch 1; a multiply-add counts 2)\n", flops / 1e9);
+}
+
+/* The memory planner's arena per batch size against one buffer per value (re-infers g). */
+static si_status print_memplan(si_graph *g, const int *batches, int nb) {
     printf("planned activation memory (liveness-planned arena vs one buffer per value):\n");
     printf("  batch   arena MB   naive MB   saved\n");
     for (int i = 0; i < nb; i++) {
-        if ((st = si_graph_infer(g, batches[i])) != SI_OK) {
-            si_log_error("%s", si_error_msg());
-            si_graph_free(g);
-            return SI_EXIT_FAIL;
-        }
+        si_status st = si_graph_infer(g, batches[i]);
+        if (st != SI_OK) return st;
         si_memplan p;
         si_memplan_build(g, 64, &p);
         printf("  %5d  %9.1f  %9.1f  %5.1f%%\n", batches[i], (double)p.arena_bytes / 1e6,
@@ -179,205 +175,41 @@ int si_cli_inspect(int argc, char **argv) {
                p.naive_bytes ? 100.0 * (1.0 - (double)p.arena_bytes / (double)p.naive_bytes) : 0.0);
         si_memplan_free(&p);
     }
+    return SI_OK;
+}
+
+/* A model: prints each part of the report as soon as the step it needs has succeeded. */
+static int inspect_model(const char *path, const int *batches, int nb) {
+    si_model_proto *m;
+    si_graph *g = NULL;
+    if (si_model_proto_load(path, &m) != SI_OK) {
+        si_log_error("%s", si_error_msg());
+        return SI_EXIT_FAIL;
+    }
+    print_proto(path, m);
+    si_status st = si_graph_build(m, NULL, &g);
+    si_model_proto_free(m);
+    if (st != SI_OK) { /* lists every unsupported node at once */
+        si_log_error("%s", si_error_msg());
+        return SI_EXIT_FAIL;
+    }
+    /* the numbers below are the CPU backend's (its arena plan), so it is the one asked */
+    if ((st = si_graph_infer(g, 1)) == SI_OK && (st = si_engine_check(g, "cpu", NULL)) == SI_OK) {
+        print_io(g);
+        print_nodes(g);
+        st = print_memplan(g, batches, nb);
+    }
+    if (st != SI_OK) si_log_error("%s", si_error_msg());
     si_graph_free(g);
-    return SI_EXIT_OK;
+    return st == SI_OK ? SI_EXIT_OK : SI_EXIT_FAIL;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-int si_cli_bench(int argc, char **argv) {
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"batch", required_argument, 0, 'b'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"iters", required_argument, 0, 'n'},
-                                         {"warmup", required_argument, 0, 'w'},
-                                         {"backend", required_argument, 0, 'B'},
-                                         {"profile", no_argument, 0, 'p'},
-                                         {"precision", required_argument, 0, 'P'},
-                                         {"compute-only", no_argument, 0, 'C'},
-                                         {"slots", required_argument, 0, 'S'},
-                                         {"workspace", required_argument, 0, 'W'},
-                                         {"no-graphs", no_argument, 0, 'G'},
-                                         {"verbose", no_argument, 0, 'v'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    const char *model = NULL, *backend = "cpu", *prec = NULL;
-    int batch = 32, threads = 0, iters = 10, warmup = 2, c;
-    bool profile = false, compute_only = false;
-    si_engine_opts eo = {.slots = 1};
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":m:b:t:n:w:h", opts, NULL)) != -1) {
-        char *end = NULL;
-        long v = optarg ? strtol(optarg, &end, 10) : 0;
-        bool num_ok = optarg && end && !*end && v >= 0 && v <= 1000000;
-        switch (c) {
-        case 'm': model = optarg; continue;
-        case 'B': backend = optarg; continue;
-        case 'p': profile = true; continue;
-        case 'P': prec = optarg; continue;
-        case 'C': compute_only = true; continue;
-        case 'G': eo.no_graphs = true; continue;
-        case 'v': eo.verbose = true; continue;
-        case 'S':
-            if (num_ok && v >= 1 && v <= 16) {
-                eo.slots = (int)v;
-                continue;
-            }
-            break;
-        case 'W':
-            if (num_ok && v >= 1) {
-                eo.workspace_bytes = (size_t)v << 20;
-                continue;
-            }
-            break;
-        case 'h':
-            printf("usage: shardinfer bench --model M.onnx [--batch 32] [--threads N] "
-                   "[--iters 10] [--warmup 2] [--backend cpu|cuda] [--precision fp32|fp16|bf16]\n"
-                   "                       [--compute-only] [--workspace MB] [--no-graphs] "
-                   "[--profile] [--verbose]\n"
-                   "  times the engine alone on seeded random input and prints the median;\n"
-                   "  with cuda each run uploads the inputs and downloads the outputs, unless\n"
-                   "  --compute-only (the model's CUDA Graph alone); --profile adds the time per\n"
-                   "  op type (on the GPU it launches op by op and waits after each)\n");
-            return SI_EXIT_OK;
-        case 'b':
-            if (num_ok && v >= 1) {
-                batch = (int)v;
-                continue;
-            }
-            break;
-        case 't':
-            if (num_ok && v >= 1) {
-                threads = (int)v;
-                continue;
-            }
-            break;
-        case 'n':
-            if (num_ok && v >= 1) {
-                iters = (int)v;
-                continue;
-            }
-            break;
-        case 'w':
-            if (num_ok) {
-                warmup = (int)v;
-                continue;
-            }
-            break;
-        default: break;
-        }
-        fprintf(stderr, "shardinfer bench: bad option '%s' (see shardinfer bench --help)\n",
-                argv[optind - 1]);
-        return SI_EXIT_USAGE;
-    }
-    if (!model || optind != argc) {
-        fprintf(stderr, "shardinfer bench: --model is required\n");
-        return SI_EXIT_USAGE;
-    }
-    if (threads) omp_set_num_threads(threads);
-    threads = omp_get_max_threads();
-    if (prec && (eo.precision = si_precision_parse(prec)) < 0) {
-        fprintf(stderr, "shardinfer bench: --precision '%s': fp32, fp16 or bf16\n", prec);
-        return SI_EXIT_USAGE;
-    }
-    if (!prec && !strcmp(backend, "cuda")) eo.precision = SI_PREC_FP16;
-    if (compute_only && strcmp(backend, "cuda")) {
-        fprintf(stderr, "shardinfer bench: --compute-only is for --backend cuda\n");
-        return SI_EXIT_USAGE;
-    }
-    double t0 = si_now();
-    si_graph *g;
-    si_engine *e = NULL;
-    si_status st = si_graph_load(model, NULL, &g);
-    if (st == SI_OK) st = si_engine_create_opts(g, backend, batch, &eo, &e);
-    if (st != SI_OK) {
-        si_log_error("%s", si_error_msg());
-        return SI_EXIT_FAIL;
-    }
-    unsigned seed = 12345;
-    for (int i = 0; i < e->g->n_inputs; i++) {
-        int64_t n = si_shape_numel(&e->g->values[e->g->inputs[i]].shape);
-        float *x = si_engine_input(e, i);
-        for (int64_t k = 0; k < n; k++) { /* roughly normal, like a normalised image */
-            seed = seed * 1664525u + 1013904223u;
-            float u = (float)(seed >> 8) / (float)(1 << 24);
-            seed = seed * 1664525u + 1013904223u;
-            float v = (float)(seed >> 8) / (float)(1 << 24);
-            x[k] = 2.f * (u + v - 1.f);
-        }
-    }
-    double *ms = si_xmalloc(sizeof(double) * (size_t)iters);
-    if (profile) e->node_seconds = si_xcalloc((size_t)e->g->n_nodes + 1, sizeof(double));
-    double first = 0;
-    for (int i = 0; i < warmup + iters && st == SI_OK; i++) {
-        double t = si_now();
-        st = compute_only && i > 0 ? e->be->run_compute(e) : si_engine_run(e, batch);
-        double dt = (si_now() - t) * 1e3;
-        if (i == 0) first = (si_now() - t0) * 1e3;
-        if (i >= warmup) ms[i - warmup] = dt;
-        if (i + 1 == warmup && e->node_seconds) /* profile the timed runs only */
-            memset(e->node_seconds, 0, sizeof(double) * (size_t)e->g->n_nodes);
-    }
-    if (st != SI_OK) {
-        si_log_error("%s", si_error_msg());
-        si_engine_free(e);
-        free(ms);
-        return SI_EXIT_FAIL;
-    }
-    qsort(ms, (size_t)iters, sizeof *ms, cmp_double);
-    double med = ms[iters / 2];
-    printf("bench: model=%s batch=%d threads=%d backend=%s precision=%s%s median_ms=%.3f "
-           "min_ms=%.3f max_ms=%.3f images_per_s=%.1f first_result_ms=%.1f arena_mb=%.1f\n",
-           model, batch, threads, backend, si_precision_name(eo.precision),
-           compute_only ? " compute_only=1" : "", med, ms[0], ms[iters - 1], batch * 1e3 / med,
-           first, (double)e->activation_bytes / 1e6);
-    if (si_engine_on_gpu(e))
-        printf("bench: init_s=%.2f (plan, weights, algorithm search, graph capture, warm-up) "
-               "device_planned_mb=%.1f device_in_use_mb=%.1f\n",
-               e->mem.init_seconds, (double)e->mem.device_total / 1048576.0,
-               (double)e->mem.device_used_after_init / 1048576.0);
-    if (e->node_seconds) { /* time per (fused) op type and conv kind, largest first */
-        const si_graph *pg = e->g;
-        int nn = pg->n_nodes;
-        char(*label)[160] = si_xmalloc(sizeof(*label) * (size_t)(nn + 1));
-        for (int j = 0; j < nn; j++) {
-            const si_gnode *n = &pg->nodes[j];
-            const char *kind = "";
-            if (n->op == SI_OP_CONV)
-                kind = n->conv.c / n->conv.group == 1 && n->conv.m == n->conv.group ? " [depthwise]"
-                       : n->conv.kh == 1 && n->conv.kw == 1                         ? " [1x1]"
-                                                                                    : " [kxk]";
-            snprintf(label[j], sizeof label[j], "%s%s", n->op_type, kind);
-        }
-        double total = 0;
-        for (int j = 0; j < nn; j++) total += e->node_seconds[j];
-        bool *done = si_xcalloc((size_t)nn + 1, 1);
-        printf("profile: %% of engine time per op type (%d timed runs)\n", iters);
-        for (;;) {
-            int best = -1;
-            double best_t = -1;
-            for (int j = 0; j < nn; j++) {
-                if (done[j]) continue;
-                double t = 0;
-                for (int k = j; k < nn; k++)
-                    if (!done[k] && !strcmp(label[k], label[j])) t += e->node_seconds[k];
-                if (t > best_t) best_t = t, best = j;
-            }
-            if (best < 0) break;
-            int cnt = 0;
-            for (int k = best; k < nn; k++)
-                if (!done[k] && !strcmp(label[k], label[best])) done[k] = 1, cnt++;
-            printf("  %5.1f%%  %8.2f ms/run  x%-3d %s\n", total > 0 ? 100 * best_t / total : 0,
-                   best_t * 1e3 / iters, cnt, label[best]);
-        }
-        free(done);
-        free(label);
-    }
-    free(ms);
-    si_engine_free(e);
-    return SI_EXIT_OK;
+int si_cli_inspect(int argc, char **argv) {
+    int batches[16] = {1, 8, 32, 256}, nb = 4;
+    const char *path = NULL;
+    int code = parse_inspect(argc, argv, batches, &nb, &path);
+    if (code >= 0) return code;
+    size_t len = strlen(path);
+    if (len < 5 || strcmp(path + len - 5, ".onnx")) return inspect_set(path);
+    return inspect_model(path, batches, nb);
 }

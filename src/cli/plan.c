@@ -37,7 +37,16 @@ static void print_carve(const si_devplan *p) {
     printf("\n");
 }
 
-int si_cli_plan(int argc, char **argv) {
+typedef struct {
+    const char *model;
+    long batch, slots, ws_mb, pack_kb; /* pack_kb 0: the default for the model's input size */
+    bool gpu_resize;
+    double limit_gib;
+    int prec;
+} plan_args;
+
+/* Parses argv into a; returns -1 to go on, else the exit code (after --help or a bad option). */
+static int parse_plan(int argc, char **argv, plan_args *a) {
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"batch", required_argument, 0, 'b'},
                                          {"precision", required_argument, 0, 'P'},
@@ -48,30 +57,26 @@ int si_cli_plan(int argc, char **argv) {
                                          {"pack-kb", required_argument, 0, 'K'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *model = NULL;
-    long batch = 256, slots = 3, ws_mb = 256, pack_kb = 0;
-    bool gpu_resize = SI_GPU_RESIZE_DEFAULT;
-    double limit_gib = 80;
-    int prec = SI_PREC_FP16, c;
+    int c;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":m:b:h", opts, NULL)) != -1) {
         bool ok = true;
         char *end = NULL;
         switch (c) {
-        case 'm': model = optarg; break;
-        case 'b': ok = si_parse_int(optarg, 1, 1 << 20, &batch); break;
-        case 'S': ok = si_parse_int(optarg, 1, 16, &slots); break;
-        case 'W': ok = si_parse_int(optarg, 0, 1 << 20, &ws_mb); break;
-        case 'P': ok = (prec = si_precision_parse(optarg)) >= 0; break;
+        case 'm': a->model = optarg; break;
+        case 'b': ok = si_parse_int(optarg, 1, 1 << 20, &a->batch); break;
+        case 'S': ok = si_parse_int(optarg, 1, 16, &a->slots); break;
+        case 'W': ok = si_parse_int(optarg, 0, 1 << 20, &a->ws_mb); break;
+        case 'P': ok = (a->prec = si_precision_parse(optarg)) >= 0; break;
         case 'R':
             ok = !strcmp(optarg, "cpu") || !strcmp(optarg, "gpu");
-            gpu_resize = !strcmp(optarg, "gpu");
+            a->gpu_resize = !strcmp(optarg, "gpu");
             break;
-        case 'K': ok = si_parse_int(optarg, 1, 1 << 20, &pack_kb); break;
+        case 'K': ok = si_parse_int(optarg, 1, 1 << 20, &a->pack_kb); break;
         case 'L':
-            limit_gib = strtod(optarg, &end);
-            ok = end && !*end && limit_gib > 0;
+            a->limit_gib = strtod(optarg, &end);
+            ok = end && !*end && a->limit_gib > 0;
             break;
         case 'h': fputs(plan_usage, stdout); return SI_EXIT_OK;
         default: ok = false;
@@ -83,68 +88,89 @@ int si_cli_plan(int argc, char **argv) {
             return SI_EXIT_USAGE;
         }
     }
-    if (!model || optind != argc) {
+    if (!a->model || optind != argc) {
         fprintf(stderr, "shardinfer plan: --model is required\n%s", plan_usage);
         return SI_EXIT_USAGE;
     }
-    si_graph *g;
-    si_status st = si_graph_load(model, NULL, &g);
-    if (st != SI_OK) {
-        si_log_error("%s", si_error_msg());
-        return SI_EXIT_FAIL;
-    }
+    return -1;
+}
+
+/* The table of components, per slot and in total. */
+static void print_plan(const plan_args *a, const si_devplan *p, bool pixels) {
+    size_t slots = (size_t)a->slots;
+    printf("plan: %s, batch %ld, %s, %ld slots, workspace %ld MiB per slot\n", a->model, a->batch,
+           si_precision_name(a->prec), a->slots, a->ws_mb);
+    printf("  %-34s %12s %12s\n", "component", "per slot MiB", "total MiB");
+    printf("  %-34s %12s %12.1f\n", "weights (once)", "-", mib(p->weights));
+    printf("  %-34s %12.1f %12.1f\n", pixels ? "input buffers (uint8 pixels)" : "input buffers",
+           mib(p->input), mib(p->input * slots));
+    if (p->pack)
+        printf("  %-34s %12.1f %12.1f\n", "decoded images for the GPU resize", mib(p->pack),
+               mib(p->pack * slots));
+    printf("  %-34s %12.1f %12.1f\n", "activations (liveness-planned arena)", mib(p->activations),
+           mib(p->activations * slots));
+    printf("  %-34s %12.1f %12.1f\n", "workspace (cuDNN, cuBLASLt)", mib(p->workspace),
+           mib(p->workspace * slots));
+    printf("  %-34s %12.1f %12.1f\n", "staging (float outputs, layout scratch)",
+           mib(p->output + p->scratch), mib((p->output + p->scratch) * slots));
+    printf("  %-34s %12s %12.1f\n", "total on the GPU", "", mib(p->device_total));
+    printf("  %-34s %12.1f %12.1f\n", "pinned host memory", mib(p->pinned), mib(p->pinned_total));
+    printf("  activations: %.1f MiB per slot where one buffer per tensor would take %.1f MiB\n",
+           mib(p->activations), mib(p->acts.naive_bytes));
+    print_carve(p);
+    printf("  plus the CUDA context and the libraries' own memory (about 500-600 MiB on an H100, "
+           "measured)\n");
+}
+
+/* Plans g as `run --backend cuda` would, after the refusal that run would give (a build without
+ * CUDA has no cuda backend to ask), and prints the plan and the largest batch that fits. */
+static si_status plan_model(const plan_args *a, si_graph *g) {
     const si_value *in = &g->values[g->inputs[0]];
     bool pixels = g->n_inputs == 1 && in->shape.ndim == 4 && in->shape.dims[1] == 3;
-    size_t elem = prec == SI_PREC_FP32 ? 4 : 2, ws = (size_t)ws_mb << 20;
-    si_devplan p;
+    size_t elem = a->prec == SI_PREC_FP32 ? 4 : 2, ws = (size_t)a->ws_mb << 20;
     size_t ppi = 0; /* --resize-on gpu: the packed buffer per image */
-    if (gpu_resize && pixels) {
+    if (a->gpu_resize && pixels) {
         int h = (int)in->shape.dims[2], w = (int)in->shape.dims[3];
-        ppi = pack_kb > 0 ? (size_t)pack_kb << 10
-                          : SI_RS_PACK_DEFAULT(si_pipeline_default_resize(h, w));
+        ppi = a->pack_kb > 0 ? (size_t)a->pack_kb << 10
+                             : SI_RS_PACK_DEFAULT(si_pipeline_default_resize(h, w));
     }
-    /* the refusal `run --backend cuda` would give, before any number (a build without CUDA has
-     * no cuda backend to ask) */
     const si_backend *cuda = si_engine_backend("cuda");
-    si_engine_opts eo = {.precision = prec,
-                         .slots = (int)slots,
+    si_engine_opts eo = {.precision = a->prec,
+                         .slots = (int)a->slots,
                          .workspace_bytes = ws,
                          .pixels = pixels,
                          .pack_per_image = ppi};
-    if (cuda && (st = si_graph_infer(g, (int)batch)) == SI_OK)
+    si_status st = SI_OK;
+    si_devplan p;
+    if (cuda && (st = si_graph_infer(g, (int)a->batch)) == SI_OK)
         st = si_engine_check_backend(g, cuda, &eo);
-    if (st != SI_OK ||
-        (st = si_devplan_build(g, (int)batch, elem, (int)slots, ws, pixels, ppi, &p)) != SI_OK) {
+    if (st == SI_OK)
+        st = si_devplan_build(g, (int)a->batch, elem, (int)a->slots, ws, pixels, ppi, &p);
+    if (st != SI_OK) return st;
+    print_plan(a, &p, pixels);
+    si_devplan_free(&p);
+    size_t limit = (size_t)(a->limit_gib * 1073741824.0);
+    int best = si_devplan_max_batch(g, elem, (int)a->slots, ws, pixels, ppi, limit);
+    printf("  largest batch within %.1f GiB: %d\n", a->limit_gib, best);
+    return SI_OK;
+}
+
+int si_cli_plan(int argc, char **argv) {
+    plan_args a = {.batch = 256,
+                   .slots = 3,
+                   .ws_mb = 256,
+                   .gpu_resize = SI_GPU_RESIZE_DEFAULT,
+                   .limit_gib = 80,
+                   .prec = SI_PREC_FP16};
+    int code = parse_plan(argc, argv, &a);
+    if (code >= 0) return code;
+    si_graph *g;
+    if (si_graph_load(a.model, NULL, &g) != SI_OK) {
         si_log_error("%s", si_error_msg());
-        si_graph_free(g);
         return SI_EXIT_FAIL;
     }
-    size_t limit = (size_t)(limit_gib * 1073741824.0);
-    printf("plan: %s, batch %ld, %s, %ld slots, workspace %ld MiB per slot\n", model, batch,
-           si_precision_name(prec), slots, ws_mb);
-    printf("  %-34s %12s %12s\n", "component", "per slot MiB", "total MiB");
-    printf("  %-34s %12s %12.1f\n", "weights (once)", "-", mib(p.weights));
-    printf("  %-34s %12.1f %12.1f\n", pixels ? "input buffers (uint8 pixels)" : "input buffers",
-           mib(p.input), mib(p.input * (size_t)slots));
-    if (p.pack)
-        printf("  %-34s %12.1f %12.1f\n", "decoded images for the GPU resize", mib(p.pack),
-               mib(p.pack * (size_t)slots));
-    printf("  %-34s %12.1f %12.1f\n", "activations (liveness-planned arena)", mib(p.activations),
-           mib(p.activations * (size_t)slots));
-    printf("  %-34s %12.1f %12.1f\n", "workspace (cuDNN, cuBLASLt)", mib(p.workspace),
-           mib(p.workspace * (size_t)slots));
-    printf("  %-34s %12.1f %12.1f\n", "staging (float outputs, layout scratch)",
-           mib(p.output + p.scratch), mib((p.output + p.scratch) * (size_t)slots));
-    printf("  %-34s %12s %12.1f\n", "total on the GPU", "", mib(p.device_total));
-    printf("  %-34s %12.1f %12.1f\n", "pinned host memory", mib(p.pinned), mib(p.pinned_total));
-    printf("  activations: %.1f MiB per slot where one buffer per tensor would take %.1f MiB\n",
-           mib(p.activations), mib(p.acts.naive_bytes));
-    print_carve(&p);
-    printf("  plus the CUDA context and the libraries' own memory (about 500-600 MiB on an H100, "
-           "measured)\n");
-    si_devplan_free(&p);
-    int best = si_devplan_max_batch(g, elem, (int)slots, ws, pixels, ppi, limit);
-    printf("  largest batch within %.1f GiB: %d\n", limit_gib, best);
+    si_status st = plan_model(&a, g);
+    if (st != SI_OK) si_log_error("%s", si_error_msg());
     si_graph_free(g);
-    return SI_EXIT_OK;
+    return st == SI_OK ? SI_EXIT_OK : SI_EXIT_FAIL;
 }
