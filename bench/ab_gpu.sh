@@ -13,6 +13,8 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"; W=/tmp/si_ab; M=/tmp/si_models; mkdir -p $W $M
 PY=python3
 SECTIONS=${SECTIONS:-results compute e2e}
+REPS=${REPS:-3}          # runs of each build per figure
+AB_NP=${AB_NP:-1 2}      # rank counts of the result comparison
 want() { case " $SECTIONS " in *" $1 "*) return 0;; esac; return 1; }
 row() { printf '%-64s %s\n' "$1" "$2" | tee -a "$OUT/ab_table.txt"; }
 med() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
@@ -36,21 +38,21 @@ if want results; then
   timeout 300 $PY $HERE/bench/ab_results.py --a $OLD --b $OLD --dir $W/aa --np 1 --backend cuda \
     "${CASES[@]}" > $OUT/ab_results_old_old.log 2>&1
   row "results, old vs old build, --backend cuda -np 1" "$(tail -1 $OUT/ab_results_old_old.log)"
-  timeout 400 $PY $HERE/bench/ab_results.py --a $OLD --b $NEW --dir $W/ab --np 1 2 --backend cuda \
+  timeout 400 $PY $HERE/bench/ab_results.py --a $OLD --b $NEW --dir $W/ab --np $AB_NP --backend cuda \
     "${CASES[@]}" > $OUT/ab_results_old_new.log 2>&1
-  row "results, old vs new build, --backend cuda -np 1, 2" "$(tail -1 $OUT/ab_results_old_new.log)"
+  row "results, old vs new build, --backend cuda -np $AB_NP" "$(tail -1 $OUT/ab_results_old_new.log)"
 fi
 
 if want compute; then
   echo "== compute only, batch 256, fp16: $(date +%T)"
   for m in resnet50 mobilenet_v2 efficientnet_b0; do
-    for rep in 1 2 3; do for v in old new; do
+    for rep in $(seq $REPS); do for v in old new; do
       bin=$OLD; [ $v = new ] && bin=$NEW
       timeout 100 $bin bench --model $M/$m/model.onnx --backend cuda --batch 256 --compute-only \
         --iters 100 2>&1 | grep -o 'images_per_s=[0-9.]*' | cut -d= -f2 >> $W/compute_${m}_$v.txt
     done; done
     o=$(med < $W/compute_${m}_old.txt); n=$(med < $W/compute_${m}_new.txt)
-    row "compute $m: old / new img/s (median of 3 each), new/old" \
+    row "compute $m: old / new img/s (median of $REPS each), new/old" \
       "$o / $n = $($PY -c "print(f'{$n/$o:.3f}')") (old: $(tr '\n' ' ' < $W/compute_${m}_old.txt)new: $(tr '\n' ' ' < $W/compute_${m}_new.txt))"
   done
 fi
@@ -59,7 +61,7 @@ if want e2e; then
   echo "== end to end, resnet50 fp16, $N photos: $(date +%T)"
   $PY $HERE/bench/repeat_set.py $D/set150.h5 $W/set.h5 --count $N > $OUT/ab_set.log 2>&1
   ONNX=$M/resnet50/model.onnx
-  for rep in 1 2 3; do for v in old new; do
+  for rep in $(seq $REPS); do for v in old new; do
     bin=$OLD; [ $v = new ] && bin=$NEW
     timeout 200 $bin run --model $ONNX --input $W/set.h5 --output $W/e2e_$v.h5 --overwrite \
       --backend cuda --batch 256 --progress none > $OUT/ab_e2e_${v}_$rep.log 2>&1
@@ -67,10 +69,10 @@ if want e2e; then
     grep -o 'steady state [0-9.]*' $OUT/ab_e2e_${v}_$rep.log | cut -d' ' -f3 >> $W/steady_$v.txt
   done; done
   o=$(med < $W/e2e_old.txt); n=$(med < $W/e2e_new.txt)
-  row "e2e resnet50 whole command: old / new img/s (median of 3), new/old" \
+  row "e2e resnet50 whole command: old / new img/s (median of $REPS), new/old" \
     "$o / $n = $($PY -c "print(f'{$n/$o:.3f}')") (old: $(tr '\n' ' ' < $W/e2e_old.txt)new: $(tr '\n' ' ' < $W/e2e_new.txt))"
   o=$(med < $W/steady_old.txt); n=$(med < $W/steady_new.txt)
-  row "e2e resnet50 steady state: old / new img/s (median of 3), new/old" \
+  row "e2e resnet50 steady state: old / new img/s (median of $REPS), new/old" \
     "$o / $n = $($PY -c "print(f'{$n/$o:.3f}')")"
 fi
 echo "== done: $(date +%T)"; cat $OUT/ab_table.txt

@@ -33,6 +33,18 @@ def run(binary, np_, model, inp, out, extra, backend):
     return p.returncode, (p.stdout + p.stderr).strip().splitlines()[-1:] or [""]
 
 
+def how_far(x, y):
+    """How far two same-shaped datasets are apart: the largest difference of floats, the share of
+    rows that differ otherwise ('' for other shapes)."""
+    if x.shape != y.shape or x.size == 0:
+        return ""
+    if x.dtype.kind == "f":
+        ok = ~(np.isnan(x) & np.isnan(y))
+        return f" (max |diff| {np.abs(x[ok].astype(np.float64) - y[ok]).max():.3g})"
+    rows = (x != y).reshape(len(x), -1).any(axis=1)
+    return f" ({rows.sum()} of {len(x)} rows)"
+
+
 def same(a_path, b_path):
     """'' when equal bit for bit, else what differs."""
     a, aa = cluster.read_all(a_path)
@@ -44,7 +56,7 @@ def same(a_path, b_path):
         eq = x.shape == y.shape and (np.array_equal(x, y, equal_nan=True)
                                      if x.dtype.kind == "f" else np.array_equal(x, y))
         if not eq:
-            return f"/{k} differs"
+            return f"/{k} differs{how_far(x, y)}"
     for k in sorted(set(aa) | set(ba)):
         if k in cluster.VOLATILE:
             continue
