@@ -19,6 +19,7 @@ want() { case " $SECTIONS " in *" $1 "*) return 0;; esac; return 1; }
 row() { printf '%-64s %s\n' "$1" "$2" | tee -a "$OUT/ab_table.txt"; }
 med() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 : > "$OUT/ab_table.txt"
+rm -f $W/*.txt # figures of an earlier call on a machine still warm
 [ -f $M/resnet50/model.onnx ] || timeout 200 $PY $HERE/tests/export_models.py --output-dir $M \
   --models resnet50,mobilenet_v2,efficientnet_b0 > $OUT/ab_export.log 2>&1
 
