@@ -39,14 +39,8 @@ static si_status image(const si_post_config *c, const si_post_plan *p, const flo
     return SI_OK;
 }
 
-/* No parameters: the name alone. */
-static void params(const si_post_config *c, const si_post_plan *p, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s", "embed");
-}
-
 const si_post_kind_ops si_post_embed_ops = {
     .name = "embed",
     .plan = plan,
     .image = image,
-    .params = params,
 };

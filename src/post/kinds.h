@@ -19,7 +19,8 @@ typedef struct {
      * the kind's columns of row, or dets and *n_dets. Allocates nothing. */
     si_status (*image)(const si_post_config *c, const si_post_plan *p, const float *const *outs,
                        void *scratch, uint8_t *row, si_detection *dets, int *n_dets);
-    /* The kind's si_post_params string; its spelling never changes (the resume key). */
+    /* The kind's si_post_params string; its spelling never changes (the resume key). NULL:
+     * the kind has no parameters, and its name alone is the string. */
     void (*params)(const si_post_config *c, const si_post_plan *p, char *buf, size_t cap);
     const char *zero_fill; /* the float column whose fill value is 0, not NaN; NULL: none */
     bool detections;       /* results carry a detection list (si_result_schema.detect) */

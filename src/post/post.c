@@ -239,8 +239,8 @@ void si_post_schema(const si_post_plan *p, si_result_schema *s) {
 
 void si_post_params(const si_post_config *c, const si_post_plan *p, char *buf, size_t cap) {
     const si_post_kind_ops *ops = ops_of(c->kind);
-    if (ops)
+    if (ops && ops->params)
         ops->params(c, p, buf, cap);
-    else
+    else /* a kind without parameters: its name alone */
         snprintf(buf, cap, "%s", si_post_kind_name(c->kind));
 }
