@@ -300,6 +300,7 @@ static constexpr op_entry op_table[] = {
     {SI_OP_RESIZE, NULL, run_resize},   {SI_OP_SOFTMAX, NULL, run_softmax},
     {SI_OP_PAD, NULL, run_pad},         {SI_OP_REDUCE, NULL, run_reduce},
     {SI_OP_HOST, NULL, NULL}, // evaluated on the host at load
+    {SI_OP_LAYERNORM, NULL, NULL},      {SI_OP_INSTANCENORM, NULL, NULL}, // refused: CPU only
 };
 
 static constexpr bool table_in_order(void) {
@@ -378,6 +379,11 @@ si_status si_cuda_run_node(si_engine *e, cuda_state *cs, slot_x *sl, int j) {
 bool si_cuda_node_ok(const si_graph *g, const si_gnode *n, char *why, size_t cap) {
     if (n->op == SI_OP_HOST) return true;
     const si_value *x = &g->values[n->in[0]];
+    if (n->op == SI_OP_LAYERNORM || n->op == SI_OP_INSTANCENORM) { // the CPU backend runs them
+        snprintf(why, cap, "%s is not on the GPU yet",
+                 n->op == SI_OP_LAYERNORM ? "LayerNormalization" : "InstanceNormalization");
+        return false;
+    }
     if (!op_fn_of(g, n)) {
         snprintf(why, cap, "cuda: no kernel for %s", si_op_name(n->op));
         return false;

@@ -105,6 +105,9 @@ NODE_TEST_PATTERNS = [
     # shape arithmetic, evaluated on the host
     r"test_shape(_.*)?", r"test_size(_example)?", r"test_constantofshape_.*", r"test_range_.*",
     r"test_equal(_bcast)?", r"test_where_.*", r"test_expand_.*", r"test_constant",
+    # normalisations (vision transformers); every LayerNormalization test also asks for the
+    # training outputs Mean and InvStdDev (listed unsupported), so each is also written Y only
+    r"test_layer_normalization_.*", r"test_instancenorm_(epsilon|example)",
 ]
 
 
@@ -132,6 +135,32 @@ def wanted_node_test(name):
     return any(re.fullmatch(p, name) for p in NODE_TEST_PATTERNS)
 
 
+def write_y_only(test_dir):
+    """<test>_y_only beside a copied node test: the same model, data and expected Y, with the
+    node's extra outputs (Mean, InvStdDev) dropped, so ONNX's own reference data checks Y."""
+    name = os.path.basename(test_dir) + "_y_only"
+    dst = os.path.join(os.path.dirname(test_dir), name)
+    if os.path.exists(dst):
+        shutil.rmtree(dst)
+    m = onnx.load(os.path.join(test_dir, "model.onnx"))
+    keep = m.graph.output[0].name
+    for nd in m.graph.node:
+        del nd.output[1:]
+    del m.graph.output[1:]
+    assert m.graph.node[-1].output[0] == keep
+    os.makedirs(dst)
+    onnx.save(m, os.path.join(dst, "model.onnx"))
+    for ds in os.listdir(test_dir):
+        d = os.path.join(test_dir, ds)
+        if not os.path.isdir(d):
+            continue
+        os.makedirs(os.path.join(dst, ds))
+        for f in os.listdir(d):
+            if f.startswith("input_") or f == "output_0.pb":
+                shutil.copy(os.path.join(d, f), os.path.join(dst, ds, f))
+    return name
+
+
 def copy_node_tests(out_dir):
     src = node_test_dir()
     copied = []
@@ -143,6 +172,8 @@ def copy_node_tests(out_dir):
             shutil.rmtree(dst)
         shutil.copytree(os.path.join(src, name), dst)
         copied.append(name)
+        if name.startswith("test_layer_normalization_"):
+            copied.append(write_y_only(dst))
     print("copied %d ONNX node tests (onnx %s):" % (len(copied), onnx.__version__))
     for i in range(0, len(copied), 4):
         print("  " + "  ".join(copied[i:i + 4]))
@@ -271,6 +302,20 @@ def numpy_reference(model, feeds):
             sh = (1, -1, 1, 1)
             y = ((i[0] - i[3].reshape(sh)) / np.sqrt(i[4].reshape(sh) + a.get("epsilon", 1e-5))
                  * i[1].reshape(sh) + i[2].reshape(sh))
+        elif op == "LayerNormalization":
+            axes = tuple(range(a.get("axis", -1) % i[0].ndim, i[0].ndim))
+            d = i[0] - i[0].mean(axis=axes, keepdims=True)
+            y = d / np.sqrt((d * d).mean(axis=axes, keepdims=True) + a.get("epsilon", 1e-5)) * i[1]
+            if len(i) > 2 and i[2] is not None:
+                y = y + i[2]
+        elif op == "MatMul":
+            y = i[0] @ i[1]
+        elif op == "InstanceNormalization":
+            axes = tuple(range(2, i[0].ndim))
+            sh = (1, -1) + (1,) * len(axes)
+            d = i[0] - i[0].mean(axis=axes, keepdims=True)
+            y = (d / np.sqrt((d * d).mean(axis=axes, keepdims=True) + a.get("epsilon", 1e-5))
+                 * i[1].reshape(sh) + i[2].reshape(sh))
         elif op == "Relu":
             y = np.maximum(i[0], 0)
         elif op == "LeakyRelu":
@@ -322,6 +367,7 @@ class Case:
         self.rng = rng_for(name)
         self.nodes, self.inits, self.inputs, self.feeds = [], [], [], {}
         self.outputs = []
+        self.opset = OPSET
 
     def input(self, name, value, dims=None):
         value = np.asarray(value)
@@ -375,7 +421,7 @@ class Case:
         proto_outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in self.outputs]
         graph = helper.make_graph(self.nodes, self.name, self.inputs, proto_outs,
                                   initializer=self.inits)
-        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
                               producer_name="shardinfer make_ref_cases.py")
         m.ir_version = IR_VERSION
         so = ort.SessionOptions()
@@ -841,6 +887,53 @@ def c_dwconv_5x5_s1_residual_clip(c):
     y = c.conv(x, "dw5_res", 64, 64, 5, group=64, pads=[2, 2, 2, 2])
     y = c.node("Add", [y, x], ["dw5_res_add"], name="dw5_res_add")
     c.output(c.clip(y, "dw5_res_clip", 0.0, 6.0))
+
+
+# LayerNormalization (opset 17) as vision transformers use it: (N, tokens, D) rows, the mean
+# offset from 0 so the statistics' rounding shows; InstanceNormalization on NCHW
+
+def layernorm(c, x, name, shape, bias=True, **attrs):
+    c.opset = 17
+    ins = [x, c.init(name + ".scale", uniform(c.rng, shape, 0.5, 1.5))]
+    if bias:
+        ins.append(c.init(name + ".bias", uniform(c.rng, shape, -0.5, 0.5)))
+    return c.node("LayerNormalization", ins, [name + "_out"], name=name, **attrs)
+
+
+def c_layernorm_vit_last_axis_bias(c):
+    x = c.input("tokens", normal(c.rng, (2, 197, 64)) + 3.0)
+    c.output(layernorm(c, x, "ln", (64,)))
+
+
+def c_layernorm_vit_last_axis_nobias_eps(c):
+    x = c.input("tokens", normal(c.rng, (2, 197, 64), 4.0) - 1.0)
+    c.output(layernorm(c, x, "ln", (64,), bias=False, epsilon=1e-6))
+
+
+def c_layernorm_last_two_axes(c):
+    x = c.input("tokens", normal(c.rng, (3, 17, 48)) + 0.5)
+    c.output(layernorm(c, x, "ln", (17, 48), axis=1))
+
+
+def c_layernorm_negative_axis_4d(c):
+    # axis -2 of (N, C, H, W): rows over (H, W)
+    x = c.input("features", normal(c.rng, (2, 8, 7, 9)))
+    c.output(layernorm(c, x, "ln", (7, 9), axis=-2))
+
+
+def c_layernorm_after_matmul(c):
+    # a transformer block's shape of use: MatMul then LayerNorm then Add
+    x = c.input("tokens", normal(c.rng, (2, 50, 32)))
+    w = c.init("proj.weight", normal(c.rng, (32, 64), 0.2))
+    y = c.node("MatMul", [x, w], ["proj_out"], name="proj")
+    c.output(layernorm(c, y, "ln", (64,), epsilon=1e-6))
+
+
+def c_instancenorm_2x8x7x9(c):
+    x = c.input("features", normal(c.rng, (2, 8, 7, 9), 2.0) + 1.0)
+    s = c.init("in.scale", uniform(c.rng, (8,), 0.5, 1.5))
+    b = c.init("in.bias", uniform(c.rng, (8,), -0.5, 0.5))
+    c.output(c.node("InstanceNormalization", [x, s, b], ["in_out"], name="in", epsilon=1e-4))
 
 
 def random_cases():

@@ -39,9 +39,9 @@ def main():
     os.makedirs(a.work)
     failures = 0
 
-    # 3 LayerNormalization and 1 Erf between supported ops, each reading the previous output
+    # 3 GroupNormalization and 1 Erf between supported ops, each reading the previous output
     scale = helper.make_tensor("scale", TensorProto.FLOAT, [4], [1.0] * 4)
-    ln = lambda i, src, dst: helper.make_node("LayerNormalization", [src, "scale"], [dst],
+    ln = lambda i, src, dst: helper.make_node("GroupNormalization", [src, "scale"], [dst],
                                               name="/blocks.%d/norm1" % i)
     chain = [helper.make_node("Relu", ["x"], ["r0"], name="relu0"), ln(0, "r0", "l0"),
              helper.make_node("Relu", ["l0"], ["r1"], name="relu1"), ln(1, "r1", "l1"),
@@ -52,7 +52,7 @@ def main():
     save(path, chain, [scale])
     rc, lines = inspect(a.shardinfer, path)
     want = ["shardinfer: error: %s: 2 unsupported operator types (4 nodes):" % path,
-            "  LayerNormalization \u00d73 (first: /blocks.0/norm1)",
+            "  GroupNormalization \u00d73 (first: /blocks.0/norm1)",
             "  Erf \u00d71 (first: /mlp/act/Erf)"]
     good = rc != 0 and lines == want
     print("%s grouped unsupported operators: rc=%d" % ("ok  " if good else "FAIL", rc))

@@ -288,6 +288,21 @@ static void run_reduce(const op_args *a) {
         si_cpu_reduce(a->n->reduce_op, a->xs->ndim, a->xs->dims, a->x, a->n->reduce_mask, a->y);
 }
 
+static void run_lnorm(const op_args *a) {
+    const si_gnode *n = a->n;
+    int64_t rows = dims_prod(a->xs, 0, n->axis), len = dims_prod(a->xs, n->axis, a->xs->ndim);
+    const float *bias = n->n_in > 2 ? ptr(a->e, n->in[2]) : NULL;
+    int64_t nb = n->n_in > 2 ? si_shape_numel(&a->g->values[n->in[2]].shape) : 1;
+    si_cpu_layernorm(a->x, rows, len, ptr(a->e, n->in[1]),
+                     si_shape_numel(&a->g->values[n->in[1]].shape), bias, nb, n->epsilon, a->y);
+}
+
+static void run_inorm(const op_args *a) {
+    int64_t inner = dims_prod(a->xs, 2, a->xs->ndim);
+    si_cpu_instancenorm(a->x, a->xs->dims[0], a->xs->dims[1], inner, ptr(a->e, a->n->in[1]),
+                        ptr(a->e, a->n->in[2]), a->n->epsilon, a->y);
+}
+
 /* The CPU's run of each op; SI_OP_HOST has none (the graph evaluates it). An op without an
  * entry is refused at load by cpu_supports_op, so run_node never meets one. */
 static void (*const op_runs[SI_OP_COUNT])(const op_args *a) = {
@@ -301,6 +316,7 @@ static void (*const op_runs[SI_OP_COUNT])(const op_args *a) = {
     [SI_OP_EXPAND] = run_expand,   [SI_OP_GATHER] = run_gather,
     [SI_OP_RESIZE] = run_resize,   [SI_OP_SOFTMAX] = run_softmax,
     [SI_OP_PAD] = run_pad,         [SI_OP_REDUCE] = run_reduce,
+    [SI_OP_LAYERNORM] = run_lnorm, [SI_OP_INSTANCENORM] = run_inorm,
 };
 
 /* The CPU is the reference: it runs every op the graph can hold, at any shape the graph's

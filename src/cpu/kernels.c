@@ -373,6 +373,46 @@ void si_cpu_softmax_axis(const float *x, int64_t outer, int64_t len, int64_t inn
     }
 }
 
+/* Mean and 1/sqrt(var + eps) of one row, two passes in double: a ViT row is a few hundred
+ * values of similar size, where float32 sums would already cost a few ulps of the result. */
+static void row_stats(const float *x, int64_t len, float eps, double *mean, double *inv) {
+    double s = 0.0;
+    for (int64_t j = 0; j < len; j++) s += x[j];
+    double m = s / (double)len, v = 0.0;
+    for (int64_t j = 0; j < len; j++) v += ((double)x[j] - m) * ((double)x[j] - m);
+    *mean = m;
+    *inv = 1.0 / sqrt(v / (double)len + (double)eps);
+}
+
+void si_cpu_layernorm(const float *x, int64_t rows, int64_t len, const float *scale, int64_t ns,
+                      const float *bias, int64_t nb, float eps, float *y) {
+    if (rows <= 0 || len <= 0) return;
+#pragma omp parallel for schedule(static) if (rows * len > PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * len;
+        float *yr = y + r * len;
+        double mean, inv;
+        row_stats(xr, len, eps, &mean, &inv);
+        for (int64_t j = 0; j < len; j++) {
+            double v = ((double)xr[j] - mean) * inv * scale[j % ns];
+            yr[j] = (float)(bias ? v + bias[j % nb] : v);
+        }
+    }
+}
+
+void si_cpu_instancenorm(const float *x, int64_t n, int64_t c, int64_t inner, const float *scale,
+                         const float *bias, float eps, float *y) {
+    if (n <= 0 || c <= 0 || inner <= 0) return;
+#pragma omp parallel for schedule(static) if (n * c * inner > PAR_MIN)
+    for (int64_t p = 0; p < n * c; p++) {
+        const float *xp = x + p * inner;
+        float *yp = y + p * inner;
+        double mean, inv, s = scale[p % c], b = bias[p % c];
+        row_stats(xp, inner, eps, &mean, &inv);
+        for (int64_t i = 0; i < inner; i++) yp[i] = (float)(((double)xp[i] - mean) * inv * s + b);
+    }
+}
+
 void si_cpu_concat(int n, const float *const *xs, const int64_t *sizes, int64_t outer,
                    int64_t inner, float *y) {
     int64_t total = 0;

@@ -42,6 +42,16 @@ void si_cpu_softmax(const float *x, int64_t rows, int64_t cols, float *y);
 
 /* --- the rest of the engine's ops (opsets 7-22); dims are int64, tensors contiguous --------- */
 
+/* LayerNormalization of (rows, len): each row to mean 0 and variance 1 (statistics in double),
+ * then times scale[j % ns] plus bias[j % nb] (bias may be NULL). */
+void si_cpu_layernorm(const float *x, int64_t rows, int64_t len, const float *scale, int64_t ns,
+                      const float *bias, int64_t nb, float eps, float *y);
+
+/* InstanceNormalization of (n, c, inner): each (n, c) plane normalised like a LayerNorm row,
+ * then times scale[c] plus bias[c]. */
+void si_cpu_instancenorm(const float *x, int64_t n, int64_t c, int64_t inner, const float *scale,
+                         const float *bias, float eps, float *y);
+
 /* Average pooling; count_include_pad as ONNX defines it (padded cells count in the divisor, the
  * cells added by ceil_mode never do). */
 void si_cpu_avgpool2d(const si_pool_shape *s, int count_include_pad, const float *x, float *y);

@@ -17,7 +17,8 @@ const char *si_op_name(int op) {
                                   "Affine", "View",      "Concat",      "Split",
                                   "Slice",  "Transpose", "Expand",      "Gather",
                                   "Resize", "Softmax",   "Pad",         "Reduce",
-                                  "Host"};
+                                  "Host",   "LayerNorm", "InstanceNorm"};
+    _Static_assert(sizeof names / sizeof names[0] == SI_OP_COUNT, "an si_op without a name");
     return op >= 0 && op < SI_OP_COUNT ? names[op] : "?";
 }
 

@@ -36,6 +36,10 @@ typedef enum {
     SI_OP_PAD,
     SI_OP_REDUCE,
     SI_OP_HOST, /* evaluated on the host from CONST/HOST inputs (shape arithmetic) */
+    /* LayerNormalization (rows of x[axis:], Scale and B repeated over them) and
+     * InstanceNormalization (per (n, c) over the spatial dims) */
+    SI_OP_LAYERNORM,
+    SI_OP_INSTANCENORM,
     SI_OP_COUNT
 } si_op;
 
@@ -98,6 +102,7 @@ typedef struct {
     float pad_value;
     int reduce_op, keepdims, noop_with_empty_axes; /* Reduce* */
     uint8_t reduce_mask[SI_MAX_DIMS];
+    float epsilon; /* LayerNormalization, InstanceNormalization */
     si_resize_params resize;
     float scales[2];                    /* Resize: output/input of H and W, resolved at infer */
     int64_t attr_ints[2 * SI_MAX_DIMS]; /* attribute-given parameters of older opsets */
