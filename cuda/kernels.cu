@@ -31,13 +31,9 @@ __device__ __forceinline__ void st(__nv_bfloat16 *p, int64_t i, float v) {
     p[i] = __float2bfloat16_rn(v);
 }
 
+// kernel_math.h's formula, the CPU's own
 __device__ __forceinline__ float binop(int op, float a, float b) {
-    switch (op) {
-    case SI_BIN_SUB: return a - b;
-    case SI_BIN_MUL: return a * b;
-    case SI_BIN_DIV: return a / b;
-    default: return a + b;
-    }
+    return si_bin_eval(op, a, b);
 }
 
 static int blocks_for(int64_t n, int threads) {

@@ -18,6 +18,7 @@ Usage: make_ref_cases.py --output-dir DIR [--demo-model M.onnx]
 
 import argparse
 import importlib.util
+import math
 import os
 import re
 import shutil
@@ -102,6 +103,8 @@ NODE_TEST_PATTERNS = [
     r"test_matmul_.*", r"test_constant_pad(_.*)?", r"test_edge_pad", r"test_reflect_pad",
     r"test_wrap_pad", r"test_reduce_(mean|sum|max|min)_.*", r"test_globalmaxpool(_.*)?",
     r"test_dropout_default(_ratio)?", r"test_gather_[0-9].*", r"test_gather_negative_indices",
+    r"test_erf", r"test_tanh(_example)?", r"test_sqrt(_example)?", r"test_reciprocal(_example)?",
+    r"test_gelu_(default|tanh)_[0-9]", r"test_pow(_.*)?",
     # shape arithmetic, evaluated on the host
     r"test_shape(_.*)?", r"test_size(_example)?", r"test_constantofshape_.*", r"test_range_.*",
     r"test_equal(_bcast)?", r"test_where_.*", r"test_expand_.*", r"test_constant",
@@ -328,6 +331,21 @@ def numpy_reference(model, feeds):
             y = np.minimum(np.maximum(i[0], i[1]), i[2])
         elif op == "Add":
             y = i[0] + i[1]
+        elif op == "Pow":
+            y = np.power(i[0], i[1])
+        elif op == "Erf":
+            y = np.vectorize(math.erf)(i[0])
+        elif op == "Tanh":
+            y = np.tanh(i[0])
+        elif op == "Sqrt":
+            y = np.sqrt(i[0])
+        elif op == "Reciprocal":
+            y = 1.0 / i[0]
+        elif op == "Gelu" and a.get("approximate", b"none") == b"tanh":
+            x = i[0]
+            y = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+        elif op == "Gelu":
+            y = 0.5 * i[0] * (1 + np.vectorize(math.erf)(i[0] / np.sqrt(2)))
         elif op == "MaxPool":
             y = _np_maxpool(i[0], a)
         elif op == "GlobalAveragePool":
@@ -367,7 +385,7 @@ class Case:
         self.rng = rng_for(name)
         self.nodes, self.inits, self.inputs, self.feeds = [], [], [], {}
         self.outputs = []
-        self.opset = OPSET
+        self.opset = OPSET  # a case of a newer op (LayerNormalization: 17, Gelu: 20) raises it
 
     def input(self, name, value, dims=None):
         value = np.asarray(value)
@@ -423,7 +441,7 @@ class Case:
                                   initializer=self.inits)
         m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
                               producer_name="shardinfer make_ref_cases.py")
-        m.ir_version = IR_VERSION
+        m.ir_version = max(IR_VERSION, helper.find_min_ir_version_for(m.opset_import))
         so = ort.SessionOptions()
         # The plain op-by-op computation is the reference: no fusion of Conv+BN etc.
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -934,6 +952,82 @@ def c_instancenorm_2x8x7x9(c):
     s = c.init("in.scale", uniform(c.rng, (8,), 0.5, 1.5))
     b = c.init("in.bias", uniform(c.rng, (8,), -0.5, 0.5))
     c.output(c.node("InstanceNormalization", [x, s, b], ["in_out"], name="in", epsilon=1e-4))
+
+
+# The elementwise math of vision transformers: values reach each function's tails.
+
+def c_erf(c):
+    x = c.input("features", normal(c.rng, (3, 4, 5, 6), 1.5))
+    c.output(c.node("Erf", [x], ["erf"]))
+
+
+def c_tanh(c):
+    x = c.input("features", normal(c.rng, (3, 4, 5, 6), 2.0))
+    c.output(c.node("Tanh", [x], ["tanh"]))
+
+
+def c_sqrt(c):
+    x = c.input("variance", uniform(c.rng, (3, 4, 5, 6), 1e-3, 9.0))
+    c.output(c.node("Sqrt", [x], ["std"]))
+
+
+def c_reciprocal(c):
+    sign = np.where(c.rng.uniform(size=(3, 4, 5, 6)) < 0.5, -1.0, 1.0).astype(np.float32)
+    x = c.input("std", sign * uniform(c.rng, (3, 4, 5, 6), 0.05, 4.0))
+    c.output(c.node("Reciprocal", [x], ["inv_std"]))
+
+
+def c_gelu_erf(c):
+    c.opset = 20
+    x = c.input("hidden", uniform(c.rng, (2, 7, 48), -6.0, 6.0))
+    c.output(c.node("Gelu", [x], ["gelu"]))
+
+
+def c_gelu_none_explicit(c):
+    c.opset = 20
+    x = c.input("hidden", uniform(c.rng, (2, 7, 48), -6.0, 6.0))
+    c.output(c.node("Gelu", [x], ["gelu"], approximate="none"))
+
+
+def c_gelu_tanh(c):
+    c.opset = 20
+    x = c.input("hidden", uniform(c.rng, (2, 7, 48), -6.0, 6.0))
+    c.output(c.node("Gelu", [x], ["gelu"], approximate="tanh"))
+
+
+def c_conv_gelu(c):
+    # the Gelu is fused into the Conv: the GPU applies it in the epilogue, not in cuDNN
+    c.opset = 20
+    x = c.input("images", uniform(c.rng, (3, 4, 9, 11)))
+    y = c.conv(x, "conv", 4, 8, 3, pads=[1, 1, 1, 1])
+    c.output(c.node("Gelu", [y], ["gelu"], name="gelu", approximate="tanh"))
+
+
+def c_add_tanh(c):
+    # the Tanh is fused into the Add
+    x = c.input("branch_a", normal(c.rng, (3, 8, 6, 6)))
+    y = c.input("branch_b", normal(c.rng, (1, 8, 1, 1)))
+    s = c.node("Add", [x, y], ["sum"])
+    c.output(c.node("Tanh", [s], ["tanh"]))
+
+
+def c_pow_bcast(c):
+    x = c.input("base", uniform(c.rng, (3, 4, 5, 6), 0.05, 3.0))
+    e = c.input("exponent", uniform(c.rng, (1, 4, 1, 6), -2.0, 3.0))
+    c.output(c.node("Pow", [x, e], ["power"]))
+
+
+def c_pow_square(c):
+    # LayerNorm as exported: (x - mean)^2, negative bases with the constant exponent 2
+    x = c.input("centered", normal(c.rng, (2, 7, 48)))
+    e = c.init("two", np.array(2.0, np.float32))
+    c.output(c.node("Pow", [x, e], ["squared"]))
+
+
+def c_pow_sqrt(c):
+    x = c.input("variance", uniform(c.rng, (2, 7, 48), 1e-3, 5.0))
+    e = c.init("half", np.array(0.5, np.float32))
+    c.output(c.node("Pow", [x, e], ["std"]))
 
 
 def random_cases():

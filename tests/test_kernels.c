@@ -95,6 +95,13 @@ static double act_ref(double v, si_act a) {
     case SI_ACT_HARDSWISH: return v * fmax(0, fmin(1, v / 6 + 0.5));
     case SI_ACT_SILU: return v / (1 + exp(-v));
     case SI_ACT_LEAKYRELU: return v >= 0 ? v : a.alpha * v;
+    case SI_ACT_ERF: return erf(v);
+    case SI_ACT_TANH: return tanh(v);
+    case SI_ACT_SQRT: return sqrt(v); /* NaN below 0 */
+    case SI_ACT_RECIPROCAL: return 1 / v;
+    /* the spec's formulas as written (kernel_math.h rearranges them) */
+    case SI_ACT_GELU: return 0.5 * v * (1 + erf(v / sqrt(2.0)));
+    case SI_ACT_GELU_TANH: return 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
     default: return v;
     }
 }
@@ -111,6 +118,12 @@ static void test_activations(void) {
         {.kind = SI_ACT_SILU},
         {.kind = SI_ACT_LEAKYRELU, .alpha = 0.01f},
         {.kind = SI_ACT_LEAKYRELU, .alpha = 0.3f},
+        {.kind = SI_ACT_ERF},
+        {.kind = SI_ACT_TANH},
+        {.kind = SI_ACT_SQRT},
+        {.kind = SI_ACT_RECIPROCAL},
+        {.kind = SI_ACT_GELU},
+        {.kind = SI_ACT_GELU_TANH},
     };
     int64_t n = 4000;
     float *x = frand(n);
@@ -137,6 +150,13 @@ static void test_activations(void) {
     si_act hs = {.kind = SI_ACT_HARDSWISH};
     CHECK(si_act_apply(-3.f, hs) == 0.f && si_act_apply(3.f, hs) == 3.f);
     CHECK(isnan(si_act_apply(NAN, (si_act){.kind = SI_ACT_SIGMOID})));
+    /* Gelu's tails: exact limits (at -inf the spec's formula, too, is NaN: -inf * 0) */
+    for (int k = SI_ACT_GELU; k <= SI_ACT_GELU_TANH; k++) {
+        si_act g = {.kind = k};
+        CHECK(si_act_apply(30.f, g) == 30.f && si_act_apply(-30.f, g) == 0.f);
+        CHECK(si_act_apply(INFINITY, g) == INFINITY);
+        CHECK(isnan(si_act_apply(NAN, g)));
+    }
     free(x);
     free(want);
 }
@@ -196,7 +216,9 @@ static void test_conv_fused_act(void) {
                      {.kind = SI_ACT_HARDSIGMOID, .alpha = 0.2f, .beta = 0.5f},
                      {.kind = SI_ACT_HARDSWISH},
                      {.kind = SI_ACT_SILU},
-                     {.kind = SI_ACT_LEAKYRELU, .alpha = 0.1f}};
+                     {.kind = SI_ACT_LEAKYRELU, .alpha = 0.1f},
+                     {.kind = SI_ACT_GELU},
+                     {.kind = SI_ACT_TANH}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         si_conv_shape s = shapes[si];
         s.oh = (s.h + s.pt + s.pb - s.dh * (s.kh - 1) - 1) / s.sh + 1;
@@ -535,6 +557,58 @@ static void test_broadcast(void) {
         si_cpu_broadcast(nd, xd, x, yd, y);
         check_arr("broadcast", y, want, ny, 0, 0);
         free(x);
+        free(y);
+        free(want);
+    }
+}
+
+/* --- binary ops ------------------------------------------------------------------------------- */
+
+static double bin_ref(si_binop op, double a, double b) {
+    switch (op) {
+    case SI_BIN_ADD: return a + b;
+    case SI_BIN_SUB: return a - b;
+    case SI_BIN_MUL: return a * b;
+    case SI_BIN_DIV: return a / b;
+    default: return pow(a, b);
+    }
+}
+
+/* Every op with numpy broadcasting on either side. Pow: positive bases with any exponent, and
+ * negative bases with whole exponents (x^2 as exporters write it), where powf must not give NaN. */
+static void test_binary(void) {
+    for (int it = 0; it < 200; it++) {
+        si_binop op = (si_binop)(it % (SI_BIN_POW + 1));
+        int nd = ri(1, 4);
+        int64_t ad[MAXD], bd[MAXD], yd[MAXD];
+        for (int d = 0; d < nd; d++) {
+            yd[d] = ri(1, 5);
+            ad[d] = ri(0, 2) ? yd[d] : 1;
+            bd[d] = ri(0, 2) ? yd[d] : 1;
+        }
+        int64_t na = prod(nd, ad), nb = prod(nd, bd), ny = prod(nd, yd);
+        float *a = frand(na), *b = frand(nb), *y = fpoison(ny);
+        bool whole = op == SI_BIN_POW && it % 2;
+        for (int64_t i = 0; i < na; i++)
+            if (op == SI_BIN_POW && !whole) a[i] = fabsf(a[i]) * 3.f;
+        for (int64_t i = 0; i < nb; i++)
+            if (op == SI_BIN_POW) b[i] = whole ? (float)ri(-2, 3) : b[i] * 3.f;
+        double *want = dalloc(ny);
+        for (int64_t i = 0; i < ny; i++) {
+            int64_t idx[MAXD], ia[MAXD], ib[MAXD];
+            unravel(i, nd, yd, idx);
+            for (int d = 0; d < nd; d++) {
+                ia[d] = ad[d] == 1 ? 0 : idx[d];
+                ib[d] = bd[d] == 1 ? 0 : idx[d];
+            }
+            want[i] = bin_ref(op, a[ravel(nd, ad, ia)], b[ravel(nd, bd, ib)]);
+        }
+        si_cpu_binary(op, nd, ad, a, bd, b, yd, y, (si_act){.kind = SI_ACT_NONE});
+        char what[64];
+        snprintf(what, sizeof what, "binary op %d (iteration %d)", op, it);
+        check_arr(what, y, want, ny, 1e-6, 1e-7);
+        free(a);
+        free(b);
         free(y);
         free(want);
     }
@@ -881,6 +955,7 @@ int main(void) {
     test_slice();
     test_transpose();
     test_broadcast();
+    test_binary();
     test_gather();
     test_matmul();
     test_pad();

@@ -235,22 +235,13 @@ void si_cpu_gemm(int trans_a, int trans_b, int m, int n, int k, float alpha, con
                 trans_b ? k : n, beta, y, n);
 }
 
-static inline float binop(si_binop op, float a, float b) {
-    switch (op) {
-    case SI_BIN_ADD: return a + b;
-    case SI_BIN_SUB: return a - b;
-    case SI_BIN_MUL: return a * b;
-    default: return a / b;
-    }
-}
-
 void si_cpu_binary(si_binop op, int ndim, const int64_t *ad, const float *a, const int64_t *bd,
                    const float *b, const int64_t *yd, float *y, si_act act) {
     int64_t total = 1, an = 1, bn = 1;
     for (int i = 0; i < ndim; i++) total *= yd[i], an *= ad[i], bn *= bd[i];
     if (an == total && bn == total) {
 #pragma omp parallel for schedule(static) if (total > 65536)
-        for (int64_t i = 0; i < total; i++) y[i] = si_act_eval(binop(op, a[i], b[i]), act);
+        for (int64_t i = 0; i < total; i++) y[i] = si_act_eval(si_bin_eval(op, a[i], b[i]), act);
         return;
     }
     /* general broadcasting: strides of 0 on broadcast dimensions */
@@ -274,7 +265,7 @@ void si_cpu_binary(si_binop op, int ndim, const int64_t *ad, const float *a, con
         float *yr = y + row * inner;
         int64_t sai = as[ndim - 1], sbi = bs[ndim - 1];
         for (int64_t j = 0; j < inner; j++)
-            yr[j] = si_act_eval(binop(op, a[ao + j * sai], b[bo + j * sbi]), act);
+            yr[j] = si_act_eval(si_bin_eval(op, a[ao + j * sai], b[bo + j * sbi]), act);
     }
 }
 

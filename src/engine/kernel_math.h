@@ -1,6 +1,6 @@
 /* The formulas the CPU backend (src/cpu/kernels.c) and the CUDA kernels (cuda/kernels.cu,
- * cuda/dwconv.cu) share: activations, pooling windows, Pad's source index and Resize's
- * coordinates and taps. Inline functions that compile for the host and the device, so that
+ * cuda/dwconv.cu) share: activations, the binary ops, pooling windows, Pad's source index and
+ * Resize's coordinates and taps. Inline functions that compile for the host and the device, so that
  * the GPU computes the CPU's formula, not a copy of it that could drift. */
 #ifndef SI_KERNEL_MATH_H
 #define SI_KERNEL_MATH_H
@@ -34,7 +34,29 @@ SI_HD static inline float si_act_eval(float v, si_act a) {
     /* the product the unfused Sigmoid + Mul computes, so fusing changes no bit */
     case SI_ACT_SILU: return v * (1.f / (1.f + expf(-v)));
     case SI_ACT_LEAKYRELU: return v >= 0.f ? v : a.alpha * v;
+    case SI_ACT_ERF: return erff(v);
+    case SI_ACT_TANH: return tanhf(v);
+    case SI_ACT_SQRT: return sqrtf(v);
+    case SI_ACT_RECIPROCAL: return 1.f / v;
+    /* 1 + erf(z) as erfc(-z) and 1 + tanh(u) as 2 / (1 + exp(-2u)): the spec's values without
+     * its cancellation for negative x, where 1 + erf(z) in float loses every digit below 1e-7 */
+    case SI_ACT_GELU: return 0.5f * v * erfcf(v * -0.70710678118654752f);
+    case SI_ACT_GELU_TANH: {
+        float u = 0.79788456080286536f * (v + 0.044715f * v * v * v); /* sqrt(2 / pi) */
+        return v / (1.f + expf(-2.f * u));
+    }
     default: return v;
+    }
+}
+
+/* The binary ops (Add, Sub, Mul, Div, Pow) of one pair of values. */
+SI_HD static inline float si_bin_eval(int op, float a, float b) {
+    switch (op) {
+    case SI_BIN_SUB: return a - b;
+    case SI_BIN_MUL: return a * b;
+    case SI_BIN_DIV: return a / b;
+    case SI_BIN_POW: return powf(a, b);
+    default: return a + b;
     }
 }
 

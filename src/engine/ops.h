@@ -13,7 +13,13 @@ typedef enum {
     SI_ACT_HARDSIGMOID, /* max(0, min(1, alpha * x + beta)) */
     SI_ACT_HARDSWISH,   /* x * max(0, min(1, x / 6 + 1/2)) */
     SI_ACT_SILU,        /* x * sigmoid(x) (exported as Sigmoid + Mul) */
-    SI_ACT_LEAKYRELU    /* x >= 0 ? x : alpha * x */
+    SI_ACT_LEAKYRELU,   /* x >= 0 ? x : alpha * x */
+    SI_ACT_ERF,
+    SI_ACT_TANH,
+    SI_ACT_SQRT,
+    SI_ACT_RECIPROCAL, /* 1 / x */
+    SI_ACT_GELU,       /* x / 2 * (1 + erf(x / sqrt(2))): Gelu, approximate = "none" */
+    SI_ACT_GELU_TANH   /* x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))): "tanh" */
 } si_act_kind;
 typedef struct {
     int kind;
@@ -41,7 +47,13 @@ typedef struct {
 } si_pool_shape;
 
 /* Elementwise with numpy broadcasting. */
-typedef enum { SI_BIN_ADD = 0, SI_BIN_SUB, SI_BIN_MUL, SI_BIN_DIV } si_binop;
+typedef enum {
+    SI_BIN_ADD = 0,
+    SI_BIN_SUB,
+    SI_BIN_MUL,
+    SI_BIN_DIV,
+    SI_BIN_POW /* powf(a, b) */
+} si_binop;
 
 typedef enum { SI_PAD_CONSTANT = 0, SI_PAD_REFLECT, SI_PAD_EDGE, SI_PAD_WRAP } si_pad_mode;
 

@@ -44,6 +44,7 @@ static bool convert_binary(si_builder *b, const si_node_proto *n, si_gnode *gn, 
     gn->binop = op[0] == 'A'   ? SI_BIN_ADD
                 : op[0] == 'S' ? SI_BIN_SUB
                 : op[0] == 'M' ? SI_BIN_MUL
+                : op[0] == 'P' ? SI_BIN_POW
                                : SI_BIN_DIV;
     int y = si_b_input(b, n, 1);
     if (y < 0) {
@@ -93,6 +94,41 @@ static bool convert_leakyrelu(si_builder *b, const si_node_proto *n, si_gnode *g
     si_node_add_input(gn, x);
     gn->act.kind = SI_ACT_LEAKYRELU;
     gn->act.alpha = si_attr_float(n, "alpha", 0.01f);
+    return true;
+}
+
+/* The elementwise functions without attributes, by ONNX name. */
+static const struct {
+    const char *onnx;
+    si_act_kind kind;
+} unary_kinds[] = {
+    {"Erf", SI_ACT_ERF},
+    {"Tanh", SI_ACT_TANH},
+    {"Sqrt", SI_ACT_SQRT},
+    {"Reciprocal", SI_ACT_RECIPROCAL},
+};
+
+static bool convert_unary(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    (void)b;
+    si_node_add_input(gn, x);
+    for (size_t i = 0; i < sizeof unary_kinds / sizeof unary_kinds[0]; i++)
+        if (!strcmp(n->op_type, unary_kinds[i].onnx)) gn->act.kind = unary_kinds[i].kind;
+    SI_ASSERT(gn->act.kind != SI_ACT_NONE); /* only the rows below name this converter */
+    return true;
+}
+
+static bool convert_gelu(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    const si_attr *ap = si_node_attr(n, "approximate");
+    const char *mode = ap && ap->s ? ap->s : "none";
+    if (!strcmp(mode, "none"))
+        gn->act.kind = SI_ACT_GELU;
+    else if (!strcmp(mode, "tanh"))
+        gn->act.kind = SI_ACT_GELU_TANH;
+    else {
+        si_b_unsupported(b, n, "approximate '%s' is not a valid value (none or tanh)", mode);
+        return false;
+    }
+    si_node_add_input(gn, x);
     return true;
 }
 
@@ -338,12 +374,18 @@ const si_import_row si_import_math_rows[] = {
     BIN("Sub"),
     BIN("Mul"),
     BIN("Div"),
+    BIN("Pow"),
     ACT("Relu", convert_relu),
     ACT("Sigmoid", convert_sigmoid),
     ACT("HardSigmoid", convert_hardsigmoid),
     ACT("HardSwish", convert_hardswish),
     ACT("LeakyRelu", convert_leakyrelu),
     ACT("Clip", convert_clip),
+    ACT("Erf", convert_unary),
+    ACT("Tanh", convert_unary),
+    ACT("Sqrt", convert_unary),
+    ACT("Reciprocal", convert_unary),
+    ACT("Gelu", convert_gelu),
     {.onnx = "BatchNormalization",
      .kind = SI_OP_AFFINE,
      .convert = convert_batchnorm,
