@@ -23,20 +23,20 @@ SAN=""; command -v compute-sanitizer >/dev/null && SAN="compute-sanitizer --tool
 if want parity; then
 step "op parity and ONNX node tests on the GPU"
 timeout 200 $BIN/run_onnx_cases --backend cuda --precision fp32 --prefix test_ \
-  --expect-unsupported $HERE/tests/onnx_node_unsupported.txt $CASES > $OUT/gpu_onnx_node_tests.log 2>&1
+  --expect-unsupported $HERE/tests/onnx_node_unsupported.txt --expect-unsupported $HERE/tests/onnx_gpu_unsupported.txt $CASES > $OUT/gpu_onnx_node_tests.log 2>&1
 row "gpu_onnx_node_tests (fp32, ONNX refs)" "rc=$? $(tail -1 $OUT/gpu_onnx_node_tests.log)"
 timeout 200 $BIN/run_onnx_cases --backend cuda --precision fp32 --vs-cpu 1e-5 --no-ref \
-  --expect-unsupported $HERE/tests/onnx_node_unsupported.txt $CASES > $OUT/gpu_parity_fp32.log 2>&1
+  --expect-unsupported $HERE/tests/onnx_node_unsupported.txt --expect-unsupported $HERE/tests/onnx_gpu_unsupported.txt $CASES > $OUT/gpu_parity_fp32.log 2>&1
 row "gpu_parity_fp32 (vs cpu, 1e-5)" "rc=$? $(tail -2 $OUT/gpu_parity_fp32.log | tr '\n' ' ')"
 timeout 200 $BIN/run_onnx_cases --backend cuda --precision fp16 --vs-cpu 2e-2 --no-ref \
-  --expect-unsupported $HERE/tests/onnx_node_unsupported.txt \
+  --expect-unsupported $HERE/tests/onnx_node_unsupported.txt --expect-unsupported $HERE/tests/onnx_gpu_unsupported.txt \
   --skip $HERE/tests/onnx_gpu_fp16_skip.txt $CASES > $OUT/gpu_parity_fp16.log 2>&1
 row "gpu_parity_fp16 (vs cpu, 2e-2)" "rc=$? $(tail -2 $OUT/gpu_parity_fp16.log | tr '\n' ' ')"
 timeout 200 $BIN/run_onnx_cases --backend cuda --precision bf16 --vs-cpu 5e-2 --no-ref \
   --prefix si_dwconv $CASES > $OUT/gpu_parity_bf16_depthwise.log 2>&1
 row "gpu_parity_bf16_depthwise (vs cpu, 5e-2)" "rc=$? $(tail -2 $OUT/gpu_parity_bf16_depthwise.log | tr '\n' ' ')"
 SI_CUDNN_DEPTHWISE=1 timeout 200 $BIN/run_onnx_cases --backend cuda --precision fp16 --vs-cpu 2e-2 \
-  --no-ref --prefix si_ $CASES > $OUT/gpu_parity_fp16_cudnn_depthwise.log 2>&1
+  --no-ref --prefix si_ --expect-unsupported $HERE/tests/onnx_gpu_unsupported.txt $CASES > $OUT/gpu_parity_fp16_cudnn_depthwise.log 2>&1
 row "gpu_parity_fp16_cudnn_depthwise (vs cpu, 2e-2)" "rc=$? $(tail -2 $OUT/gpu_parity_fp16_cudnn_depthwise.log | tr '\n' ' ')"
 timeout 100 $BIN/test_gpu_resize > $OUT/test_gpu_resize.log 2>&1
 row "test_gpu_resize (kernel vs CPU resize, bound 0)" "rc=$? $(tail -1 $OUT/test_gpu_resize.log)"
@@ -63,7 +63,7 @@ if [ -n "$SAN" ]; then
     > $OUT/test_gpu_engine_memcheck.log 2>&1
   row "test_gpu_engine under compute-sanitizer memcheck" "rc=$? $(grep 'ERROR SUMMARY' $OUT/test_gpu_engine_memcheck.log)"
   SI_TEST_UNDER_SANITIZER=1 timeout 300 $SAN $BIN/run_onnx_cases --backend cuda --precision fp32 \
-    --prefix si_ --atol 1e-5 $CASES > $OUT/ort_cases_memcheck.log 2>&1
+    --prefix si_ --atol 1e-5 --expect-unsupported $HERE/tests/onnx_gpu_unsupported.txt $CASES > $OUT/ort_cases_memcheck.log 2>&1
   row "onnxruntime op cases (cuda) under memcheck" "rc=$? $(grep 'ERROR SUMMARY' $OUT/ort_cases_memcheck.log)"
 fi
 
