@@ -136,4 +136,3 @@ void si_chunk_msg_parse(const uint8_t *msg, size_t len, si_chunk_msg *m) {
     m->rows = msg + rows_at;
     m->tail = msg + tail_at;
 }
-
