@@ -1,8 +1,8 @@
 // The CUDA backend's per-node launch: a table indexed by si_op of small functions. Most ops read
 // and write strided views of NHWC or row-major storage; the row-major ones (MatMul, Softmax,
-// Reduce, Gather, Pad, Resize, non-4-D GlobalAveragePool) get their NHWC operands converted in
-// scratch first. The table is a constexpr array filled in si_op's order (C++ has no array
-// designators) with a static_assert that checks the order.
+// Reduce, Gather, Pad, Resize, LayerNorm, InstanceNorm, non-4-D GlobalAveragePool) get their NHWC
+// operands converted in scratch first. The table is a constexpr array filled in si_op's order (C++
+// has no array designators) with a static_assert that checks the order.
 #include <stdio.h>
 #include <string.h>
 
@@ -239,6 +239,30 @@ static si_status run_softmax(const op_ctx *c) {
     return SI_OK;
 }
 
+// rows of x[..axis) by the normalised dims x[axis..) (axis resolved at infer), as the CPU's
+static si_status run_lnorm(const op_ctx *c) {
+    const si_gnode *n = c->n;
+    const si_shape *xs = &c->xv->shape;
+    int64_t rows = 1, len = 1;
+    for (int d = 0; d < xs->ndim; d++) *(d < n->axis ? &rows : &len) *= xs->dims[d];
+    bool has_b = n->n_in > 2;
+    int64_t ns = si_shape_numel(&c->g->values[n->in[1]].shape);
+    int64_t nb = has_b ? si_shape_numel(&c->g->values[n->in[2]].shape) : 1;
+    cudaCheck(si_k_layernorm(c->s, c->t, c->x, rows, len, c->in[1], ns, has_b ? c->in[2] : NULL, nb,
+                             n->epsilon, c->y));
+    return SI_OK;
+}
+
+// (N, C, spatial...) rows of the spatial dims
+static si_status run_inorm(const op_ctx *c) {
+    const si_shape *xs = &c->xv->shape;
+    int64_t inner = 1;
+    for (int d = 2; d < xs->ndim; d++) inner *= xs->dims[d];
+    cudaCheck(si_k_instancenorm(c->s, c->t, c->x, xs->dims[0], xs->dims[1], inner, c->in[1],
+                                c->in[2], c->n->epsilon, c->y));
+    return SI_OK;
+}
+
 // Reduce, and GlobalAveragePool of other than 4-D as a mean over dims 2..
 static si_status run_reduce(const op_ctx *c) {
     const si_gnode *n = c->n;
@@ -300,7 +324,7 @@ static constexpr op_entry op_table[] = {
     {SI_OP_RESIZE, NULL, run_resize},   {SI_OP_SOFTMAX, NULL, run_softmax},
     {SI_OP_PAD, NULL, run_pad},         {SI_OP_REDUCE, NULL, run_reduce},
     {SI_OP_HOST, NULL, NULL}, // evaluated on the host at load
-    {SI_OP_LAYERNORM, NULL, NULL},      {SI_OP_INSTANCENORM, NULL, NULL}, // refused: CPU only
+    {SI_OP_LAYERNORM, NULL, run_lnorm}, {SI_OP_INSTANCENORM, NULL, run_inorm},
 };
 
 static constexpr bool table_in_order(void) {
@@ -379,11 +403,6 @@ si_status si_cuda_run_node(si_engine *e, cuda_state *cs, slot_x *sl, int j) {
 bool si_cuda_node_ok(const si_graph *g, const si_gnode *n, char *why, size_t cap) {
     if (n->op == SI_OP_HOST) return true;
     const si_value *x = &g->values[n->in[0]];
-    if (n->op == SI_OP_LAYERNORM || n->op == SI_OP_INSTANCENORM) { // the CPU backend runs them
-        snprintf(why, cap, "%s is not on the GPU yet",
-                 n->op == SI_OP_LAYERNORM ? "LayerNormalization" : "InstanceNormalization");
-        return false;
-    }
     if (!op_fn_of(g, n)) {
         snprintf(why, cap, "cuda: no kernel for %s", si_op_name(n->op));
         return false;

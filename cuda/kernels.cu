@@ -399,6 +399,71 @@ cudaError_t si_k_softmax(cudaStream_t s, int t, const void *x, int64_t outer, in
     return cudaGetLastError();
 }
 
+// The sum of v over the block, in every thread: warp shuffles, then one pass through shared
+// memory; every thread adds the warps' sums in the same order, so all hold the same value.
+__device__ float block_sum(float v, float *part) {
+    for (int k = 16; k > 0; k /= 2) v += __shfl_xor_sync(0xffffffffu, v, k);
+    __syncthreads(); // the previous call's readers are done with part
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+    __syncthreads();
+    float s = 0.f;
+    for (int w = 0; w < (int)(blockDim.x / 32); w++) s += part[w];
+    return s;
+}
+
+// LayerNormalization (chans 0: scale[j % ns], bias[j % nb] over the row's elements) and
+// InstanceNormalization (chans C: scale[r % C], bias[r % C] per row), a block per row. The
+// variance is the mean of squared deviations from the mean, a second pass as in the CPU's
+// row_stats: E[x^2] - E[x]^2 would cancel when the mean is large against the spread.
+template <typename T>
+__global__ void k_norm(const T *__restrict__ x, int64_t rows, int64_t len,
+                       const T *__restrict__ scale, int64_t ns, const T *__restrict__ bias,
+                       int64_t nb, int64_t chans, float eps, T *__restrict__ y) {
+    __shared__ float part[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) { // the same trip count block-wide
+        const T *xr = x + r * len;
+        T *yr = y + r * len;
+        float s = 0.f;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) s += ld(xr, j);
+        float mean = block_sum(s, part) / (float)len, v = 0.f;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+            float d = ld(xr, j) - mean;
+            v += d * d;
+        }
+        float inv = rsqrtf(block_sum(v, part) / (float)len + eps);
+        float rs = chans ? ld(scale, r % chans) : 0.f, rb = chans ? ld(bias, r % chans) : 0.f;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+            float sc = chans ? rs : ld(scale, j % ns);
+            float b = chans ? rb : bias ? ld(bias, j % nb) : 0.f;
+            st(yr, j, (ld(xr, j) - mean) * inv * sc + b);
+        }
+    }
+}
+
+static cudaError_t launch_norm(cudaStream_t s, int t, const void *x, int64_t rows, int64_t len,
+                               const void *scale, int64_t ns, const void *bias, int64_t nb,
+                               int64_t chans, float eps, void *y) {
+    if (rows <= 0 || len <= 0) return cudaSuccess;
+    unsigned grid = (unsigned)(rows < 65535 * 16 ? rows : 65535 * 16); // the row loop covers more
+    SI_DISPATCH(t, T,
+                k_norm<T><<<grid, 256, 0, s>>>((const T *)x, rows, len, (const T *)scale, ns,
+                                               (const T *)bias, nb, chans, eps, (T *)y));
+    return cudaGetLastError();
+}
+
+cudaError_t si_k_layernorm(cudaStream_t s, int t, const void *x, int64_t rows, int64_t len,
+                           const void *scale, int64_t ns, const void *bias, int64_t nb, float eps,
+                           void *y) {
+    return launch_norm(s, t, x, rows, len, scale, ns, bias, nb, 0, eps, y);
+}
+
+cudaError_t si_k_instancenorm(cudaStream_t s, int t, const void *x, int64_t n, int64_t c,
+                              int64_t inner, const void *scale, const void *bias, float eps,
+                              void *y) {
+    if (c <= 0) return cudaSuccess;
+    return launch_norm(s, t, x, n * c, inner, scale, c, bias, c, c, eps, y);
+}
+
 struct reduce_desc {
     int op, nk, nr;
     int64_t ny, count;

@@ -29,6 +29,8 @@ bool si_devplan_rowmajor_op(const si_graph *g, const si_gnode *n) {
     switch (n->op) {
     case SI_OP_MATMUL:
     case SI_OP_SOFTMAX:
+    case SI_OP_LAYERNORM:
+    case SI_OP_INSTANCENORM:
     case SI_OP_REDUCE:
     case SI_OP_GATHER:
     case SI_OP_PAD:
