@@ -1,4 +1,4 @@
-"""Writes the small model test_engine_check asks a stub backend about: two Pads, three Softmaxes
+"""Writes the small model test_engine_check asks a picky test backend about: two Pads, three Softmaxes
 (two over axis 1, one over axis 3) and a Transpose between them, every node named, batch
 symbolic."""
 import argparse

@@ -108,6 +108,91 @@ static int parity(const si_model_proto *m, const si_graph_opts *opts, si_tensor 
     return rc;
 }
 
+/* The test's inputs, in the model's order: those that only feed parameter slots (or are not
+ * float, or feed only shape arithmetic) into bind[] as constants, the image data into data_in[].
+ * Borrows in[]. */
+static void split_inputs(const si_model_proto *m, si_tensor *in, int nin, si_tensor *bind,
+                         int *nbind, si_tensor **data_in, const char **data_name, int *ndata) {
+    int runtime_inputs = 0;
+    for (int i = 0; i < m->n_inputs; i++) {
+        bool is_init = false;
+        for (int k = 0; k < m->n_inits; k++)
+            if (m->inits[k].name && !strcmp(m->inits[k].name, m->inputs[i].name)) is_init = true;
+        if (is_init) continue;
+        if (runtime_inputs >= nin) break;
+        si_tensor *t = &in[runtime_inputs++];
+        const char *nm = m->inputs[i].name;
+        if (si_model_input_is_param(m, nm) || t->dtype != SI_DT_FLOAT ||
+            si_model_input_host_only(m, nm)) {
+            bind[*nbind] = *t;
+            bind[*nbind].name = (char *)nm;
+            (*nbind)++;
+        } else {
+            data_in[*ndata] = t;
+            data_name[(*ndata)++] = nm;
+        }
+    }
+}
+
+/* Output o of the engine's run against the reference tensor r: 0 when within the tolerances,
+ * 1 (and a FAIL line) when not. */
+static int compare_output(si_engine *e, int o, const si_tensor *r, const char *name) {
+    si_shape sh;
+    const float *yf = si_engine_output(e, o, &sh);
+    bool y_int = si_engine_output_dtype(e, o) == SI_DT_INT64;
+    bool r_int = r->dtype != SI_DT_FLOAT && r->dtype != SI_DT_DOUBLE && r->dtype != SI_DT_FLOAT16;
+    bool same = r->ndim == sh.ndim && r_int == y_int && r->dtype != SI_DT_FLOAT16;
+    for (int d = 0; same && d < r->ndim; d++) same = r->dims[d] == sh.dims[d];
+    if (!same) {
+        printf("FAIL %s: output %d shape differs from the reference\n", name, o);
+        return 1;
+    }
+    double maxdiff = 0, maxref = 0;
+    int64_t bad = 0, first_bad = -1;
+    double *y = malloc(sizeof(double) * (size_t)(r->numel ? r->numel : 1));
+    double *rv = malloc(sizeof(double) * (size_t)(r->numel ? r->numel : 1));
+    for (int64_t i = 0; i < r->numel; i++) { /* both sides as doubles, by their dtypes */
+        y[i] = y_int ? (double)((const int64_t *)(const void *)yf)[i] : (double)yf[i];
+        switch (r->dtype) {
+        case SI_DT_FLOAT: rv[i] = ((const float *)r->data)[i]; break;
+        case SI_DT_DOUBLE: rv[i] = ((const double *)r->data)[i]; break;
+        case SI_DT_INT64: rv[i] = (double)((const int64_t *)r->data)[i]; break;
+        case SI_DT_INT32: rv[i] = ((const int32_t *)r->data)[i]; break;
+        case SI_DT_INT8: rv[i] = ((const int8_t *)r->data)[i]; break;
+        default: rv[i] = ((const uint8_t *)r->data)[i]; /* uint8, bool */
+        }
+    }
+    for (int64_t i = 0; i < r->numel; i++) {
+        double d = fabs(y[i] - rv[i]);
+        if (isnan(rv[i]) != isnan(y[i]))
+            d = INFINITY;
+        else if (isnan(rv[i]))
+            d = 0;
+        if (r_int ? d != 0 : d > abs_tol + rel_tol * fabs(rv[i])) {
+            if (first_bad < 0) first_bad = i;
+            bad++;
+        }
+        if (d > maxdiff) maxdiff = d;
+        if (fabs(rv[i]) > maxref) maxref = fabs(rv[i]);
+    }
+    double rel = maxref > 0 ? maxdiff / maxref : maxdiff;
+    /* with --max-rel the normalised bound is the criterion, instead of the per-element rule */
+    if (max_rel >= 0) bad = rel > max_rel;
+    if (bad) {
+        printf("FAIL %s: output %d: %lld of %lld values off (first at %lld: %g vs %g), "
+               "max|diff|/max|ref| = %.3g\n",
+               name, o, (long long)bad, (long long)r->numel, (long long)first_bad,
+               first_bad >= 0 ? y[first_bad] : 0.0, first_bad >= 0 ? rv[first_bad] : 0.0, rel);
+    } else if (max_rel >= 0) {
+        printf("  %s: output %d: max|diff| = %.3g, max|ref| = %.3g, max|diff|/max|ref| = "
+               "%.3g (bound %.1g)\n",
+               name, o, maxdiff, maxref, rel, max_rel);
+    }
+    free(y);
+    free(rv);
+    return bad ? 1 : 0;
+}
+
 /* Returns 0 pass, 1 fail, 2 unsupported. */
 static int run_set(si_model_proto *m, const char *setdir, const char *name) {
     si_tensor in[16] = {0}, ref[16] = {0};
@@ -124,29 +209,10 @@ static int run_set(si_model_proto *m, const char *setdir, const char *name) {
     }
     /* inputs that only feed parameter slots become constants (see graph.h) */
     si_tensor bind[16];
-    int nbind = 0;
     si_tensor *data_in[16];
     const char *data_name[16];
-    int ndata = 0;
-    int runtime_inputs = 0;
-    for (int i = 0; i < m->n_inputs; i++) {
-        bool is_init = false;
-        for (int k = 0; k < m->n_inits; k++)
-            if (m->inits[k].name && !strcmp(m->inits[k].name, m->inputs[i].name)) is_init = true;
-        if (is_init) continue;
-        if (runtime_inputs >= nin) break;
-        si_tensor *t = &in[runtime_inputs++];
-        const char *nm = m->inputs[i].name;
-        if (si_model_input_is_param(m, nm) || t->dtype != SI_DT_FLOAT ||
-            si_model_input_host_only(m, nm)) {
-            bind[nbind] = *t;
-            bind[nbind].name = (char *)nm;
-            nbind++;
-        } else {
-            data_in[ndata] = t;
-            data_name[ndata++] = nm;
-        }
-    }
+    int nbind = 0, ndata = 0;
+    split_inputs(m, in, nin, bind, &nbind, data_in, data_name, &ndata);
     si_graph_opts opts = {.bind = bind, .n_bind = nbind};
     si_graph *g;
     si_status st = si_graph_build(m, &opts, &g);
@@ -209,65 +275,7 @@ static int run_set(si_model_proto *m, const char *setdir, const char *name) {
         goto done;
     }
     rc = 0;
-    for (int o = 0; o < nref; o++) {
-        si_shape sh;
-        const float *yf = si_engine_output(e, o, &sh);
-        bool y_int = si_engine_output_dtype(e, o) == SI_DT_INT64;
-        si_tensor *r = &ref[o];
-        bool r_int =
-            r->dtype != SI_DT_FLOAT && r->dtype != SI_DT_DOUBLE && r->dtype != SI_DT_FLOAT16;
-        bool same = r->ndim == sh.ndim && r_int == y_int && r->dtype != SI_DT_FLOAT16;
-        for (int d = 0; same && d < r->ndim; d++) same = r->dims[d] == sh.dims[d];
-        if (!same) {
-            printf("FAIL %s: output %d shape differs from the reference\n", name, o);
-            rc = 1;
-            continue;
-        }
-        double maxdiff = 0, maxref = 0;
-        int64_t bad = 0, first_bad = -1;
-        double *y = malloc(sizeof(double) * (size_t)(r->numel ? r->numel : 1));
-        double *rv = malloc(sizeof(double) * (size_t)(r->numel ? r->numel : 1));
-        for (int64_t i = 0; i < r->numel; i++) { /* both sides as doubles, by their dtypes */
-            y[i] = y_int ? (double)((const int64_t *)(const void *)yf)[i] : (double)yf[i];
-            switch (r->dtype) {
-            case SI_DT_FLOAT: rv[i] = ((const float *)r->data)[i]; break;
-            case SI_DT_DOUBLE: rv[i] = ((const double *)r->data)[i]; break;
-            case SI_DT_INT64: rv[i] = (double)((const int64_t *)r->data)[i]; break;
-            case SI_DT_INT32: rv[i] = ((const int32_t *)r->data)[i]; break;
-            case SI_DT_INT8: rv[i] = ((const int8_t *)r->data)[i]; break;
-            default: rv[i] = ((const uint8_t *)r->data)[i]; /* uint8, bool */
-            }
-        }
-        for (int64_t i = 0; i < r->numel; i++) {
-            double d = fabs(y[i] - rv[i]);
-            if (isnan(rv[i]) != isnan(y[i]))
-                d = INFINITY;
-            else if (isnan(rv[i]))
-                d = 0;
-            if (r_int ? d != 0 : d > abs_tol + rel_tol * fabs(rv[i])) {
-                if (first_bad < 0) first_bad = i;
-                bad++;
-            }
-            if (d > maxdiff) maxdiff = d;
-            if (fabs(rv[i]) > maxref) maxref = fabs(rv[i]);
-        }
-        double rel = maxref > 0 ? maxdiff / maxref : maxdiff;
-        /* with --max-rel the normalised bound is the criterion, instead of the per-element rule */
-        if (max_rel >= 0) bad = rel > max_rel;
-        if (bad) {
-            printf("FAIL %s: output %d: %lld of %lld values off (first at %lld: %g vs %g), "
-                   "max|diff|/max|ref| = %.3g\n",
-                   name, o, (long long)bad, (long long)r->numel, (long long)first_bad,
-                   first_bad >= 0 ? y[first_bad] : 0.0, first_bad >= 0 ? rv[first_bad] : 0.0, rel);
-            rc = 1;
-        } else if (max_rel >= 0) {
-            printf("  %s: output %d: max|diff| = %.3g, max|ref| = %.3g, max|diff|/max|ref| = "
-                   "%.3g (bound %.1g)\n",
-                   name, o, maxdiff, maxref, rel, max_rel);
-        }
-        free(y);
-        free(rv);
-    }
+    for (int o = 0; o < nref; o++) rc |= compare_output(e, o, &ref[o], name);
     if (rc == 0) printf("PASS %s\n", name);
 done:
     si_engine_free(e);

@@ -1,5 +1,5 @@
-/* The load-time check (si_engine_check): a stub backend that refuses every Softmax and Pad of a
- * small model must get one message grouping the refused nodes by op type and reason, with the
+/* The load-time check (si_engine_check): a picky test backend that refuses every Softmax and Pad of
+ * a small model must get one message grouping the refused nodes by op type and reason, with the
  * count and the first node's name; the CPU backend, the reference, refuses nothing. */
 #include <stdio.h>
 #include <string.h>
@@ -8,8 +8,8 @@
 #include "test_util.h"
 
 /* Refuses Softmax with a reason naming its axis (so one type gives two groups) and every Pad. */
-static bool stub_supports_op(const si_graph *g, const si_gnode *n, const si_engine_opts *opts,
-                             char *why, size_t cap) {
+static bool picky_supports_op(const si_graph *g, const si_gnode *n, const si_engine_opts *opts,
+                              char *why, size_t cap) {
     (void)g;
     (void)opts;
     if (n->op == SI_OP_SOFTMAX) {
@@ -23,8 +23,8 @@ static bool stub_supports_op(const si_graph *g, const si_gnode *n, const si_engi
     return true;
 }
 
-static const si_backend stub = {.name = "stub", .supports_op = stub_supports_op};
-static const si_backend stub_all = {.name = "stub_all"}; /* no supports_op: runs every node */
+static const si_backend picky = {.name = "picky", .supports_op = picky_supports_op};
+static const si_backend accepting = {.name = "accepting"}; /* no supports_op: runs every node */
 
 int main(int argc, char **argv) {
     if (argc != 2) {
@@ -37,11 +37,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     CHECK(g->inferred_batch < 0); /* the check infers shapes itself when none are */
-    si_status st = si_engine_check_backend(g, &stub, NULL);
+    si_status st = si_engine_check_backend(g, &picky, NULL);
     CHECK(st == SI_ERR_UNSUPPORTED);
     char want[1024];
     snprintf(want, sizeof want,
-             "the stub backend cannot run 2 operator types of %s:\n"
+             "the picky backend cannot run 2 operator types of %s:\n"
              "  Pad ×2 (first: pad_a): no pads here\n"
              "  Softmax ×2 (first: sm_a): axis 1 not supported\n"
              "  Softmax ×1 (first: sm_c): axis 3 not supported",
@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
     CHECK_MSG(!strcmp(si_error_msg(), want), "got\n%s\nwant\n%s", si_error_msg(), want);
     CHECK(g->inferred_batch == 1);
 
-    CHECK(si_engine_check_backend(g, &stub_all, NULL) == SI_OK);
+    CHECK(si_engine_check_backend(g, &accepting, NULL) == SI_OK);
     CHECK(si_engine_check(g, "cpu", NULL) == SI_OK);
     CHECK(si_engine_check(g, "nosuch", NULL) == SI_ERR_ARG);
     CHECK(strstr(si_error_msg(), "unknown backend 'nosuch'") != NULL);
