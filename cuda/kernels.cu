@@ -491,9 +491,10 @@ template <typename T> __global__ void k_reduce(reduce_desc d, const T *__restric
             else if (d.op == SI_REDUCE_MIN)
                 acc = v < acc || v != v ? v : acc;
             else
-                acc += v;
+                acc += si_reduce_term(d.op, v);
         }
-        if (d.op == SI_REDUCE_MEAN) acc = d.count ? acc / (double)d.count : NAN;
+        if (d.op != SI_REDUCE_MAX && d.op != SI_REDUCE_MIN)
+            acc = si_reduce_final(d.op, acc, (double)d.count);
         st(y, o, (float)acc);
     }
 }

@@ -727,8 +727,12 @@ static inline double reduce_run(int op, double acc, const float *p, int64_t n, i
             acc = v < acc || v != v ? v : acc;
         }
         return acc;
-    default:
+    case SI_REDUCE_MEAN:
+    case SI_REDUCE_SUM:
         for (int64_t i = 0; i < n; i++) acc += p[i * st];
+        return acc;
+    default:
+        for (int64_t i = 0; i < n; i++) acc += si_reduce_term(op, p[i * st]);
         return acc;
     }
 }
@@ -750,8 +754,12 @@ static void reduce_cols(int op, double *acc, const float *xb, int64_t len, int64
                 acc[i] = v < acc[i] || v != v ? v : acc[i];
             }
             break;
-        default:
+        case SI_REDUCE_MEAN:
+        case SI_REDUCE_SUM:
             for (int i = 0; i < cn; i++) acc[i] += xr[i];
+            break;
+        default:
+            for (int i = 0; i < cn; i++) acc[i] += si_reduce_term(op, xr[i]);
         }
     }
 }
@@ -768,7 +776,7 @@ void si_cpu_reduce(int op, int ndim, const int64_t *x_dims, const float *x, cons
     if (ny == 0) return;
     double cnt = (double)(nx / ny);
     if (nx == 0) { /* reductions over nothing: ONNX's identities (mean: 0 / 0) */
-        float v = op == SI_REDUCE_MEAN ? NAN : (float)reduce_init(op);
+        float v = op == SI_REDUCE_MEAN ? NAN : (float)reduce_init(op); /* L1, L2: 0 */
         for (int64_t i = 0; i < ny; i++) y[i] = v;
         return;
     }
@@ -788,11 +796,12 @@ void si_cpu_reduce(int op, int ndim, const int64_t *x_dims, const float *x, cons
     }
     bool any = false;
     for (int d = 0; d < n; d++) any |= cr[d];
-    if (!any) {
-        memcpy(y, x, sizeof(float) * (size_t)nx);
+    if (!any) { /* every reduced dim has size 1: each output is its one term, finished */
+        for (int64_t i = 0; i < nx; i++)
+            y[i] = op <= SI_REDUCE_MIN ? x[i]
+                                       : (float)si_reduce_final(op, si_reduce_term(op, x[i]), 1);
         return;
     }
-    bool mean = op == SI_REDUCE_MEAN;
     if (n == 1 || n == 2 || (n == 3 && !cr[0])) {
         /* (outer, len, inner) with len reduced: [R], [K R], [R K], [K R K] */
         int ri = cr[0] ? 0 : 1;
@@ -801,7 +810,7 @@ void si_cpu_reduce(int op, int ndim, const int64_t *x_dims, const float *x, cons
 #pragma omp parallel for schedule(static) if (nx > PAR_MIN && outer > 1)
             for (int64_t o = 0; o < outer; o++) {
                 double acc = reduce_run(op, reduce_init(op), x + o * len, len, 1);
-                y[o] = (float)(mean ? acc / cnt : acc);
+                y[o] = (float)si_reduce_final(op, acc, cnt);
             }
             return;
         }
@@ -815,7 +824,7 @@ void si_cpu_reduce(int op, int ndim, const int64_t *x_dims, const float *x, cons
             for (int i = 0; i < cn; i++) acc[i] = reduce_init(op);
             reduce_cols(op, acc, xb, len, inner, cn);
             float *yb = y + o * inner + c0;
-            for (int i = 0; i < cn; i++) yb[i] = (float)(mean ? acc[i] / cnt : acc[i]);
+            for (int i = 0; i < cn; i++) yb[i] = (float)si_reduce_final(op, acc[i], cnt);
         }
         return;
     }
@@ -850,7 +859,7 @@ void si_cpu_reduce(int op, int ndim, const int64_t *x_dims, const float *x, cons
             }
             acc = reduce_run(op, acc, x + off, rlen, rst);
         }
-        y[o] = (float)(mean ? acc / cnt : acc);
+        y[o] = (float)si_reduce_final(op, acc, cnt);
     }
 }
 

@@ -50,6 +50,19 @@ SI_HD static inline float si_act_eval(float v, si_act a) {
 }
 
 /* The binary ops (Add, Sub, Mul, Div, Pow) of one pair of values. */
+/* A sum-like reduction's term and its finish over cnt values (kernel_math.h's callers keep
+ * Max and Min apart: they fold by comparison). */
+SI_HD static inline double si_reduce_term(int op, double v) {
+    return op == SI_REDUCE_L1                                ? fabs(v)
+           : op == SI_REDUCE_L2 || op == SI_REDUCE_SUMSQUARE ? v * v
+                                                             : v;
+}
+SI_HD static inline double si_reduce_final(int op, double acc, double cnt) {
+    return op == SI_REDUCE_MEAN ? (cnt > 0 ? acc / cnt : NAN)
+           : op == SI_REDUCE_L2 ? sqrt(acc)
+                                : acc;
+}
+
 SI_HD static inline float si_bin_eval(int op, float a, float b) {
     switch (op) {
     case SI_BIN_SUB: return a - b;

@@ -57,7 +57,17 @@ typedef enum {
 
 typedef enum { SI_PAD_CONSTANT = 0, SI_PAD_REFLECT, SI_PAD_EDGE, SI_PAD_WRAP } si_pad_mode;
 
-typedef enum { SI_REDUCE_MEAN = 0, SI_REDUCE_SUM, SI_REDUCE_MAX, SI_REDUCE_MIN } si_reduce_op;
+/* The sum-like reductions add si_reduce_term(x) and finish with si_reduce_final (kernel_math.h):
+ * L1 sums |x|, L2 and SumSquare sum x^2 (L2 then takes the square root). */
+typedef enum {
+    SI_REDUCE_MEAN = 0,
+    SI_REDUCE_SUM,
+    SI_REDUCE_MAX,
+    SI_REDUCE_MIN,
+    SI_REDUCE_L1,
+    SI_REDUCE_L2,
+    SI_REDUCE_SUMSQUARE
+} si_reduce_op;
 
 typedef enum { SI_RESIZE_NEAREST = 0, SI_RESIZE_LINEAR, SI_RESIZE_CUBIC } si_resize_mode;
 typedef enum {

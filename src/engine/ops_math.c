@@ -230,10 +230,13 @@ static bool convert_softmax(si_builder *b, const si_node_proto *n, si_gnode *gn,
 
 static bool convert_reduce(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
     const char *op = n->op_type;
-    gn->reduce_op = !strcmp(op, "ReduceMean")  ? SI_REDUCE_MEAN
-                    : !strcmp(op, "ReduceSum") ? SI_REDUCE_SUM
-                    : !strcmp(op, "ReduceMax") ? SI_REDUCE_MAX
-                                               : SI_REDUCE_MIN;
+    gn->reduce_op = !strcmp(op, "ReduceMean")        ? SI_REDUCE_MEAN
+                    : !strcmp(op, "ReduceSum")       ? SI_REDUCE_SUM
+                    : !strcmp(op, "ReduceMax")       ? SI_REDUCE_MAX
+                    : !strcmp(op, "ReduceL1")        ? SI_REDUCE_L1
+                    : !strcmp(op, "ReduceL2")        ? SI_REDUCE_L2
+                    : !strcmp(op, "ReduceSumSquare") ? SI_REDUCE_SUMSQUARE
+                                                     : SI_REDUCE_MIN;
     gn->keepdims = (int)si_attr_int(n, "keepdims", 1);
     gn->noop_with_empty_axes = (int)si_attr_int(n, "noop_with_empty_axes", 0);
     si_node_add_input(gn, x);
@@ -395,6 +398,9 @@ const si_import_row si_import_math_rows[] = {
     REDUCE("ReduceSum"),
     REDUCE("ReduceMax"),
     REDUCE("ReduceMin"),
+    REDUCE("ReduceL1"),
+    REDUCE("ReduceL2"),
+    REDUCE("ReduceSumSquare"),
     {.onnx = "GlobalMaxPool",
      .kind = SI_OP_REDUCE,
      .convert = convert_global_maxpool,
