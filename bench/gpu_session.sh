@@ -5,7 +5,7 @@
 # e2e/ (build/testdata/e2e: the e2e and hostile sets and tiny.onnx); CASES_DIR the ONNX node
 # tests and onnxruntime cases (build/testdata/cases); SET150.h5 the 150 photos of
 # datasets/make_bench_set.py packed by `shardinfer pack`. Logs go to OUT_DIR; a table is last.
-# SECTIONS (default "parity models compute e2e resize") picks what runs; CASES_DIR may be a
+# SECTIONS (default "parity models compute e2e resize"; also "transformers") picks what runs; CASES_DIR may be a
 # .tar.xz of that folder (the GPU machine takes 64 MiB of carried files).
 set -u
 BIN=$(realpath "$1"); CASES=$(realpath "$2"); SET150=$(realpath "$3"); OUT=$4; N=${5:-20000}
@@ -79,7 +79,7 @@ done
 timeout 200 $PY $HERE/bench/torch_compute.py --iters 50 > $OUT/torch_compute.log 2>&1
 for m in resnet50 mobilenet_v2 efficientnet_b0; do
   s=$(grep "model=$M/$m/" $OUT/bench_compute.log | grep -o 'images_per_s=[0-9.]*' | cut -d= -f2)
-  t=$(grep "model=$m " $OUT/torch_compute.log | grep -o 'images_per_s=[0-9.]*' | cut -d= -f2)
+  t=$(grep "model=$m " $OUT/torch_compute.log | grep best_mode | grep -o 'images_per_s=[0-9.]*' | cut -d= -f2)
   row "compute $m b256 fp16: shardinfer / torch img/s" "$s / $t = $($PY -c "print(f'{${s:-0}/${t:-1}:.2f}x')")"
 done
 for m in mobilenet_v2 efficientnet_b0; do # our depthwise kernel against cuDNN's (the switch)
@@ -90,6 +90,28 @@ for m in mobilenet_v2 efficientnet_b0; do # our depthwise kernel against cuDNN's
   done; done
   timeout 100 $BIN/shardinfer bench --model $M/$m/model.onnx --backend cuda --batch 256 \
     --iters 5 --profile > $OUT/profile_$m.log 2>&1
+done
+
+fi
+if want transformers; then
+step "transformer-family models (timm), both exporters: parity and compute vs PyTorch"
+TM=/tmp/si_tmodels; TMODELS=${TMODELS:-transformers}
+timeout 900 $PY $HERE/tests/export_models.py --output-dir $TM --models $TMODELS \
+  > $OUT/export_transformers.log 2>&1 || row "export transformers" "failed"
+for p in "fp32 --max-rel 1e-4 --vs-cpu 1e-4" "fp16 --no-ref --vs-cpu 1e-2" "bf16 --no-ref --vs-cpu 3e-2"; do
+  set -- $p
+  timeout 600 $BIN/run_onnx_cases --backend cuda --precision $p $TM > $OUT/tmodels_$1.log 2>&1
+  row "transformers cuda $1 (${*:2})" "rc=$? $(tail -1 $OUT/tmodels_$1.log)"
+done
+for d in $TM/*.legacy; do
+  m=$(basename $d .legacy)
+  timeout 120 $BIN/shardinfer bench --model $d/model.onnx --backend cuda --batch 256 \
+    --compute-only --iters 50 > $OUT/tbench_$m.log 2>&1
+  s=$(grep -o 'images_per_s=[0-9.]*' $OUT/tbench_$m.log | head -1 | cut -d= -f2)
+  timeout 300 $PY $HERE/bench/torch_compute.py --models $m --iters 20 --modes ${TMODES:-eager,graph} \
+    > $OUT/ttorch_$m.log 2>&1
+  t=$(grep best_mode $OUT/ttorch_$m.log | grep -o 'images_per_s=[0-9.]*' | cut -d= -f2)
+  row "compute $m b256 fp16: shardinfer / torch img/s" "$s / $t = $($PY -c "print(f'{${s:-0}/${t:-1}:.2f}x')") ($(grep -o 'best_mode=[a-z]*' $OUT/ttorch_$m.log))"
 done
 
 fi

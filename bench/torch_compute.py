@@ -1,46 +1,96 @@
 #!/usr/bin/env python3
-"""PyTorch at its best on the compute alone: the torchvision model in FP16, channels_last,
-cudnn.benchmark on, the forward pass captured once as a CUDA Graph and replayed. Prints one line
-per model: images/s over the timed replays (median of --repeats), for bench/compute_vs_torch.sh.
+"""PyTorch at its best on the compute alone, for the comparisons in docs/performance.md: the
+model in FP16 (or --precision), channels_last where it has convolutions, cudnn.benchmark on,
+timed in each of --modes and the fastest reported:
+  eager    the module called as is (timm's attention is F.scaled_dot_product_attention, i.e.
+           FlashAttention / memory-efficient SDPA kernels);
+  graph    the forward pass captured once as a CUDA Graph and replayed;
+  compile  torch.compile(mode="max-autotune-no-cudagraphs"), then captured as a CUDA Graph.
+Prints one line per model and mode, then a `best` line: images/s over the timed iterations
+(median of --repeats). Models are torchvision names or the transformer names of
+tests/export_models.py (timm; same architecture and arguments as the exported ONNX).
 
-  torch_compute.py --models resnet50,mobilenet_v2,efficientnet_b0 --batch 256 [--iters 20]
+  torch_compute.py --models resnet50,vit_b_16,swin_t --batch 256 [--iters 20] [--modes eager,graph]
 """
 import argparse
+import os
 import statistics
+import sys
+import time
 
 import torch
-import torchvision
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 
-def bench(name, batch, iters, repeats, precision):
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[precision]
-    model = getattr(torchvision.models, name)(weights=None).eval().cuda()
-    model = model.to(dtype=dtype, memory_format=torch.channels_last)
-    x = torch.randn(batch, 3, 224, 224, device="cuda", dtype=dtype)
-    x = x.contiguous(memory_format=torch.channels_last)
-    with torch.inference_mode():
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):  # warm-up: cudnn.benchmark picks its algorithms here
-            for _ in range(3):
-                model(x)
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            y = model(x)
-        graph.replay()
+def build(name):
+    """The module and its input side: timm for the transformer names, torchvision otherwise."""
+    from export_models import TRANSFORMERS  # the same table the ONNX exports come from
+
+    base = name.split(".")[0]
+    if base in TRANSFORMERS:
+        import timm
+
+        arch, kwargs, side = TRANSFORMERS[base]
+        return timm.create_model(arch, pretrained=False, **kwargs), side
+    import torchvision
+
+    return getattr(torchvision.models, name)(weights=None), 224
+
+
+def time_it(fn, batch, iters, repeats):
+    rates = []
+    for _ in range(repeats):
+        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0.record()
+        for _ in range(iters):
+            fn()
+        t1.record()
         torch.cuda.synchronize()
-        rates = []
-        for _ in range(repeats):
-            t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t0.record()
-            for _ in range(iters):
-                graph.replay()
-            t1.record()
-            torch.cuda.synchronize()
-            rates.append(batch * iters / (t0.elapsed_time(t1) / 1e3))
-    del y
+        rates.append(batch * iters / (t0.elapsed_time(t1) / 1e3))
     return statistics.median(rates)
+
+
+def as_graph(fn):
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up: cudnn.benchmark and autotuning pick algorithms here
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph.replay
+
+
+def bench(name, batch, iters, repeats, precision, modes):
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[precision]
+    model, side = build(name)
+    model = model.eval().cuda().to(dtype=dtype, memory_format=torch.channels_last)
+    x = torch.randn(batch, 3, side, side, device="cuda", dtype=dtype)
+    x = x.contiguous(memory_format=torch.channels_last)
+    out = {}
+    with torch.inference_mode():
+        for mode in modes:
+            t = time.perf_counter()
+            if mode == "eager":
+                for _ in range(3):
+                    model(x)
+                torch.cuda.synchronize()
+                fn = lambda: model(x)  # noqa: E731
+            elif mode == "graph":
+                fn = as_graph(lambda: model(x))
+            else:
+                cm = torch.compile(model, mode="max-autotune-no-cudagraphs")
+                fn = as_graph(lambda: cm(x))
+            setup = time.perf_counter() - t
+            out[mode] = time_it(fn, batch, iters, repeats)
+            print(f"torch_compute: model={name} mode={mode} batch={batch} precision={precision} "
+                  f"images_per_s={out[mode]:.1f} setup_s={setup:.1f}", flush=True)
+    return out
 
 
 def main():
@@ -50,13 +100,16 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--precision", default="fp16", choices=["fp16", "bf16", "fp32"])
+    ap.add_argument("--modes", default="graph", help="comma-separated: eager,graph,compile")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = True
+    modes = a.modes.split(",")
     for name in a.models.split(","):
-        r = bench(name, a.batch, a.iters, a.repeats, a.precision)
+        r = bench(name, a.batch, a.iters, a.repeats, a.precision, modes)
+        best = max(r, key=r.get)
         print(f"torch_compute: model={name} batch={a.batch} precision={a.precision} "
-              f"images_per_s={r:.1f} ({torch.cuda.get_device_name()}, torch {torch.__version__})",
-              flush=True)
+              f"images_per_s={r[best]:.1f} best_mode={best} "
+              f"({torch.cuda.get_device_name()}, torch {torch.__version__})", flush=True)
 
 
 if __name__ == "__main__":

@@ -168,8 +168,9 @@ void si_cuda_conv_release(conv_x *c);
 // --- gemm.cu ----------------------------------------------------------------------------------
 si_status si_cuda_gemm_init(si_engine *e, cuda_state *cs, int j);
 si_status si_cuda_matmul_init(si_engine *e, cuda_state *cs, int j);
+// y = alpha * a b + beta * c (c NULL: y itself) and the epilogue
 si_status si_cuda_lt_run(cuda_state *cs, slot_x *sl, gemm_x *x, const void *a, const void *b,
-                         void *y);
+                         const void *c, void *y);
 void si_cuda_gemm_release(gemm_x *x);
 
 // --- dispatch.cu ------------------------------------------------------------------------------

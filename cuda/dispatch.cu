@@ -66,7 +66,8 @@ static si_status run_gemm(const op_ctx *c) {
                            vptr(c->cs, g, c->sl, n->in[2]), tv_align(tv_of(cv), 2));
         if (st != SI_OK) return st;
     }
-    si_status st = si_cuda_lt_run(c->cs, c->sl, gx, vptr(c->cs, g, c->sl, n->in[1]), c->x, c->y);
+    si_status st =
+        si_cuda_lt_run(c->cs, c->sl, gx, vptr(c->cs, g, c->sl, n->in[1]), c->x, NULL, c->y);
     if (st != SI_OK) return st;
     if (gx->act_after)
         return map(c->s, SI_MAP_ACT, 0, n->act, t, c->y, tv_of(c->yv), t, c->y, tv_of(c->yv));
@@ -201,7 +202,16 @@ static si_status run_expand(const op_ctx *c) {
 // --- row-major ops ----------------------------------------------------------------------------
 static si_status run_matmul(const op_ctx *c) {
     gemm_x *gx = &c->cs->gemm[c->j];
-    if (!gx->loop_nd) return si_cuda_lt_run(c->cs, c->sl, gx, c->in[1], c->x, c->y);
+    const si_gnode *n = c->n;
+    if (!gx->loop_nd) {
+        const void *r = NULL; // the fused residual, read as it is laid out for this op
+        for (int k = 2; k < n->n_in; k++)
+            if (n->in[k] == n->residual) r = c->in[k];
+        si_status st = si_cuda_lt_run(c->cs, c->sl, gx, c->in[1], c->x, r, c->y);
+        if (st != SI_OK || !gx->act_after) return st;
+        return map(c->s, SI_MAP_ACT, 0, n->act, c->t, c->y, tv_rowmajor(&c->yv->shape), c->t, c->y,
+                   tv_rowmajor(&c->yv->shape));
+    }
     const size_t el = c->cs->plan.elem;
     int nd = gx->loop_nd;
     int64_t M = gx->yd[nd - 2], N = gx->yd[nd - 1], K = gx->ad[nd - 1], nb = 1;
@@ -217,7 +227,7 @@ static si_status run_matmul(const op_ctx *c) {
             sb *= gx->bd[d];
         }
         si_status st = si_cuda_lt_run(c->cs, c->sl, gx, (const uint8_t *)c->in[1] + ib * K * N * el,
-                                      (const uint8_t *)c->x + ia * M * K * el,
+                                      (const uint8_t *)c->x + ia * M * K * el, NULL,
                                       (uint8_t *)c->y + bi * M * N * el);
         if (st != SI_OK) return st;
     }

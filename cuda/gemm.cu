@@ -120,6 +120,22 @@ si_status si_cuda_matmul_init(si_engine *e, cuda_state *cs, int j) {
     gemm_x *x = &cs->gemm[j];
     x->alpha = 1.f;
     x->beta = 0.f;
+    if (pb == 1 && a_full) { // one B for every A: A's matrices stack into rows of one GEMM
+        M *= batch;
+        batch = pa = 1;
+    }
+    // a Linear layer's fused bias (epilogue), residual (C = residual, beta 1), activation
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    const void *bias = NULL;
+    if (n->bias >= 0) {
+        epi = CUBLASLT_EPILOGUE_BIAS;
+        bias = cs->consts + cs->plan.const_off[n->bias];
+    }
+    if (n->residual >= 0) x->beta = 1.f;
+    if (n->act.kind == SI_ACT_RELU)
+        epi = epi == CUBLASLT_EPILOGUE_BIAS ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    x->act_after = n->act.kind && n->act.kind != SI_ACT_RELU;
+    SI_ASSERT(batch == 1 || (n->bias < 0 && n->residual < 0)); // fused only into Linear layers
     if ((!a_full && pa != 1) || (!b_full && pb != 1) || batch > INT32_MAX) {
         x->loop_nd = nd;
         memcpy(x->ad, ad, sizeof ad);
@@ -128,15 +144,15 @@ si_status si_cuda_matmul_init(si_engine *e, cuda_state *cs, int j) {
         batch = 1;
     }
     si_status st = lt_setup(cs, x, 0, N, K, 0, K, M, N, M, (int)batch, pb == 1 ? 0 : K * N,
-                            pa == 1 ? 0 : M * K, CUBLASLT_EPILOGUE_DEFAULT, NULL);
+                            pa == 1 ? 0 : M * K, epi, bias);
     if (st != SI_OK) return si_error_prefix(st, "node '%s' (MatMul): ", n->name);
     return SI_OK;
 }
 
 si_status si_cuda_lt_run(cuda_state *cs, slot_x *sl, gemm_x *x, const void *a, const void *b,
-                         void *y) {
-    ltCheck(cublasLtMatmul(cs->lt, x->op, &x->alpha, a, x->a, b, x->b, &x->beta, y, x->d, y, x->d,
-                           &x->algo, sl->ws, cs->plan.workspace, sl->stream));
+                         const void *c, void *y) {
+    ltCheck(cublasLtMatmul(cs->lt, x->op, &x->alpha, a, x->a, b, x->b, &x->beta, c ? c : y, x->d, y,
+                           x->d, &x->algo, sl->ws, cs->plan.workspace, sl->stream));
     return SI_OK;
 }
 

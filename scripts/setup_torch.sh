@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs PyTorch + torchvision (+ ultralytics' model code for YOLOv8n) from PyPI into a venv of
+# Installs PyTorch + torchvision (+ timm's and ultralytics' model code, onnxscript) from PyPI into a venv of
 # its own, .venv-torch, for the tests that export real models to ONNX (tests/export_models.py).
 # Kept apart from .venv because it is ~4.7 GB on disk and only the `slow` tests need it.
 # Idempotent: quick when the venv matches scripts/requirements-torch.txt, rebuilt from scratch
@@ -43,12 +43,15 @@ rm -rf "$venv"
 # build YOLOv8n from its yaml without touching the network (YOLO_OFFLINE skips its online check).
 cfg=$(mktemp -d)
 YOLO_OFFLINE=1 YOLO_VERBOSE=False YOLO_CONFIG_DIR="$cfg" "$venv/bin/python" - <<'EOF'
-import torch, torchvision, onnx, onnxruntime
+import torch, torchvision, onnx, onnxruntime, onnxscript, timm
 from ultralytics.nn.tasks import DetectionModel
 m = DetectionModel("yolov8n.yaml", nc=80, verbose=False)
+v = timm.create_model("vit_tiny_patch16_224", pretrained=False)
 print(f"setup_torch: torch {torch.__version__}, torchvision {torchvision.__version__}, "
       f"onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}, "
-      f"yolov8n {sum(p.numel() for p in m.parameters())} params")
+      f"onnxscript {onnxscript.__version__}, timm {timm.__version__}, "
+      f"yolov8n {sum(p.numel() for p in m.parameters())} params, "
+      f"vit_tiny {sum(p.numel() for p in v.parameters())} params")
 EOF
 rm -rf "$cfg"
 echo "$want" > "$stamp"

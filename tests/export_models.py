@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
-"""Exports real PyTorch models (torchvision classifiers and ultralytics' YOLOv8n) to ONNX and
+"""Exports real PyTorch models (torchvision classifiers, ultralytics' YOLOv8n and timm's
+vision transformers, Swin, ConvNeXt, MobileViT and FastViT) to ONNX and
 writes each as a test case in ONNX's backend node-test layout, for shardinfer's run_onnx_cases:
 DIR/<name>/model.onnx + DIR/<name>/test_data_set_0/{input_0,output_0}.pb.
 
 The models are what users will feed the engine: the graphs torch's TorchScript ("legacy")
 exporter writes at opset 17 with do_constant_folding=True and a dynamic batch axis "N" on input
 "input" and on every output. Weights are random (weights=None; nothing is downloaded) but seeded,
-and every BatchNorm gets realistic running statistics, so the graph computes with values of the
-size trained models see instead of an untouched BN's identity. The expected outputs are
+and every BatchNorm gets realistic running statistics (every LayerNorm, GRN and LayerScale a
+realistic spread), so the graph computes with values of the size trained models see instead of
+an untouched BN's identity. The expected outputs are
 onnxruntime's (CPU provider, all graph optimizations off, so it computes the graph as exported)
 on a seeded normal(0, 1) batch of 2; torch's own output is checked against them as well.
 
-Needs torch, torchvision and ultralytics: run it with .venv-torch/bin/python
+Needs torch, torchvision, timm, onnxscript (dynamo exports) and ultralytics: run it with .venv-torch/bin/python
 (scripts/setup_torch.sh). Usage:
-  export_models.py --output-dir DIR [--models resnet50,yolov8n,...] [--yolo-size 640]
+  export_models.py --output-dir DIR [--models resnet50,yolov8n,...|transformers] [--yolo-size 640]
 """
 
 import argparse
@@ -48,7 +50,25 @@ CLASSIFIERS = [
     "densenet121",
     "regnet_y_400mf",
 ]
-ALL_MODELS = CLASSIFIERS + ["yolov8n"]
+# timm's transformer-family models (and ConvNeXt, the CNN that borrows their blocks), each
+# exported twice: "<name>.legacy" (TorchScript exporter, opset 17) and "<name>.dynamo"
+# (dynamo=True, torch's default exporter since 2.9: its own opset, Gelu as one op, weights in
+# an external-data file). timm name, constructor arguments, input side.
+TRANSFORMERS = {
+    "vit_b_16": ("vit_base_patch16_224", {}, 224),
+    "deit_s": ("deit_small_patch16_224", {}, 224),
+    # CLIP's image tower: pre-norm, QuickGELU, class-token pooling, a 512-wide projection
+    "clip_vit_b_16": ("vit_base_patch16_clip_quickgelu_224", {"num_classes": 512}, 224),
+    # DINOv2 at 224 (its native 518 grid interpolated), LayerScale, embedding output
+    "dinov2_s_14": ("vit_small_patch14_dinov2", {"img_size": 224, "num_classes": 0}, 224),
+    "swin_t": ("swin_tiny_patch4_window7_224", {}, 224),
+    "convnext_t": ("convnext_tiny", {}, 224),
+    "convnextv2_t": ("convnextv2_tiny", {}, 224),
+    "mobilevitv2": ("mobilevitv2_050", {}, 256),
+    "fastvit": ("fastvit_t8", {}, 256),
+}
+EXPORTERS = ["legacy", "dynamo"]
+ALL_MODELS = CLASSIFIERS + ["yolov8n"] + list(TRANSFORMERS)
 
 
 def seed_for(name, what):
@@ -85,6 +105,39 @@ def build_classifier(name):
     return model.eval(), (1, 3, 224, 224), ["output"], nbn
 
 
+def set_norm_statistics(model, seed):
+    """Gives every LayerNorm/GroupNorm/GRN and LayerScale the spread of a trained network:
+    gamma ~ U(0.5, 1.5), beta ~ N(0, 0.1) (an untouched LayerNorm has gamma 1, beta 0, which
+    leaves its scale and shift untested; a zero-initialised GRN or LayerScale would drop its
+    block). BatchNorms get set_bn_statistics'. Returns how many layers were set."""
+    g = torch.Generator().manual_seed(seed)
+    n = set_bn_statistics(model, seed)
+    with torch.no_grad():
+        for name, m in model.named_modules():
+            if isinstance(m, (torch.nn.LayerNorm, torch.nn.GroupNorm)) and m.weight is not None:
+                m.weight.copy_(torch.rand(m.weight.shape, generator=g) + 0.5)
+                if m.bias is not None:
+                    m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.1)
+                n += 1
+            for pn in ("gamma", "beta"):  # timm's LayerScale (gamma) and GRN (gamma, beta)
+                p = getattr(m, pn, None)
+                if isinstance(p, torch.nn.Parameter) and p.dim() >= 1:
+                    p.copy_(torch.rand(p.shape, generator=g) * 0.5 + 0.25
+                            if pn == "gamma" else torch.randn(p.shape, generator=g) * 0.1)
+                    n += 1
+    return n
+
+
+def build_transformer(name):
+    import timm
+
+    arch, kwargs, side = TRANSFORMERS[name.split(".")[0]]
+    torch.manual_seed(seed_for(name.split(".")[0], "weights"))
+    model = timm.create_model(arch, pretrained=False, **kwargs)
+    n = set_norm_statistics(model, seed_for(name.split(".")[0], "norm"))
+    return model.eval(), (1, 3, side, side), ["output"], n
+
+
 def build_yolov8n(size):
     """YOLOv8n from ultralytics' own yaml and modules, prepared the way its ONNX exporter
     (ultralytics/engine/exporter.py) prepares it for format='onnx': BN fused into the convs,
@@ -118,10 +171,14 @@ def build_yolov8n(size):
     return model, shape, ["output0"], nbn
 
 
-def export(model, shape, out_names, path):
+def export(model, shape, out_names, path, exporter="legacy"):
     dummy = torch.zeros(shape)
     axes = {"input": {0: "N"}}
     axes.update({o: {0: "N"} for o in out_names})
+    if exporter == "dynamo":  # as torch's default writes it: its opset, external data
+        torch.onnx.export(model, (dummy,), path, input_names=["input"], output_names=out_names,
+                          dynamic_axes=axes, dynamo=True, external_data=True)
+        return
     torch.onnx.export(
         model,
         (dummy,),
@@ -162,8 +219,11 @@ def rel_err(a, b):
 
 def export_one(name, out_dir, yolo_size):
     t0 = time.perf_counter()
+    exporter = name.split(".")[1] if "." in name else "legacy"
     if name == "yolov8n":
         model, shape, out_names, nbn = build_yolov8n(yolo_size)
+    elif name.split(".")[0] in TRANSFORMERS:
+        model, shape, out_names, nbn = build_transformer(name)
     else:
         model, shape, out_names, nbn = build_classifier(name)
     t_build = time.perf_counter() - t0
@@ -172,7 +232,7 @@ def export_one(name, out_dir, yolo_size):
     os.makedirs(case_dir, exist_ok=True)
     path = os.path.join(case_dir, "model.onnx")
     t0 = time.perf_counter()
-    export(model, shape, out_names, path)
+    export(model, shape, out_names, path, exporter)
     t_export = time.perf_counter() - t0
 
     proto = onnx.load(path)
@@ -187,13 +247,14 @@ def export_one(name, out_dir, yolo_size):
     t0 = time.perf_counter()
     onames, outs = run_ort(path, x)
     t_ort = time.perf_counter() - t0
-    # torch's own forward on the same batch, with the RMS of every conv/BN output recorded: with
+    # torch's own forward on the same batch, with the RMS of every conv/BN/Linear/LN output recorded: with
     # random weights, "realistic" BN statistics are only realistic if activations stay O(0.01..100)
     # through the network instead of exploding or vanishing; the summary line shows that they do.
     rms = []
     hooks = [m.register_forward_hook(lambda m, i, o: rms.append(float(o.pow(2).mean().sqrt())))
              for m in model.modules()
-             if isinstance(m, (torch.nn.Conv2d, torch.nn.modules.batchnorm._BatchNorm))]
+             if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear, torch.nn.LayerNorm,
+                               torch.nn.modules.batchnorm._BatchNorm))]
     with torch.no_grad():
         ref = model(torch.from_numpy(x))
     for h in hooks:
@@ -212,7 +273,7 @@ def export_one(name, out_dir, yolo_size):
     print(f"== {name}: {size_mb:.1f} MB, {len(proto.graph.node)} nodes, {nbn} BN set; "
           f"input {list(x.shape)} -> {oshapes}, declared {declared}")
     print(f"   times: build {t_build:.1f}s, export {t_export:.1f}s, ORT run {t_ort:.1f}s")
-    print(f"   conv/BN output RMS over {len(rms)} layers: min {min(rms):.3g}, "
+    print(f"   conv/BN/Linear/LN output RMS over {len(rms)} layers: min {min(rms):.3g}, "
           f"median {float(np.median(rms)):.3g}, max {max(rms):.3g}; output |max| "
           f"{max(float(np.abs(o).max()) for o in outs):.3g}; torch vs ORT rel err "
           + ", ".join(f"{e:.2e}" for e in errs))
@@ -224,16 +285,26 @@ def export_one(name, out_dir, yolo_size):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--output-dir", required=True)
-    ap.add_argument("--models", default=",".join(ALL_MODELS),
-                    help="comma-separated subset of: " + ",".join(ALL_MODELS))
+    ap.add_argument("--models", default=",".join(CLASSIFIERS + ["yolov8n"]),
+                    help="comma-separated subset of: " + ",".join(ALL_MODELS)
+                    + "; 'transformers' for all of those from timm (each with both exporters)")
     ap.add_argument("--yolo-size", type=int, default=640, help="YOLOv8n input side (multiple of 32)")
     ap.add_argument("--max-rel", type=float, default=1e-4,
                     help="fail when torch and ORT differ by more than this (max|a-b|/max|b|)")
     args = ap.parse_args()
-    names = [n for n in args.models.split(",") if n]
-    bad = [n for n in names if n not in ALL_MODELS]
-    if bad:
-        ap.error(f"unknown model(s) {bad}; known: {ALL_MODELS}")
+    names = []
+    for n in (n for n in args.models.split(",") if n):
+        if n == "transformers":  # every transformer-family model, both exporters
+            names += [f"{t}.{e}" for t in TRANSFORMERS for e in EXPORTERS]
+        elif n in TRANSFORMERS:
+            names += [f"{n}.{e}" for e in EXPORTERS]
+        elif n.split(".")[0] in TRANSFORMERS and n.split(".")[1:] in ([e] for e in EXPORTERS):
+            names.append(n)
+        elif n in ALL_MODELS:
+            names.append(n)
+        else:
+            ap.error(f"unknown model {n!r}; known: {ALL_MODELS}, 'transformers', "
+                     f"or a transformer with .legacy/.dynamo")
     if args.yolo_size % 32:
         ap.error("--yolo-size must be a multiple of 32 (YOLOv8's largest stride)")
     os.makedirs(args.output_dir, exist_ok=True)

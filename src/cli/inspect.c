@@ -135,8 +135,9 @@ static void print_io(const si_graph *g) {
         printf("\n");
     }
     printf("passes: %d constants folded, %d dead nodes removed, %d BatchNorms folded into Conv, "
-           "%d activations fused, %d residual Adds fused\n",
-           g->folded_consts, g->removed_nodes, g->folded_bn, g->fused_act, g->fused_residual);
+           "%d activations fused, %d residual Adds fused, %d bias Adds fused into MatMul\n",
+           g->folded_consts, g->removed_nodes, g->folded_bn, g->fused_act, g->fused_residual,
+           g->fused_bias);
 }
 
 /* Engine nodes by (fused) type, then parameters and FLOPs at batch 1. */

@@ -181,6 +181,20 @@ static void run_matmul(const op_args *a) {
     yd[nd - 2] = ad[nd - 2];
     yd[nd - 1] = bd[nd - 1];
     si_cpu_matmul(nd, ad, a->x, bd, ptr(a->e, a->n->in[1]), yd, a->y);
+    const si_gnode *n = a->n;
+    if (n->bias < 0 && n->residual < 0 && !n->act.kind) return;
+    /* a Linear layer's fused bias, residual and activation, in ONNX's order */
+    int64_t total = si_shape_numel(a->ys), cols = yd[nd - 1];
+    const float *b = n->bias >= 0 ? ptr(a->e, n->bias) : NULL;
+    const float *r = n->residual >= 0 ? ptr(a->e, n->residual) : NULL;
+    float *y = a->y;
+#pragma omp parallel for schedule(static) if (total > (1 << 16))
+    for (int64_t i = 0; i < total; i++) {
+        float v = y[i];
+        if (b) v += b[i % cols];
+        if (r) v += r[i];
+        y[i] = si_act_apply(v, n->act);
+    }
 }
 
 static void run_binary(const op_args *a) {

@@ -11,7 +11,7 @@ static size_t up(size_t n) {
 }
 
 bool si_devplan_nhwc(const si_value *v) {
-    return v->kind == SI_VAL_RUNTIME && v->shape.ndim == 4;
+    return v->kind == SI_VAL_RUNTIME && v->shape.ndim == 4 && v->spatial;
 }
 
 bool si_devplan_rowmajor(const si_value *v) {

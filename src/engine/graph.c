@@ -320,8 +320,8 @@ static bool convert_node_checked(si_builder *b, const si_node_proto *n) {
         return false;
     }
     si_gnode *gn = &g->nodes[g->n_nodes];
-    *gn =
-        (si_gnode){.name = si_xstrdup(n->name), .op_type = si_xstrdup(n->op_type), .residual = -1};
+    *gn = (si_gnode){
+        .name = si_xstrdup(n->name), .op_type = si_xstrdup(n->op_type), .residual = -1, .bias = -1};
     bool is_shape = !strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size");
     bool host = si_host_supports(n->op_type) && (all_known || is_shape);
     bool ok = host ? si_convert_host_op(b, n, gn) : si_convert_device_op(b, n, gn);
@@ -495,9 +495,103 @@ static void fold_batchnorm(si_graph *g) {
     compact(g);
 }
 
-static bool fusable_producer(const si_gnode *p) {
-    return (p->op == SI_OP_CONV || p->op == SI_OP_BINARY || p->op == SI_OP_GEMM) &&
+/* A Linear layer: MatMul of a runtime tensor by a constant (K, N) matrix, one GEMM of all its
+ * rows on a GPU; bias, residual and activation can ride along. */
+static bool is_linear(const si_graph *g, const si_gnode *p) {
+    const si_value *w = &g->values[p->in[1]];
+    return p->op == SI_OP_MATMUL && w->kind == SI_VAL_CONST && w->shape.ndim == 2 &&
+           g->values[p->in[0]].shape.ndim >= 2;
+}
+
+static bool fusable_producer(const si_graph *g, const si_gnode *p) {
+    return (p->op == SI_OP_CONV || p->op == SI_OP_BINARY || p->op == SI_OP_GEMM ||
+            is_linear(g, p)) &&
            p->act.kind == SI_ACT_NONE;
+}
+
+/* Add(MatMul(x, W), b) with W a constant (K, N) and b a constant of N values along the last
+ * axis: the MatMul adds b (cuBLASLt's bias epilogue on the GPU). */
+static void fuse_linear_bias(si_graph *g) {
+    for (int j = 0; j < g->n_nodes; j++) {
+        si_gnode *a = &g->nodes[j];
+        if (a->op != SI_OP_BINARY || a->binop != SI_BIN_ADD || a->act.kind) continue;
+        for (int side = 0; side < 2; side++) {
+            si_value *mv = &g->values[a->in[side]], *bv = &g->values[a->in[1 - side]];
+            if (mv->producer < 0 || mv->uses != 1 || bv->kind != SI_VAL_CONST) continue;
+            si_gnode *m = &g->nodes[mv->producer];
+            if (!is_linear(g, m) || m->bias >= 0 || m->residual >= 0 || m->act.kind) continue;
+            int64_t n = g->values[m->in[1]].shape.dims[1];
+            const si_shape *bs = &bv->shape;
+            if (bs->ndim < 1 || bs->dims[bs->ndim - 1] != n || si_shape_numel(bs) != n ||
+                bs->ndim > mv->shape.ndim)
+                continue;
+            m->bias = a->in[1 - side];
+            si_node_add_input(m, m->bias);
+            absorb(g, m, a);
+            g->fused_bias++;
+            break;
+        }
+    }
+    compact(g);
+}
+
+static bool const_is(const si_graph *g, int v, float want, float tol) {
+    const si_value *c = &g->values[v];
+    return c->kind == SI_VAL_CONST && c->dtype == SI_DT_FLOAT && si_shape_numel(&c->shape) == 1 &&
+           fabsf(((const float *)c->data)[0] - want) <= tol;
+}
+
+/* The only reader of value v, or NULL. */
+static si_gnode *sole_reader(si_graph *g, int v, int from) {
+    if (g->values[v].uses != 1) return NULL;
+    for (int k = from; k < g->n_nodes; k++)
+        for (int i = 0; i < g->nodes[k].n_in; i++)
+            if (g->nodes[k].in[i] == v) return &g->nodes[k];
+    return NULL;
+}
+
+static bool binop_with(const si_gnode *n, si_binop op, int v, int *other) {
+    if (!n || n->op != SI_OP_BINARY || n->binop != op || n->act.kind) return false;
+    if (n->in[0] == v)
+        *other = n->in[1];
+    else if (n->in[1] == v)
+        *other = n->in[0];
+    else
+        return false;
+    return true;
+}
+
+/* GELU as the TorchScript exporter writes it: Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)
+ * (or x * 0.7071.. in place of the Div): one Gelu activation, exact erf, as ONNX's Gelu with
+ * approximate = "none". */
+static void fuse_gelu(si_graph *g) {
+    for (int j = 0; j < g->n_nodes; j++) {
+        si_gnode *d = &g->nodes[j];
+        if (d->op != SI_OP_BINARY || d->act.kind) continue;
+        bool scaled = (d->binop == SI_BIN_DIV && const_is(g, d->in[1], 1.41421356f, 1e-6f)) ||
+                      (d->binop == SI_BIN_MUL && const_is(g, d->in[1], 0.70710678f, 1e-7f));
+        if (!scaled) continue;
+        int x = d->in[0], c, o, h;
+        si_gnode *e = sole_reader(g, d->out, j + 1);
+        if (!e || e->op != SI_OP_ACTIVATION || e->act.kind != SI_ACT_ERF) continue;
+        si_gnode *ad = sole_reader(g, e->out, j + 1);
+        if (!binop_with(ad, SI_BIN_ADD, e->out, &c) || !const_is(g, c, 1.f, 0.f)) continue;
+        si_gnode *m1 = sole_reader(g, ad->out, j + 1);
+        if (!binop_with(m1, SI_BIN_MUL, ad->out, &o) || o != x) continue;
+        si_gnode *m2 = sole_reader(g, m1->out, j + 1);
+        if (!binop_with(m2, SI_BIN_MUL, m1->out, &h) || !const_is(g, h, 0.5f, 0.f)) continue;
+        /* the Erf becomes the Gelu of x and takes the last Mul's output */
+        e->in[0] = x;
+        e->act.kind = SI_ACT_GELU;
+        free(e->op_type);
+        e->op_type = si_xstrdup("Gelu(Div+Erf+Add+Mul+Mul)");
+        g->values[m2->out].producer = g->values[e->out].producer;
+        e->out = e->outs[0] = m2->out;
+        d->op = ad->op = m1->op = m2->op = -1;
+        g->fused_act++;
+        compact(g); /* uses and producers moved */
+        j = -1;
+    }
 }
 
 /* SiLU as exported: y = Mul(x, Sigmoid(x)) with x read by nothing else: an activation. */
@@ -530,7 +624,7 @@ static void fuse_activations(si_graph *g) {
         si_value *xv = &g->values[a->in[0]];
         if (xv->producer < 0 || xv->uses != 1 || xv->kind != SI_VAL_RUNTIME) continue;
         si_gnode *p = &g->nodes[xv->producer];
-        if (!fusable_producer(p)) continue;
+        if (!fusable_producer(g, p)) continue;
         if (p->op == SI_OP_GEMM && a->act.kind != SI_ACT_RELU) continue;
         p->act = a->act;
         absorb(g, p, a);
@@ -550,10 +644,12 @@ static void fuse_residual(si_graph *g) {
             int other = a->in[1 - side];
             if (cv->producer < 0 || cv->uses != 1 || cv->kind != SI_VAL_RUNTIME) continue;
             si_gnode *c = &g->nodes[cv->producer];
-            if (c->op != SI_OP_CONV || c->act.kind || c->residual >= 0) continue;
-            /* same shape only: the conv writes each element once */
+            bool conv = c->op == SI_OP_CONV;
+            if ((!conv && !is_linear(g, c)) || c->act.kind || c->residual >= 0) continue;
+            /* same shape only: the conv or GEMM writes each element once */
             const si_value *ov = &g->values[other];
-            if (ov->kind != SI_VAL_RUNTIME || ov->shape.ndim != 4) continue;
+            if (ov->kind != SI_VAL_RUNTIME || (conv && ov->shape.ndim != 4)) continue;
+            if (memcmp(&ov->shape, &cv->shape, sizeof ov->shape) != 0) continue;
             if (ov->producer >= cv->producer) continue; /* r must exist before the conv runs */
             c->residual = other;
             si_node_add_input(c, other);
@@ -563,6 +659,61 @@ static void fuse_residual(si_graph *g) {
         }
     }
     compact(g);
+}
+
+static bool spatial_seed(const si_graph *g, const si_gnode *n) {
+    switch (n->op) {
+    case SI_OP_CONV:
+    case SI_OP_MAXPOOL:
+    case SI_OP_AVGPOOL:
+    case SI_OP_RESIZE:
+    case SI_OP_AFFINE:
+    case SI_OP_INSTANCENORM: return true;
+    case SI_OP_GLOBAL_AVGPOOL: return g->values[n->in[0]].shape.ndim == 4;
+    default: return false;
+    }
+}
+
+/* Ops through which image-ness spreads: elementwise on same-layout operands. */
+static bool spatial_joins(int op) {
+    return op == SI_OP_BINARY || op == SI_OP_ACTIVATION || op == SI_OP_CONCAT ||
+           op == SI_OP_SPLIT || op == SI_OP_SLICE || op == SI_OP_PAD;
+}
+
+static bool mark(si_value *v) {
+    if (v->spatial || v->kind != SI_VAL_RUNTIME || v->shape.ndim != 4) return false;
+    v->spatial = true;
+    return true;
+}
+
+/* Sets si_value.spatial (see graph.h): seeds from the spatial ops and 4-D inputs, then spreads
+ * through elementwise ops until nothing changes. Needs the ranks (si_graph_infer). */
+static void mark_spatial(si_graph *g) {
+    g->spatial_marked = true;
+    for (int i = 0; i < g->n_values; i++) g->values[i].spatial = false;
+    for (int i = 0; i < g->n_inputs; i++) mark(&g->values[g->inputs[i]]);
+    for (int j = 0; j < g->n_nodes; j++) {
+        si_gnode *n = &g->nodes[j];
+        if (!spatial_seed(g, n)) continue;
+        mark(&g->values[n->in[0]]);
+        for (int o = 0; o < n->n_out; o++) mark(&g->values[n->outs[o]]);
+        if (n->op == SI_OP_CONV && n->residual >= 0) mark(&g->values[n->residual]);
+    }
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int j = 0; j < g->n_nodes; j++) {
+            si_gnode *n = &g->nodes[j];
+            if (!spatial_joins(n->op)) continue;
+            bool any = false;
+            for (int k = 0; k < n->n_in; k++) any |= g->values[n->in[k]].spatial;
+            for (int o = 0; o < n->n_out; o++) any |= g->values[n->outs[o]].spatial;
+            if (!any) continue;
+            for (int k = 0; k < n->n_in; k++)
+                if (n->pslot[0] != k && n->pslot[1] != k && n->pslot[2] != k && n->pslot[3] != k)
+                    changed |= mark(&g->values[n->in[k]]);
+            for (int o = 0; o < n->n_out; o++) changed |= mark(&g->values[n->outs[o]]);
+        }
+    }
 }
 
 /* The graph and the builder's name map, sized for every value the model can define. */
@@ -671,11 +822,14 @@ static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
     fold_batchnorm(g);
     fuse_silu(g);
     /* residual first: Add then Relu becomes conv(+r) then relu, fused next */
+    fuse_gelu(g);
     si_status st = si_graph_infer(g, 1);
     if (st != SI_OK) return st;
+    fuse_linear_bias(g);
     fuse_residual(g);
     fuse_activations(g);
     g->inferred_batch = -1;
+    g->spatial_marked = false; /* the fusions moved values: mark again at the next infer */
     return SI_OK;
 }
 
@@ -778,5 +932,6 @@ si_status si_graph_infer(si_graph *g, int batch) {
         }
     }
     g->inferred_batch = batch;
+    if (!g->spatial_marked) mark_spatial(g); /* ranks only: once per graph */
     return SI_OK;
 }

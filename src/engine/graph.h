@@ -1,6 +1,7 @@
 /* The executable graph: ONNX nodes turned into shardinfer ops with checked attributes, and the
  * passes that run at load: constant folding, dead-node removal, BatchNorm folded into Conv,
- * activations (Relu, Clip, HardSwish, SiLU as Sigmoid*Mul, ...) and residual Adds fused into the
+ * activations (Relu, Clip, HardSwish, SiLU as Sigmoid*Mul, GELU as exported, ...), Linear
+ * layers' bias Adds and residual Adds fused into the
  * op before them, and shape inference with a symbolic batch dimension.
  *
  * Values are of three kinds. CONST: known when the model loads (initializers, Constant nodes,
@@ -68,7 +69,12 @@ typedef struct {
     bool batch_dim; /* dim 0 of a runtime input is symbolic: it is the batch */
     void *data;     /* CONST and HOST values: float32 or int64 data, owned */
     int producer;   /* node index, -1 for inputs and constants */
-    int uses;       /* node inputs reading it, graph outputs included */
+    /* A 4-D image-like (N, C, H, W) runtime value: read or written by a spatial op (Conv,
+     * pooling, Resize, BatchNorm, InstanceNorm), or joined to one through elementwise ops, or a
+     * 4-D graph input. Backends may store these channel-last; other 4-D values (a transformer's
+     * (N, heads, T, D) or (N, H, W, C) tensors) stay in ONNX's row-major order. */
+    bool spatial;
+    int uses; /* node inputs reading it, graph outputs included */
 } si_value;
 
 #define SI_MAX_OUTPUTS 16
@@ -83,7 +89,9 @@ typedef struct {
     int out;       /* first output; Split has n_out of them in outs */
     int outs[SI_MAX_OUTPUTS], n_out;
     si_act act;   /* fused activation (or the op itself for SI_OP_ACTIVATION) */
-    int residual; /* Conv: value added before the activation (fused residual Add), -1 if none */
+    int residual; /* Conv, MatMul: value added before the activation (fused residual Add), -1 if
+                     none */
+    int bias;     /* MatMul: a constant per-column bias (fused Add of a Linear layer), -1 if none */
     int pslot[4]; /* positions in `in` of parameter inputs (op-specific order), -1 if absent */
     struct {
         int kh, kw, sh, sw, dh, dw, pads[4]; /* pads: top, left, bottom, right */
@@ -126,8 +134,9 @@ typedef struct si_graph {
     si_gnode *nodes; /* topological order */
     int *inputs;     /* value ids of the runtime inputs */
     int *outputs;    /* value ids of the graph outputs */
-    int folded_bn, fused_act, fused_residual, folded_consts, removed_nodes;
-    int inferred_batch; /* batch size the shapes are inferred for, -1 if none yet */
+    int folded_bn, fused_act, fused_residual, fused_bias, folded_consts, removed_nodes;
+    int inferred_batch;  /* batch size the shapes are inferred for, -1 if none yet */
+    bool spatial_marked; /* si_value.spatial is set (at the first si_graph_infer) */
     si_meta_prop *meta;
     int n_meta;
 } si_graph;
