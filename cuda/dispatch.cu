@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cuda/attention.cuh"
 #include "cuda/backend_internal.cuh"
 
 // One node's launch: its values, their storage and the slot's stream
@@ -263,6 +264,39 @@ static si_status run_lnorm(const op_ctx *c) {
     return SI_OK;
 }
 
+// softmax(alpha Q K^T + bias) V, every operand row-major; the bias's broadcast strides
+static si_status run_attention(const op_ctx *c) {
+    const si_gnode *n = c->n;
+    const si_shape *q = &c->xv->shape, *v = &c->g->values[n->in[2]].shape;
+    int nd = q->ndim;
+    si_k_attn p;
+    memset(&p, 0, sizeof p);
+    p.nb = 1;
+    for (int d = 0; d < nd - 2; d++) p.nb *= q->dims[d];
+    p.t = q->dims[nd - 2];
+    p.s = v->dims[nd - 2];
+    p.d = q->dims[nd - 1];
+    p.dv = v->dims[nd - 1];
+    p.scale = n->alpha;
+    p.trans_b = n->trans_b;
+    const void *bias = NULL;
+    if (n->n_in > 3) {
+        si_tview bv = tv_align(tv_rowmajor(&c->g->values[n->in[3]].shape), nd);
+        for (int d = 0; d < nd; d++)
+            if (bv.dims[d] == 1) bv.st[d] = 0;
+        p.nbd = nd - 2;
+        for (int d = 0; d < nd - 2; d++) {
+            p.bdims[d] = q->dims[d];
+            p.bst[d] = bv.st[d];
+        }
+        p.bst_t = bv.st[nd - 2];
+        p.bst_s = bv.st[nd - 1];
+        bias = c->in[3];
+    }
+    cudaCheck(si_k_attention(c->s, c->t, &p, c->x, c->in[1], c->in[2], bias, c->y));
+    return SI_OK;
+}
+
 // (N, C, spatial...) rows of the spatial dims
 static si_status run_inorm(const op_ctx *c) {
     const si_shape *xs = &c->xv->shape;
@@ -323,18 +357,30 @@ static si_status run_resize(const op_ctx *c) {
 
 // --- the table --------------------------------------------------------------------------------
 static constexpr op_entry op_table[] = {
-    {SI_OP_CONV, run_conv, NULL},       {SI_OP_MAXPOOL, run_maxpool, NULL},
-    {SI_OP_AVGPOOL, run_avgpool, NULL}, {SI_OP_GLOBAL_AVGPOOL, run_global_avgpool, run_reduce},
-    {SI_OP_GEMM, run_gemm, NULL},       {SI_OP_MATMUL, NULL, run_matmul},
-    {SI_OP_BINARY, run_binary, NULL},   {SI_OP_ACTIVATION, run_activation, NULL},
-    {SI_OP_AFFINE, run_affine, NULL},   {SI_OP_VIEW, run_view, NULL},
-    {SI_OP_CONCAT, run_concat, NULL},   {SI_OP_SPLIT, run_split, NULL},
-    {SI_OP_SLICE, run_slice, NULL},     {SI_OP_TRANSPOSE, run_transpose, NULL},
-    {SI_OP_EXPAND, run_expand, NULL},   {SI_OP_GATHER, NULL, run_gather},
-    {SI_OP_RESIZE, NULL, run_resize},   {SI_OP_SOFTMAX, NULL, run_softmax},
-    {SI_OP_PAD, NULL, run_pad},         {SI_OP_REDUCE, NULL, run_reduce},
+    {SI_OP_CONV, run_conv, NULL},
+    {SI_OP_MAXPOOL, run_maxpool, NULL},
+    {SI_OP_AVGPOOL, run_avgpool, NULL},
+    {SI_OP_GLOBAL_AVGPOOL, run_global_avgpool, run_reduce},
+    {SI_OP_GEMM, run_gemm, NULL},
+    {SI_OP_MATMUL, NULL, run_matmul},
+    {SI_OP_BINARY, run_binary, NULL},
+    {SI_OP_ACTIVATION, run_activation, NULL},
+    {SI_OP_AFFINE, run_affine, NULL},
+    {SI_OP_VIEW, run_view, NULL},
+    {SI_OP_CONCAT, run_concat, NULL},
+    {SI_OP_SPLIT, run_split, NULL},
+    {SI_OP_SLICE, run_slice, NULL},
+    {SI_OP_TRANSPOSE, run_transpose, NULL},
+    {SI_OP_EXPAND, run_expand, NULL},
+    {SI_OP_GATHER, NULL, run_gather},
+    {SI_OP_RESIZE, NULL, run_resize},
+    {SI_OP_SOFTMAX, NULL, run_softmax},
+    {SI_OP_PAD, NULL, run_pad},
+    {SI_OP_REDUCE, NULL, run_reduce},
     {SI_OP_HOST, NULL, NULL}, // evaluated on the host at load
-    {SI_OP_LAYERNORM, NULL, run_lnorm}, {SI_OP_INSTANCENORM, NULL, run_inorm},
+    {SI_OP_LAYERNORM, NULL, run_lnorm},
+    {SI_OP_INSTANCENORM, NULL, run_inorm},
+    {SI_OP_ATTENTION, NULL, run_attention},
 };
 
 static constexpr bool table_in_order(void) {
@@ -433,6 +479,15 @@ bool si_cuda_node_ok(const si_graph *g, const si_gnode *n, char *why, size_t cap
     if (n->op == SI_OP_CONV && (x->kind != SI_VAL_RUNTIME || x->shape.ndim != 4)) {
         snprintf(why, cap, "cuda: the input of a 2-D Conv must be a 4-D computed tensor");
         return false;
+    }
+    if (n->op == SI_OP_ATTENTION) {
+        const si_shape *q = &x->shape, *v = &g->values[n->in[2]].shape;
+        int64_t d = q->dims[q->ndim - 1], s = v->dims[v->ndim - 2];
+        if (!si_k_attention_fits(d, s)) { // the FP32 kernel's row of scores in shared memory
+            snprintf(why, cap, "cuda: attention over %lld keys of head size %lld", (long long)s,
+                     (long long)d);
+            return false;
+        }
     }
     if (n->op == SI_OP_CONV && n->residual >= 0 &&
         memcmp(g->values[n->residual].shape.dims, g->values[n->out].shape.dims,

@@ -39,6 +39,11 @@ static double node_flops(const si_graph *g, const si_gnode *n) {
         const si_shape *a = &g->values[n->in[0]].shape;
         return 2.0 * out * (double)a->dims[a->ndim - 1];
     }
+    case SI_OP_ATTENTION: { /* Q K^T and P V: (T x S) x (D + Dv) multiply-adds per matrix */
+        const si_shape *q = &g->values[n->in[0]].shape, *v = &g->values[n->in[2]].shape;
+        double s = (double)v->dims[v->ndim - 2], dq = (double)q->dims[q->ndim - 1];
+        return 2.0 * out / (double)y->dims[y->ndim - 1] * s * (dq + (double)y->dims[y->ndim - 1]);
+    }
     case SI_OP_MAXPOOL:
     case SI_OP_AVGPOOL: return out * n->pool.kh * n->pool.kw;
     case SI_OP_VIEW:
@@ -135,9 +140,10 @@ static void print_io(const si_graph *g) {
         printf("\n");
     }
     printf("passes: %d constants folded, %d dead nodes removed, %d BatchNorms folded into Conv, "
-           "%d activations fused, %d residual Adds fused, %d bias Adds fused into MatMul\n",
+           "%d activations fused, %d residual Adds fused, %d bias Adds fused into MatMul, "
+           "%d attention patterns fused\n",
            g->folded_consts, g->removed_nodes, g->folded_bn, g->fused_act, g->fused_residual,
-           g->fused_bias);
+           g->fused_bias, g->fused_attention);
 }
 
 /* Engine nodes by (fused) type, then parameters and FLOPs at batch 1. */

@@ -197,6 +197,44 @@ static void run_matmul(const op_args *a) {
     }
 }
 
+static void run_attention(const op_args *a) {
+    const si_gnode *n = a->n;
+    const si_shape *q = a->xs, *v = &a->g->values[n->in[2]].shape;
+    int nd = q->ndim;
+    si_cpu_attn p = {.nb = dims_prod(q, 0, nd - 2),
+                     .t = q->dims[nd - 2],
+                     .s = v->dims[nd - 2],
+                     .d = q->dims[nd - 1],
+                     .dv = v->dims[nd - 1],
+                     .scale = n->alpha,
+                     .trans_b = n->trans_b};
+    int64_t *off = NULL;
+    if (n->n_in > 3) { /* the bias's offset per matrix and its strides, broadcast dims at 0 */
+        const si_shape *bs = &a->g->values[n->in[3]].shape;
+        int64_t bd[SI_MAX_DIMS], st[SI_MAX_DIMS], acc = 1;
+        align_dims(bs, nd, bd);
+        for (int dd = nd - 1; dd >= 0; dd--) {
+            st[dd] = bd[dd] == 1 ? 0 : acc;
+            acc *= bd[dd];
+        }
+        off = si_xmalloc(sizeof *off * (size_t)(p.nb > 0 ? p.nb : 1));
+        for (int64_t b = 0; b < p.nb; b++) {
+            int64_t rem = b, o = 0;
+            for (int dd = nd - 3; dd >= 0; dd--) {
+                o += rem % q->dims[dd] * st[dd];
+                rem /= q->dims[dd];
+            }
+            off[b] = o;
+        }
+        p.bias = ptr(a->e, n->in[3]);
+        p.bias_off = off;
+        p.bst_t = st[nd - 2];
+        p.bst_s = st[nd - 1];
+    }
+    si_cpu_attention(&p, a->x, ptr(a->e, n->in[1]), ptr(a->e, n->in[2]), a->y);
+    free(off);
+}
+
 static void run_binary(const op_args *a) {
     const si_shape *bs = &a->g->values[a->n->in[1]].shape;
     int nd = a->ys->ndim ? a->ys->ndim : 1;
@@ -320,17 +358,29 @@ static void run_inorm(const op_args *a) {
 /* The CPU's run of each op; SI_OP_HOST has none (the graph evaluates it). An op without an
  * entry is refused at load by cpu_supports_op, so run_node never meets one. */
 static void (*const op_runs[SI_OP_COUNT])(const op_args *a) = {
-    [SI_OP_CONV] = run_conv,       [SI_OP_MAXPOOL] = run_maxpool,
-    [SI_OP_AVGPOOL] = run_avgpool, [SI_OP_GLOBAL_AVGPOOL] = run_global_avgpool,
-    [SI_OP_GEMM] = run_gemm,       [SI_OP_MATMUL] = run_matmul,
-    [SI_OP_BINARY] = run_binary,   [SI_OP_ACTIVATION] = run_activation,
-    [SI_OP_AFFINE] = run_affine,   [SI_OP_VIEW] = run_view,
-    [SI_OP_CONCAT] = run_concat,   [SI_OP_SPLIT] = run_split,
-    [SI_OP_SLICE] = run_slice,     [SI_OP_TRANSPOSE] = run_transpose,
-    [SI_OP_EXPAND] = run_expand,   [SI_OP_GATHER] = run_gather,
-    [SI_OP_RESIZE] = run_resize,   [SI_OP_SOFTMAX] = run_softmax,
-    [SI_OP_PAD] = run_pad,         [SI_OP_REDUCE] = run_reduce,
-    [SI_OP_LAYERNORM] = run_lnorm, [SI_OP_INSTANCENORM] = run_inorm,
+    [SI_OP_CONV] = run_conv,
+    [SI_OP_MAXPOOL] = run_maxpool,
+    [SI_OP_AVGPOOL] = run_avgpool,
+    [SI_OP_GLOBAL_AVGPOOL] = run_global_avgpool,
+    [SI_OP_GEMM] = run_gemm,
+    [SI_OP_MATMUL] = run_matmul,
+    [SI_OP_BINARY] = run_binary,
+    [SI_OP_ACTIVATION] = run_activation,
+    [SI_OP_AFFINE] = run_affine,
+    [SI_OP_VIEW] = run_view,
+    [SI_OP_CONCAT] = run_concat,
+    [SI_OP_SPLIT] = run_split,
+    [SI_OP_SLICE] = run_slice,
+    [SI_OP_TRANSPOSE] = run_transpose,
+    [SI_OP_EXPAND] = run_expand,
+    [SI_OP_GATHER] = run_gather,
+    [SI_OP_RESIZE] = run_resize,
+    [SI_OP_SOFTMAX] = run_softmax,
+    [SI_OP_PAD] = run_pad,
+    [SI_OP_REDUCE] = run_reduce,
+    [SI_OP_LAYERNORM] = run_lnorm,
+    [SI_OP_INSTANCENORM] = run_inorm,
+    [SI_OP_ATTENTION] = run_attention,
 };
 
 /* The CPU is the reference: it runs every op the graph can hold, at any shape the graph's

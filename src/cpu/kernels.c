@@ -11,6 +11,7 @@
 #include <float.h>
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* SI_MAX_DIMS (onnx.h): the most dims a tensor has, so index arrays can live on the stack. */
@@ -295,6 +296,28 @@ void si_cpu_softmax(const float *x, int64_t rows, int64_t cols, float *y) {
         for (int64_t j = 0; j < cols; j++) sum += (yr[j] = expf(xr[j] - mx));
         float inv = (float)(1.0 / sum);
         for (int64_t j = 0; j < cols; j++) yr[j] *= inv;
+    }
+}
+
+void si_cpu_attention(const si_cpu_attn *p, const float *q, const float *k, const float *v,
+                      float *y) {
+    int64_t t = p->t, s = p->s, d = p->d, dv = p->dv;
+    if (p->nb <= 0 || t <= 0 || dv <= 0) return;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t b = 0; b < p->nb; b++) { /* the scores of one matrix, on the heap: T x S */
+        float *sc = si_xmalloc(sizeof(float) * (size_t)(t * (s > 0 ? s : 1)));
+        const float *qb = q + b * t * d, *kb = k + b * s * d;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, p->trans_b ? CblasTrans : CblasNoTrans, (int)t,
+                    (int)s, (int)d, p->scale, qb, (int)d, kb, p->trans_b ? (int)d : (int)s, 0.f, sc,
+                    (int)s);
+        if (p->bias)
+            for (int64_t i = 0; i < t; i++)
+                for (int64_t j = 0; j < s; j++)
+                    sc[i * s + j] += p->bias[p->bias_off[b] + i * p->bst_t + j * p->bst_s];
+        si_cpu_softmax(sc, t, s, sc);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)t, (int)dv, (int)s, 1.f, sc,
+                    (int)s, v + b * s * dv, (int)dv, 0.f, y + b * t * dv, (int)dv);
+        free(sc);
     }
 }
 

@@ -31,6 +31,7 @@ bool si_devplan_rowmajor_op(const si_graph *g, const si_gnode *n) {
     case SI_OP_SOFTMAX:
     case SI_OP_LAYERNORM:
     case SI_OP_INSTANCENORM:
+    case SI_OP_ATTENTION:
     case SI_OP_REDUCE:
     case SI_OP_GATHER:
     case SI_OP_PAD:

@@ -12,12 +12,12 @@
 #include "import.h"
 
 const char *si_op_name(int op) {
-    static const char *names[] = {"Conv",   "MaxPool",   "AveragePool", "GlobalAveragePool",
-                                  "Gemm",   "MatMul",    "Binary",      "Activation",
-                                  "Affine", "View",      "Concat",      "Split",
-                                  "Slice",  "Transpose", "Expand",      "Gather",
-                                  "Resize", "Softmax",   "Pad",         "Reduce",
-                                  "Host",   "LayerNorm", "InstanceNorm"};
+    static const char *names[] = {"Conv",   "MaxPool",   "AveragePool",  "GlobalAveragePool",
+                                  "Gemm",   "MatMul",    "Binary",       "Activation",
+                                  "Affine", "View",      "Concat",       "Split",
+                                  "Slice",  "Transpose", "Expand",       "Gather",
+                                  "Resize", "Softmax",   "Pad",          "Reduce",
+                                  "Host",   "LayerNorm", "InstanceNorm", "Attention"};
     _Static_assert(sizeof names / sizeof names[0] == SI_OP_COUNT, "an si_op without a name");
     return op >= 0 && op < SI_OP_COUNT ? names[op] : "?";
 }
@@ -429,7 +429,7 @@ static void absorb(si_graph *g, si_gnode *p, si_gnode *c) {
     c->op = -1;
 }
 
-static void compact(si_graph *g) {
+void si_graph_compact(si_graph *g) {
     int k = 0;
     for (int j = 0; j < g->n_nodes; j++) {
         if (g->nodes[j].op < 0) {
@@ -460,7 +460,7 @@ static void remove_dead(si_graph *g) {
         for (int i = 0; i < n->n_in; i++) live[n->in[i]] = true;
     }
     free(live);
-    compact(g);
+    si_graph_compact(g);
 }
 
 /* Conv (constant weights) followed by its only consumer, an inference BatchNormalization:
@@ -492,7 +492,7 @@ static void fold_batchnorm(si_graph *g) {
         absorb(g, cv, bn);
         g->folded_bn++;
     }
-    compact(g);
+    si_graph_compact(g);
 }
 
 /* A Linear layer: MatMul of a runtime tensor by a constant (K, N) matrix, one GEMM of all its
@@ -532,7 +532,7 @@ static void fuse_linear_bias(si_graph *g) {
             break;
         }
     }
-    compact(g);
+    si_graph_compact(g);
 }
 
 static bool const_is(const si_graph *g, int v, float want, float tol) {
@@ -589,7 +589,7 @@ static void fuse_gelu(si_graph *g) {
         e->out = e->outs[0] = m2->out;
         d->op = ad->op = m1->op = m2->op = -1;
         g->fused_act++;
-        compact(g); /* uses and producers moved */
+        si_graph_compact(g); /* uses and producers moved */
         j = -1;
     }
 }
@@ -613,7 +613,7 @@ static void fuse_silu(si_graph *g) {
             break;
         }
     }
-    compact(g);
+    si_graph_compact(g);
 }
 
 /* An activation whose input comes from a Conv, Add or Gemm with no other reader. */
@@ -630,7 +630,7 @@ static void fuse_activations(si_graph *g) {
         absorb(g, p, a);
         g->fused_act++;
     }
-    compact(g);
+    si_graph_compact(g);
 }
 
 /* Add(conv, r) where the conv's output has no other reader and no activation yet: the conv adds
@@ -658,7 +658,7 @@ static void fuse_residual(si_graph *g) {
             break;
         }
     }
-    compact(g);
+    si_graph_compact(g);
 }
 
 static bool spatial_seed(const si_graph *g, const si_gnode *n) {
@@ -823,8 +823,22 @@ static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
     fuse_silu(g);
     /* residual first: Add then Relu becomes conv(+r) then relu, fused next */
     fuse_gelu(g);
-    si_status st = si_graph_infer(g, 1);
-    if (st != SI_OK) return st;
+    float *at2 = si_xmalloc(sizeof(float) * (size_t)(g->n_values + 1));
+    si_status st = si_graph_infer(g, 2);
+    for (int v = 0; v < g->n_values && st == SI_OK; v++) {
+        const si_value *h = &g->values[v];
+        at2[v] = h->kind == SI_VAL_HOST && h->dtype == SI_DT_FLOAT && h->data &&
+                         si_shape_numel(&h->shape) == 1
+                     ? ((const float *)h->data)[0]
+                     : NAN;
+    }
+    if (st == SI_OK) st = si_graph_infer(g, 1);
+    if (st != SI_OK) {
+        free(at2);
+        return st;
+    }
+    g->fused_attention = si_fuse_attention(g, at2);
+    free(at2);
     fuse_linear_bias(g);
     fuse_residual(g);
     fuse_activations(g);

@@ -51,6 +51,14 @@ bool si_convert_device_op(si_builder *b, const si_node_proto *n, si_gnode *gn);
 /* Converts a host op (shape arithmetic) into `gn`. ops_host.c. */
 bool si_convert_host_op(si_builder *b, const si_node_proto *n, si_gnode *gn);
 
+/* Drops the nodes marked dead (op < 0), renumbers producers and recounts uses. graph.c. */
+void si_graph_compact(si_graph *g);
+/* Fuses the exported attention pattern into SI_OP_ATTENTION nodes (shapes inferred at batch 1;
+ * host_scalars_at_2[v]: one-element float HOST values at batch 2, NAN otherwise, so scales
+ * computed from shapes count only when the batch does not change them); returns how many.
+ * attention.c. */
+int si_fuse_attention(si_graph *g, const float *host_scalars_at_2);
+
 /* Appends input value `id` to the node. */
 void si_node_add_input(si_gnode *gn, int id);
 

@@ -1,0 +1,313 @@
+// Fused attention, Y = softmax(scale * Q K^T + bias) V per matrix, without writing the T x S
+// scores to global memory. FP16/BF16 with head size 32, 64 or 128 (Dv == D): a flash-attention
+// kernel on the tensor cores (mma.sync m16n8k16, FP32 accumulation, the online softmax of
+// FlashAttention-2: each warp owns 16 query rows, K and V tiles of 64 keys stream through shared
+// memory). Otherwise (FP32, other head sizes): one block per query row, the row's scores in
+// shared memory. The CPU twin is si_cpu_attention (src/cpu/kernels.c).
+#include <math.h>
+
+#include "cuda/attention.cuh"
+
+namespace {
+
+constexpr int BM = 64, BN = 64, PAD = 8; // query rows and keys per tile, smem row padding
+
+template <typename T> __device__ inline float tof(T v) {
+    return (float)v;
+}
+template <> __device__ inline float tof<__half>(__half v) {
+    return __half2float(v);
+}
+template <> __device__ inline float tof<__nv_bfloat16>(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+template <typename T> __device__ inline T fromf(float v);
+template <> __device__ inline float fromf<float>(float v) {
+    return v;
+}
+template <> __device__ inline __half fromf<__half>(float v) {
+    return __float2half_rn(v);
+}
+template <> __device__ inline __nv_bfloat16 fromf<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
+template <typename T> __device__ inline uint32_t pack2(float a, float b);
+template <> __device__ inline uint32_t pack2<__half>(float a, float b) {
+    __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+template <> __device__ inline uint32_t pack2<__nv_bfloat16>(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+template <typename T> __device__ inline uint32_t pack2h(T a, T b) {
+    T v[2] = {a, b};
+    return *reinterpret_cast<uint32_t *>(v);
+}
+
+template <typename T>
+__device__ inline void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ inline void mma<__half>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ inline void mma<__nv_bfloat16>(float c[4], const uint32_t a[4], uint32_t b0,
+                                          uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// the bias's offset for matrix b (its batch dims decoded, broadcast strides 0)
+__device__ inline int64_t bias_base(const si_k_attn &p, int64_t b) {
+    int64_t off = 0;
+    for (int d = p.nbd - 1; d >= 0; d--) {
+        off += b % p.bdims[d] * p.bst[d];
+        b /= p.bdims[d];
+    }
+    return off;
+}
+
+// rows x cols tile of a row-major (.., rows_total, ld) matrix into smem [rows][cols + PAD],
+// zero beyond rows_total; cols % 8 == 0 and 16-byte aligned rows: 16-byte loads
+template <typename T, int COLS>
+__device__ inline void load_rows(T *sm, const T *g, int64_t r0, int64_t rows_total) {
+    constexpr int V = COLS / 8; // uint4 per row
+    for (int i = threadIdx.x; i < BM * V; i += blockDim.x) {
+        int r = i / V, c = i % V;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r0 + r < rows_total) v = reinterpret_cast<const uint4 *>(g + (r0 + r) * COLS)[c];
+        *reinterpret_cast<uint4 *>(sm + r * (COLS + PAD) + c * 8) = v;
+    }
+}
+
+// the same tile of K read from K^T (D, S): element loads walking s, coalesced
+template <typename T, int D>
+__device__ inline void load_kt(T *sm, const T *kt, int64_t s0, int64_t S) {
+    for (int i = threadIdx.x; i < BN * D; i += blockDim.x) {
+        int d = i / BN, s = i % BN;
+        sm[s * (D + PAD) + d] = s0 + s < S ? kt[d * S + s0 + s] : fromf<T>(0.f);
+    }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(128)
+    k_flash(si_k_attn p, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+            const T *__restrict__ bias, T *__restrict__ y) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    T *qs = reinterpret_cast<T *>(smem), *ks = qs + BM * (D + PAD), *vs = ks + BN * (D + PAD);
+    const int64_t b = blockIdx.y, T_ = p.t, S = p.s;
+    const int64_t q0 = (int64_t)blockIdx.x * BM;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+    const T *qb = q + b * T_ * D, *kb = k + b * S * D, *vb = v + b * S * D;
+    load_rows<T, D>(qs, qb, q0, T_);
+    __syncthreads();
+    uint32_t qa[D / 16][4];
+    const int r0 = warp * 16;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const T *r_lo = qs + (r0 + g) * (D + PAD) + kk * 16 + 2 * t4;
+        const T *r_hi = r_lo + 8 * (D + PAD);
+        qa[kk][0] = *reinterpret_cast<const uint32_t *>(r_lo);
+        qa[kk][1] = *reinterpret_cast<const uint32_t *>(r_hi);
+        qa[kk][2] = *reinterpret_cast<const uint32_t *>(r_lo + 8);
+        qa[kk][3] = *reinterpret_cast<const uint32_t *>(r_hi + 8);
+    }
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    const int64_t row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
+    const int64_t boff = bias ? bias_base(p, b) : 0;
+    for (int64_t s0 = 0; s0 < S; s0 += BN) {
+        __syncthreads(); // the previous tile is consumed
+        if (p.trans_b)
+            load_rows<T, D>(ks, kb, s0, S);
+        else
+            load_kt<T, D>(ks, k + b * S * D, s0, S);
+        load_rows<T, D>(vs, vb, s0, S);
+        __syncthreads();
+        float sc[BN / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++) {
+            sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                const T *kr = ks + (nt * 8 + g) * (D + PAD) + kk * 16 + 2 * t4;
+                mma<T>(sc[nt], qa[kk], *reinterpret_cast<const uint32_t *>(kr),
+                       *reinterpret_cast<const uint32_t *>(kr + 8));
+            }
+        }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int64_t s = s0 + nt * 8 + 2 * t4 + (i & 1), r = row[i >> 1];
+                float x = sc[nt][i] * p.scale;
+                if (bias && r < T_ && s < S) x += tof(bias[boff + r * p.bst_t + s * p.bst_s]);
+                sc[nt][i] = s < S ? x : -INFINITY;
+                mx[i >> 1] = fmaxf(mx[i >> 1], sc[nt][i]);
+            }
+        float corr[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 2));
+            float mn = fmaxf(m[h], mx[h]);
+            float use = mn == -INFINITY ? 0.f : mn;
+            corr[h] = __expf(m[h] - use);
+            m[h] = mn;
+            mx[h] = use;
+            l[h] *= corr[h];
+        }
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                sc[nt][i] = __expf(sc[nt][i] - mx[i >> 1]);
+                l[i >> 1] += sc[nt][i];
+            }
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            o[i][0] *= corr[0];
+            o[i][1] *= corr[0];
+            o[i][2] *= corr[1];
+            o[i][3] *= corr[1];
+        }
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t a[4] = {pack2<T>(sc[2 * kk][0], sc[2 * kk][1]),
+                             pack2<T>(sc[2 * kk][2], sc[2 * kk][3]),
+                             pack2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                             pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+            const T *v0 = vs + (kk * 16 + 2 * t4) * (D + PAD) + g;
+#pragma unroll
+            for (int nt = 0; nt < D / 8; nt++) {
+                const T *vc = v0 + nt * 8;
+                uint32_t b0 = pack2h<T>(vc[0], vc[D + PAD]);
+                uint32_t b1 = pack2h<T>(vc[8 * (D + PAD)], vc[9 * (D + PAD)]);
+                mma<T>(o[nt], a, b0, b1);
+            }
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffff, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffff, l[h], 2);
+        l[h] = l[h] > 0.f ? 1.f / l[h] : 0.f;
+    }
+    T *yb = y + b * T_ * D;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            if (row[h] >= T_) continue;
+            uint32_t w = pack2<T>(o[nt][2 * h] * l[h], o[nt][2 * h + 1] * l[h]);
+            *reinterpret_cast<uint32_t *>(yb + row[h] * D + nt * 8 + 2 * t4) = w;
+        }
+}
+
+__device__ inline float block_reduce(float v, bool is_max, float *red) {
+    for (int o = 16; o > 0; o /= 2) {
+        float w = __shfl_xor_sync(0xffffffff, v, o);
+        v = is_max ? fmaxf(v, w) : v + w;
+    }
+    const int warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) red[warp] = v;
+    __syncthreads();
+    v = red[0];
+    for (int i = 1; i < nw; i++) v = is_max ? fmaxf(v, red[i]) : v + red[i];
+    return v;
+}
+
+// one block per query row: q in shared memory, the row's S scores beside it
+template <typename T>
+__global__ void k_attn_rows(si_k_attn p, const T *__restrict__ q, const T *__restrict__ k,
+                            const T *__restrict__ v, const T *__restrict__ bias, T *y) {
+    extern __shared__ float fs[];
+    float *qs = fs, *sc = fs + p.d, *red = sc + p.s;
+    const int64_t b = blockIdx.x / p.t, r = blockIdx.x % p.t, S = p.s, D = p.d, Dv = p.dv;
+    const T *qr = q + (b * p.t + r) * D, *kb = k + b * S * D, *vb = v + b * S * Dv;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = tof(qr[d]);
+    __syncthreads();
+    const int64_t boff = bias ? bias_base(p, b) + r * p.bst_t : 0;
+    float mx = -INFINITY;
+    for (int64_t s = threadIdx.x; s < S; s += blockDim.x) {
+        float acc = 0.f;
+        for (int64_t d = 0; d < D; d++)
+            acc += qs[d] * tof(p.trans_b ? kb[s * D + d] : kb[d * S + s]);
+        acc *= p.scale;
+        if (bias) acc += tof(bias[boff + s * p.bst_s]);
+        sc[s] = acc;
+        mx = fmaxf(mx, acc);
+    }
+    mx = block_reduce(mx, true, red);
+    float sum = 0.f;
+    for (int64_t s = threadIdx.x; s < S; s += blockDim.x) {
+        float e = __expf(sc[s] - (mx == -INFINITY ? 0.f : mx));
+        sc[s] = e;
+        sum += e;
+    }
+    sum = block_reduce(sum, false, red);
+    float inv = sum > 0.f ? 1.f / sum : 0.f;
+    for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
+        float acc = 0.f;
+        for (int64_t s = 0; s < S; s++) acc += sc[s] * tof(vb[s * Dv + d]);
+        y[(b * p.t + r) * Dv + d] = fromf<T>(acc * inv);
+    }
+}
+
+template <typename T, int D>
+cudaError_t launch_flash(cudaStream_t s, const si_k_attn &p, const void *q, const void *k,
+                         const void *v, const void *bias, void *y) {
+    size_t smem = sizeof(T) * (size_t)(BM + 2 * BN) * (D + PAD);
+    static bool attr = false;
+    if (!attr) {
+        cudaError_t e = cudaFuncSetAttribute(
+            k_flash<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+        attr = true;
+    }
+    dim3 grid((unsigned)((p.t + BM - 1) / BM), (unsigned)p.nb);
+    k_flash<T, D><<<grid, 128, smem, s>>>(p, (const T *)q, (const T *)k, (const T *)v,
+                                          (const T *)bias, (T *)y);
+    return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch(cudaStream_t s, const si_k_attn &p, const void *q, const void *k, const void *v,
+                   const void *bias, void *y) {
+    if constexpr (sizeof(T) == 2) {
+        if (p.dv == p.d && p.d == 64) return launch_flash<T, 64>(s, p, q, k, v, bias, y);
+        if (p.dv == p.d && p.d == 32) return launch_flash<T, 32>(s, p, q, k, v, bias, y);
+        if (p.dv == p.d && p.d == 128) return launch_flash<T, 128>(s, p, q, k, v, bias, y);
+    }
+    size_t smem = sizeof(float) * (size_t)(p.d + p.s + 32);
+    k_attn_rows<T><<<(unsigned)(p.nb * p.t), 128, smem, s>>>(p, (const T *)q, (const T *)k,
+                                                             (const T *)v, (const T *)bias, (T *)y);
+    return cudaGetLastError();
+}
+
+} // namespace
+
+bool si_k_attention_fits(int64_t d, int64_t s) {
+    return sizeof(float) * (size_t)(d + s + 32) <= 48 * 1024;
+}
+
+cudaError_t si_k_attention(cudaStream_t s, int t, const si_k_attn *p, const void *q, const void *k,
+                           const void *v, const void *bias, void *y) {
+    if (p->nb <= 0 || p->t <= 0 || p->dv <= 0) return cudaSuccess;
+    switch (t) {
+    case SI_GT_F16: return launch<__half>(s, *p, q, k, v, bias, y);
+    case SI_GT_BF16: return launch<__nv_bfloat16>(s, *p, q, k, v, bias, y);
+    default: return launch<float>(s, *p, q, k, v, bias, y);
+    }
+}

@@ -1,0 +1,260 @@
+/* Scaled dot-product attention as one op, Y = softmax(scale * Q K^T + bias) V over the last two
+ * axes: ONNX's Attention (opset 23, its plain form), and the fusion of the pattern exporters
+ * write for it (MatMul -> scale -> [Add bias] -> Softmax -> MatMul, the scale on the scores or
+ * split over Q and K, K given transposed or not). Backends run the fused node without writing
+ * the T x S scores to memory (the GPU's is a flash-attention kernel). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "import.h"
+
+/* Inputs: Q (..., T, D), K (..., S, D) or, with trans_b == 0, K^T (..., D, S), V (..., S, Dv),
+ * and an optional bias broadcast to (..., T, S). alpha: the scale (0: 1/sqrt(D), resolved at
+ * infer). Output (..., T, Dv). */
+static si_status infer_attention(si_graph *g, si_gnode *n, const si_shape *q, si_shape *y) {
+    const si_shape *k = &g->values[n->in[1]].shape, *v = &g->values[n->in[2]].shape;
+    int nd = q->ndim;
+    if (nd < 3 || k->ndim != nd || v->ndim != nd)
+        return si_node_error(g, n, SI_ERR_FORMAT, "Q, K and V must have one rank of 3 or more");
+    for (int d = 0; d < nd - 2; d++)
+        if (k->dims[d] != q->dims[d] || v->dims[d] != q->dims[d])
+            return si_node_error(g, n, SI_ERR_FORMAT, "Q, K and V differ in dimension %d", d);
+    int64_t dq = q->dims[nd - 1], s = n->trans_b ? k->dims[nd - 2] : k->dims[nd - 1];
+    int64_t dk = n->trans_b ? k->dims[nd - 1] : k->dims[nd - 2];
+    if (dk != dq || v->dims[nd - 2] != s)
+        return si_node_error(g, n, SI_ERR_FORMAT, "Q, K and V's sizes do not match");
+    *y = *q;
+    y->dims[nd - 1] = v->dims[nd - 1];
+    if (n->n_in > 3) {
+        si_shape sc = *q, out;
+        sc.dims[nd - 1] = s;
+        si_status st = si_imp_broadcast(g, n, &sc, &g->values[n->in[3]].shape, &out);
+        if (st != SI_OK) return st;
+        if (out.ndim != nd || memcmp(out.dims, sc.dims, sizeof(int64_t) * (size_t)nd) != 0)
+            return si_node_error(g, n, SI_ERR_FORMAT, "the mask does not broadcast to the scores");
+    }
+    if (n->host_f == 0.f) n->alpha = dq > 0 ? (float)(1.0 / sqrt((double)dq)) : 1.f;
+    return SI_OK;
+}
+
+/* ONNX Attention-23 in its plain 4-D form: Q, K, V (B, H, T|S, D), an optional float mask
+ * added to the scores; no causal mask, softcap, past key/values or extra outputs. */
+static bool convert_attention(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    int k = si_b_input(b, n, 1), v = si_b_input(b, n, 2), mask = si_b_input(b, n, 3);
+    if (k < 0 || v < 0) {
+        si_b_unsupported(b, n, "needs Q, K and V");
+        return false;
+    }
+    const char *why = si_attr_int(n, "is_causal", 0)               ? "is_causal"
+                      : si_attr_float(n, "softcap", 0.f) != 0.f    ? "softcap"
+                      : si_attr_int(n, "qk_matmul_output_mode", 0) ? "qk_matmul_output_mode"
+                      : si_b_input(b, n, 4) >= 0 || si_b_input(b, n, 5) >= 0 ? "past key/value"
+                      : n->n_outputs > 1 && n->outputs[1][0]                 ? "extra outputs"
+                      : b->g->values[x].shape.ndim != 4 ? "3-D inputs (q_num_heads)"
+                                                        : NULL;
+    if (why) {
+        si_b_unsupported(b, n, "%s is not supported", why);
+        return false;
+    }
+    if (mask >= 0 && b->g->values[mask].dtype != SI_DT_FLOAT) {
+        si_b_unsupported(b, n, "a boolean attn_mask is not supported");
+        return false;
+    }
+    gn->host_f = si_attr_float(n, "scale", 0.f); /* 0: the default, 1/sqrt(D) */
+    gn->alpha = gn->host_f;
+    gn->trans_b = 1;
+    si_node_add_input(gn, x);
+    si_node_add_input(gn, k);
+    si_node_add_input(gn, v);
+    if (mask >= 0) si_node_add_input(gn, mask);
+    return true;
+}
+
+const si_import_row si_import_attention_rows[] = {
+    {.onnx = "Attention",
+     .kind = SI_OP_ATTENTION,
+     .convert = convert_attention,
+     .infer = infer_attention},
+    {.onnx = NULL},
+};
+
+/* --- the fusion ------------------------------------------------------------------------------ */
+static si_gnode *producer(si_graph *g, int v) {
+    int p = g->values[v].producer;
+    return p >= 0 ? &g->nodes[p] : NULL;
+}
+
+/* The batch-2 value of every one-element float HOST value (NAN otherwise), set by
+ * si_fuse_attention's caller: a scale computed from shapes (the TorchScript exporter's
+ * Sqrt(1 / Sqrt(D)) on Q and K) may be taken when it is the same at batch 1 and 2. */
+static const float *host_at_2;
+
+/* The scalar of a one-element float constant (or batch-independent host value), or NAN. */
+static float scalar(const si_graph *g, int v) {
+    const si_value *c = &g->values[v];
+    if (c->kind == SI_VAL_RUNTIME || c->dtype != SI_DT_FLOAT || si_shape_numel(&c->shape) != 1 ||
+        !c->data)
+        return NAN;
+    float f = ((const float *)c->data)[0];
+    if (c->kind == SI_VAL_HOST && (!host_at_2 || host_at_2[v] != f)) return NAN;
+    return f;
+}
+
+/* v = Mul(u, c) or Div(u, c) with c a scalar constant and v read once: *u and the factor. */
+static bool scaled(si_graph *g, int v, int *u, float *f) {
+    si_gnode *p = producer(g, v);
+    if (!p || p->op != SI_OP_BINARY || p->act.kind || g->values[v].uses != 1) return false;
+    for (int side = 0; side < 2; side++) {
+        float c = scalar(g, p->in[1 - side]);
+        if (isnan(c) || (p->binop == SI_BIN_DIV && side == 1)) continue;
+        if (p->binop == SI_BIN_MUL)
+            *f = c;
+        else if (p->binop == SI_BIN_DIV && c != 0.f)
+            *f = 1.f / c;
+        else
+            continue;
+        *u = p->in[side];
+        return true;
+    }
+    return false;
+}
+
+/* What one matched pattern absorbs: the nodes that die, and the fused node's inputs. */
+typedef struct {
+    int dead[8], n_dead;
+    int q, k, v, bias, trans_b;
+    float scale;
+} match;
+
+static void kill_producer(si_graph *g, match *m, int v) {
+    m->dead[m->n_dead++] = g->values[v].producer;
+}
+
+/* scores = MatMul(q', k') where q' = [q * a] and k' = [k^T * b] or [kt * b]. */
+static bool match_scores(si_graph *g, int sv, match *m) {
+    si_gnode *mm = producer(g, sv);
+    if (!mm || mm->op != SI_OP_MATMUL || mm->bias >= 0 || mm->residual >= 0 || mm->act.kind ||
+        g->values[sv].uses != 1)
+        return false;
+    kill_producer(g, m, sv);
+    int q = mm->in[0], kt = mm->in[1], u;
+    float f;
+    if (scaled(g, q, &u, &f)) {
+        kill_producer(g, m, q);
+        m->scale *= f;
+        q = u;
+    }
+    if (scaled(g, kt, &u, &f)) {
+        kill_producer(g, m, kt);
+        m->scale *= f;
+        kt = u;
+    }
+    m->q = q;
+    m->k = kt;
+    m->trans_b = 0;
+    si_gnode *t = producer(g, kt);
+    int nd = g->values[kt].shape.ndim;
+    if (t && t->op == SI_OP_TRANSPOSE && g->values[kt].uses == 1 && nd >= 3) {
+        bool swap = t->perm[nd - 1] == nd - 2 && t->perm[nd - 2] == nd - 1;
+        for (int d = 0; d < nd - 2; d++) swap = swap && t->perm[d] == d;
+        if (swap) {
+            kill_producer(g, m, kt);
+            m->k = t->in[0];
+            m->trans_b = 1;
+        }
+    }
+    return g->values[m->q].kind == SI_VAL_RUNTIME && g->values[m->k].kind == SI_VAL_RUNTIME;
+}
+
+/* Softmax node sm over the last axis, read by one MatMul as its A: walk back to the scores. */
+static bool match_at(si_graph *g, si_gnode *sm, si_gnode **out_mm, match *m) {
+    const si_value *sv = &g->values[sm->out];
+    int nd = sv->shape.ndim;
+    if (nd < 3 || (sm->axis != -1 && sm->axis != nd - 1)) return false;
+    if (sm->legacy_axis && sm->axis != nd - 1 && sm->axis != -1) return false;
+    si_gnode *mm2 = NULL;
+    for (int k = 0; k < g->n_nodes && sv->uses == 1; k++)
+        if (g->nodes[k].op == SI_OP_MATMUL && g->nodes[k].in[0] == sm->out) mm2 = &g->nodes[k];
+    if (!mm2 || mm2->bias >= 0 || mm2->residual >= 0 || mm2->act.kind) return false;
+    memset(m, 0, sizeof *m);
+    m->scale = 1.f;
+    m->bias = -1;
+    m->dead[m->n_dead++] = (int)(sm - g->nodes);
+    int x = sm->in[0], u;
+    float f;
+    if (scaled(g, x, &u, &f)) { /* scale after the bias would scale the bias too: not fused */
+        kill_producer(g, m, x);
+        m->scale *= f;
+        x = u;
+    }
+    si_gnode *ad = producer(g, x);
+    if (ad && ad->op == SI_OP_BINARY && ad->binop == SI_BIN_ADD && !ad->act.kind &&
+        g->values[x].uses == 1 && m->scale == 1.f) {
+        for (int side = 0; side < 2 && m->bias < 0; side++) {
+            match t = *m;
+            t.dead[t.n_dead++] = (int)(ad - g->nodes);
+            int s = ad->in[side];
+            if (scaled(g, s, &u, &f)) {
+                kill_producer(g, &t, s);
+                t.scale *= f;
+                s = u;
+            }
+            if (match_scores(g, s, &t)) {
+                t.bias = ad->in[1 - side];
+                *m = t;
+            }
+        }
+        if (m->bias < 0) return false;
+    } else if (!match_scores(g, x, m)) {
+        return false;
+    }
+    m->v = mm2->in[1];
+    *out_mm = mm2;
+    return g->values[m->v].kind == SI_VAL_RUNTIME;
+}
+
+/* The shapes the fused op needs (same batch dims, K and V agree), at the inferred batch. */
+static bool shapes_fit(const si_graph *g, const match *m) {
+    const si_shape *q = &g->values[m->q].shape, *k = &g->values[m->k].shape,
+                   *v = &g->values[m->v].shape;
+    int nd = q->ndim;
+    if (nd < 3 || k->ndim != nd || v->ndim != nd) return false;
+    for (int d = 0; d < nd - 2; d++)
+        if (k->dims[d] != q->dims[d] || v->dims[d] != q->dims[d]) return false;
+    int64_t s = m->trans_b ? k->dims[nd - 2] : k->dims[nd - 1];
+    int64_t dk = m->trans_b ? k->dims[nd - 1] : k->dims[nd - 2];
+    return dk == q->dims[nd - 1] && v->dims[nd - 2] == s &&
+           (m->bias < 0 || g->values[m->bias].shape.ndim <= nd);
+}
+
+int si_fuse_attention(si_graph *g, const float *host_scalars_at_2) {
+    int fused = 0;
+    host_at_2 = host_scalars_at_2;
+    for (int j = 0; j < g->n_nodes; j++) {
+        si_gnode *sm = &g->nodes[j], *mm2;
+        match m;
+        if (sm->op != SI_OP_SOFTMAX || !match_at(g, sm, &mm2, &m) || !shapes_fit(g, &m)) continue;
+        size_t len = strlen(mm2->op_type) + 64;
+        char *type = si_xmalloc(len);
+        snprintf(type, len, "Attention(MatMul+%sSoftmax+MatMul)", m.bias >= 0 ? "Add+" : "");
+        free(mm2->op_type);
+        mm2->op_type = type;
+        mm2->op = SI_OP_ATTENTION;
+        mm2->n_in = 0;
+        si_node_add_input(mm2, m.q);
+        si_node_add_input(mm2, m.k);
+        si_node_add_input(mm2, m.v);
+        if (m.bias >= 0) si_node_add_input(mm2, m.bias);
+        mm2->trans_b = m.trans_b;
+        mm2->alpha = m.scale;
+        mm2->host_f = m.scale; /* given: infer keeps it */
+        for (int d = 0; d < m.n_dead; d++) g->nodes[m.dead[d]].op = -1;
+        si_graph_compact(g);
+        fused++;
+        j = -1; /* node indices moved */
+    }
+    host_at_2 = NULL;
+    return fused;
+}
