@@ -717,7 +717,13 @@ def t_embed_f16(a):
           np.array_equal(half_bits(rm["datasets"]["embedding"]), got),
           "merged float16 embeddings differ from one run over the set")
     check(rm["attrs"]["post_params"] == "embed dtype=float16", "merge lost post_params")
-    print("  2 parts merged == one run over both (float16 kept)")
+    part32 = run_post(a, "embed.onnx", "embed_f32_part1.h5", "embed", set_path=paths[1])
+    bad = os.path.join(a.dir, "embed_mixed_merged.h5")
+    p = sh([a.shardinfer, "merge", "--output", bad, "--overwrite", parts[0], part32],
+           expect_rc=1, quiet=True)
+    check("other settings" in p.stderr and not os.path.exists(bad),
+          f"merging a float32 part with a float16 one was not refused: {p.stderr}")
+    print("  2 parts merged == one run over both (float16 kept); float32 + float16 refused")
     # 5. show prints the halves' values
     p = sh([a.shardinfer, "show", os.path.join(a.dir, "embed_f16.h5"), "--limit", "1"], quiet=True)
     first = float(e16[0, 0]) if inp["ok"][0] else None
