@@ -13,6 +13,24 @@ hid_t si_h5_utf8_type(void) {
     return t;
 }
 
+/* HDF5 1.14.4 predefines IEEE half; before it, the type is made as h5py makes it (so h5py
+ * reads it as numpy float16): float32's layout narrowed to 1 sign, 5 exponent and 10 mantissa
+ * bits with bias 15. Little-endian either way, as every column of a result is. */
+hid_t si_h5_f16_type(void) {
+#if H5_VERSION_GE(1, 14, 4)
+    return H5Tcopy(H5T_IEEE_F16LE);
+#else
+    hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+    if (t < 0) return t;
+    if (H5Tset_fields(t, 15, 10, 5, 0, 10) < 0 || H5Tset_size(t, 2) < 0 ||
+        H5Tset_ebias(t, 15) < 0) {
+        H5Tclose(t);
+        return H5I_INVALID_HID;
+    }
+    return t;
+#endif
+}
+
 herr_t si_h5_attr(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *v) {
     hid_t sp = H5Screate(H5S_SCALAR);
     hid_t a = sp >= 0 ? H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT) : -1;

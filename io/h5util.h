@@ -6,6 +6,10 @@
 
 /* A variable-length UTF-8 string type; caller closes it with H5Tclose. */
 hid_t si_h5_utf8_type(void);
+/* IEEE 754 half, little-endian (numpy's float16): the file and memory type of a float16
+ * column, whose values are in memory as the bits src/base/half.h makes. Caller closes it with
+ * H5Tclose; negative on failure. */
+hid_t si_h5_f16_type(void);
 /* Writes a scalar attribute `name` on obj (file type ftype, memory type mtype). */
 herr_t si_h5_attr(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *v);
 /* Reads string attribute `name` of obj (caller frees), or NULL when it is not there or unreadable.

@@ -71,13 +71,20 @@ static char *part_key(hid_t file) {
     return out;
 }
 
+/* The memory type rows of file type ft are copied in: the native one, but for a half, which is
+ * copied in its own type since HDF5 1.10 has no native half and going through float rewrites
+ * the bits of NaN (a failed image's row). Caller closes it. */
+static hid_t copy_type(hid_t ft) {
+    if (H5Tget_class(ft) == H5T_FLOAT && H5Tget_size(ft) == 2) return H5Tcopy(ft);
+    return H5Tget_native_type(ft, H5T_DIR_ASCEND);
+}
+
 /* Copies rows [0, n) of src's dataset `name` to rows [at, at + n) of dst's; add is added to
  * every value (for index-like uint64 columns), drop_last leaves out the last source row. */
 static si_status copy_rows(hid_t src, hid_t dst, const char *name, uint64_t at, uint64_t add,
                            uint64_t n, const char *part) {
     hid_t ds = H5Dopen2(src, name, H5P_DEFAULT), dd = H5Dopen2(dst, name, H5P_DEFAULT);
-    hid_t ft = ds >= 0 ? H5Dget_type(ds) : -1,
-          mt = ft >= 0 ? H5Tget_native_type(ft, H5T_DIR_ASCEND) : -1;
+    hid_t ft = ds >= 0 ? H5Dget_type(ds) : -1, mt = ft >= 0 ? copy_type(ft) : -1;
     hid_t sp = ds >= 0 ? H5Dget_space(ds) : -1;
     hsize_t dims[8] = {0};
     int nd = sp >= 0 ? H5Sget_simple_extent_dims(sp, dims, NULL) : -1;

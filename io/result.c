@@ -32,6 +32,7 @@ typedef struct {
 struct si_result {
     char *path, *partial, *journal;
     hid_t file, status_ds, col_ds[SI_RESULT_MAX_COLS];
+    hid_t f16; /* the half type when a column is F16 (si_h5_f16_type), else invalid */
     si_result_schema schema;
     uint64_t n, n_chunks, images_done, chunks_done;
     uint32_t chunk;
@@ -55,14 +56,18 @@ char *si_result_journal_path(const char *path) {
     return suffixed(path, ".journal");
 }
 
-static hid_t col_mem_type(si_result_type t) {
+/* A half column has one type in memory and in the file, so HDF5 copies its bits unconverted:
+ * the rounding is src/base/half.h's, never HDF5's. */
+static hid_t col_mem_type(const si_result *r, si_result_type t) {
     return t == SI_RESULT_I32   ? H5T_NATIVE_INT32
            : t == SI_RESULT_F32 ? H5T_NATIVE_FLOAT
+           : t == SI_RESULT_F16 ? r->f16
                                 : H5T_NATIVE_DOUBLE;
 }
-static hid_t col_file_type(si_result_type t) {
+static hid_t col_file_type(const si_result *r, si_result_type t) {
     return t == SI_RESULT_I32   ? H5T_STD_I32LE
            : t == SI_RESULT_F32 ? H5T_IEEE_F32LE
+           : t == SI_RESULT_F16 ? r->f16
                                 : H5T_IEEE_F64LE;
 }
 
@@ -86,6 +91,7 @@ static void result_free(si_result *r) {
         if (r->col_ds[c] >= 0) H5Dclose(r->col_ds[c]);
     if (r->status_ds >= 0) H5Dclose(r->status_ds);
     if (r->file >= 0) H5Fclose(r->file);
+    if (r->f16 >= 0) H5Tclose(r->f16);
     if (r->jfd >= 0) close(r->jfd);
     si_bytes_free(&r->pending);
     si_bytes_free(&r->colbuf);
@@ -102,8 +108,10 @@ static si_result *result_new(const char *path, const si_result_schema *schema, u
     r->path = si_xstrdup(path);
     r->partial = si_result_partial_path(path);
     r->journal = si_result_journal_path(path);
-    r->file = r->status_ds = H5I_INVALID_HID;
+    r->file = r->status_ds = r->f16 = H5I_INVALID_HID;
     for (int c = 0; c < SI_RESULT_MAX_COLS; c++) r->col_ds[c] = H5I_INVALID_HID;
+    for (int c = 0; c < schema->n_cols; c++)
+        if (schema->cols[c].type == SI_RESULT_F16 && r->f16 < 0) r->f16 = si_h5_f16_type();
     r->jfd = -1;
     r->schema = *schema;
     r->n = n;
@@ -179,7 +187,7 @@ si_status si_result_create(const char *path, const si_result_schema *schema, uin
     for (int c = 0; c < schema->n_cols && e >= 0; c++) {
         const si_result_col *col = &schema->cols[c];
         r->col_ds[c] =
-            make_fixed(r->file, col->name, col_file_type(col->type), n, col->ndim, col->dims);
+            make_fixed(r->file, col->name, col_file_type(r, col->type), n, col->ndim, col->dims);
         if (r->col_ds[c] < 0) e = -1;
     }
     if (e < 0 || r->status_ds < 0 || H5Fflush(r->file, H5F_SCOPE_GLOBAL) < 0) {
@@ -284,6 +292,30 @@ static si_status read_journal(si_result *r, const si_result_meta *meta) {
     return SI_OK;
 }
 
+/* The partial file's columns, each of the type this run writes: the resume key already holds
+ * what decides the types, so a mismatch here is a file changed by hand. */
+static si_status open_columns(si_result *r) {
+    static const char *const type_names[] = {[SI_RESULT_I32] = "int32",
+                                             [SI_RESULT_F32] = "float32",
+                                             [SI_RESULT_F64] = "float64",
+                                             [SI_RESULT_F16] = "float16"};
+    for (int c = 0; c < r->schema.n_cols; c++) {
+        const si_result_col *col = &r->schema.cols[c];
+        r->col_ds[c] = H5Dopen2(r->file, col->name, H5P_DEFAULT);
+        if (r->col_ds[c] < 0)
+            return si_error(SI_ERR_FORMAT, "--resume: %s has no dataset %s", r->partial, col->name);
+        hid_t t = H5Dget_type(r->col_ds[c]);
+        htri_t same = t >= 0 ? H5Tequal(t, col_file_type(r, col->type)) : -1;
+        if (t >= 0) H5Tclose(t);
+        if (same <= 0)
+            return si_error(SI_ERR_FORMAT,
+                            "--resume: %s holds %s in another type than the %s this run writes; "
+                            "start again with --overwrite instead of --resume",
+                            r->partial, col->name, type_names[col->type]);
+    }
+    return SI_OK;
+}
+
 si_status si_result_resume(const char *path, const si_result_schema *schema, uint64_t n,
                            const si_result_meta *meta, uint32_t *chunk, uint8_t **done,
                            si_result **out) {
@@ -328,14 +360,9 @@ si_status si_result_resume(const char *path, const si_result_schema *schema, uin
     r->file = file;
     si_status st = SI_OK;
     r->status_ds = H5Dopen2(file, "status", H5P_DEFAULT);
-    for (int c = 0; c < schema->n_cols; c++) {
-        r->col_ds[c] = H5Dopen2(file, schema->cols[c].name, H5P_DEFAULT);
-        if (r->col_ds[c] < 0)
-            st = si_error(SI_ERR_FORMAT, "--resume: %s has no dataset %s", r->partial,
-                          schema->cols[c].name);
-    }
-    if (r->status_ds < 0 && st == SI_OK)
+    if (r->status_ds < 0)
         st = si_error(SI_ERR_FORMAT, "--resume: %s has no dataset status", r->partial);
+    if (st == SI_OK) st = open_columns(r);
     if (st == SI_OK) {
         int runs = 0;
         read_attr(file, "runs", H5T_NATIVE_INT, &runs);
@@ -396,7 +423,7 @@ si_status si_result_put(si_result *r, const uint8_t *rows, const uint8_t *tail, 
         const si_result_col *col = &r->schema.cols[c];
         if ((st = si_bytes_reserve(&r->colbuf, col->bytes * t.n)) != SI_OK) return st;
         gather_column(&r->schema, c, rows, t.n, r->colbuf.data);
-        if (write_rows(r->col_ds[c], col_mem_type(col->type), col->ndim, t.first, t.n,
+        if (write_rows(r->col_ds[c], col_mem_type(r, col->type), col->ndim, t.first, t.n,
                        r->colbuf.data) < 0)
             return si_error(SI_ERR_IO, "%s: cannot write %s (disk full?)", r->partial, col->name);
     }

@@ -21,7 +21,8 @@
 #define SI_RESULT_MAX_COLS 16
 #define SI_RESULT_MAX_DIMS 8
 
-typedef enum { SI_RESULT_I32, SI_RESULT_F32, SI_RESULT_F64 } si_result_type;
+/* F16: IEEE half, held in a row as its 16 bits (src/base/half.h) and stored as they are. */
+typedef enum { SI_RESULT_I32, SI_RESULT_F32, SI_RESULT_F64, SI_RESULT_F16 } si_result_type;
 
 /* One fixed-size column: the dataset NAME of [N, dims...] values of `type`, whose values for one
  * image sit at `offset` in that image's row (`bytes` = numel * the type's size). */

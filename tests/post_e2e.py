@@ -20,6 +20,9 @@ Usage: post_e2e.py --shardinfer BIN --dir WORK [--ref-python PY] SUBCOMMAND
               outputs in WORK
   classify    top-K classes and probabilities (K = 5 and --topk 3) against onnxruntime's softmax
   embed       L2-normalized vectors against onnxruntime's output normalized in float64
+  embed-f16   --embed-dtype float16: numpy's astype(float16) of the float32 run's embeddings, bit
+              for bit, through the gathering and the parallel writer, a SIGTERM and --resume
+              (refused with float32), `shardinfer merge` of two parts and `shardinfer show`
   congestion  score and map mean against post_congestion_ref.py (OpenCV Canny and blur)
   raw         two outputs, one named "head/logits", against onnxruntime; -np 1 and -np 2 give
               identical results
@@ -37,8 +40,10 @@ import argparse
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -94,11 +99,11 @@ def sh(cmd, expect_rc=0, timeout=TIMEOUT, quiet=False):
     return p
 
 
-def run_post(a, model, out, post, np_=2, extra=(), resize=SMALL_RESIZE):
+def run_post(a, model, out, post, np_=2, extra=(), resize=SMALL_RESIZE, set_path=None):
     """mpirun -np np_ shardinfer run --post post; returns the result's path."""
     path = os.path.join(a.dir, out)
     sh(["mpirun", "-np", str(np_), a.shardinfer, "run", "--model",
-        os.path.join(a.dir, "models", model), "--input", os.path.join(a.dir, "set.h5"),
+        os.path.join(a.dir, "models", model), "--input", set_path or os.path.join(a.dir, "set.h5"),
         "--output", path, "--post", post, "--batch", "3", "--resize", str(resize),
         "--exact-preprocess", "--schedule", "static", "--threads", "1", "--progress", "none",
         "--overwrite", *extra], quiet=True)
@@ -586,6 +591,147 @@ def t_embed(a):
     print("embed: OK: within 1e-5 of onnxruntime's output normalized in float64")
 
 
+def half_bits(x):
+    """A float16 array's bit patterns, so NaN rows compare exactly too."""
+    check(x.dtype == np.float16, f"dtype {x.dtype}, expected float16")
+    return np.ascontiguousarray(x).view(np.uint16)
+
+
+def interrupted_f16(a, out, args):
+    """A float16 run stopped by SIGTERM once its first chunk is journaled: exit 6 and a partial
+    result to resume. Runs without mpirun so the signal reaches the one rank directly."""
+    for f in (out, out + ".partial", out + ".journal"):
+        if os.path.exists(f):
+            os.remove(f)
+    cmd = [a.shardinfer, "run", *args, "--output", out, "--schedule", "static",
+           "--flush-interval", "0.05", "--test-slow-rank", "0:300"]
+    print("$", " ".join(cmd), flush=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=mpi_env())
+    t0 = time.time()
+    while time.time() - t0 < 60 and p.poll() is None:
+        if os.path.exists(out + ".journal") and os.path.getsize(out + ".journal") > 40:
+            break  # the 40-byte header and at least one chunk's record
+        time.sleep(0.02)
+    p.send_signal(signal.SIGTERM)
+    try:
+        so, se = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise Fail("the interrupted run did not end within 60 s of SIGTERM")
+    check(p.returncode == 6, f"SIGTERM: exit code {p.returncode}, expected 6\n{se}")
+    with h5py_file(out + ".partial") as f:
+        check(f["embedding"].dtype == np.float16, "the partial result's embedding is not float16")
+
+
+def h5py_file(path):
+    import h5py
+    return h5py.File(path, "r")
+
+
+def split_set(a, sizes):
+    """set.h5 cut into files of these sizes (a job array's parts); their paths and a list file."""
+    with h5py_file(os.path.join(a.dir, "set.h5")) as f:
+        off, data, ids = f["images/offsets"][:], f["images/data"][:], f["images/ids"][:]
+    import h5py
+    paths, lo = [], 0
+    for k, n in enumerate(sizes):
+        paths.append(os.path.join(a.dir, f"f16_part{k}.h5"))
+        with h5py.File(paths[-1], "w") as g:
+            g["images/data"] = data[off[lo]:off[lo + n]]
+            g["images/offsets"] = (off[lo:lo + n + 1] - off[lo]).astype(np.uint64)
+            g.create_dataset("images/ids", data=ids[lo:lo + n], dtype=h5py.string_dtype())
+        lo += n
+    lst = os.path.join(a.dir, "f16_parts.txt")
+    with open(lst, "w") as f:
+        f.write("\n".join(paths) + "\n")
+    return paths, lst
+
+
+def t_embed_f16(a):
+    inp = load_inputs(a)
+    f16 = ["--embed-dtype", "float16"]
+    r32 = read_result(run_post(a, "embed.onnx", "embed_f32.h5", "embed"))
+    r16 = read_result(run_post(a, "embed.onnx", "embed_f16.h5", "embed", extra=f16))
+    e32 = check_common(r32, inp, "embed")["embedding"]
+    e16 = check_common(r16, inp, "embed", ["dtype=float16"])["embedding"]
+    check(r32["attrs"]["post_params"] == "embed", f"float32 post_params {r32['attrs']['post_params']!r}")
+    check(r16["attrs"]["post_params"] == "embed dtype=float16",
+          f"float16 post_params {r16['attrs']['post_params']!r}")
+    check(e32.dtype == np.float32 and e16.shape == e32.shape, f"embedding {e16.dtype} {e16.shape}")
+    # 1. numpy's conversion of the float32 run, every row (NaN ones too) bit for bit
+    want = half_bits(e32.astype(np.float16))
+    got = half_bits(e16)
+    check(np.array_equal(got, want),
+          f"{int((got != want).sum())} values differ from numpy's astype(float16) of the float32 "
+          "run")
+    check_nan_rows("embedding", e16, inp)
+    D = e16.shape[1]
+    nrm = np.linalg.norm(ok_rows(e16, inp).astype(np.float64), axis=1)
+    tol = 2.0 ** -11 + np.sqrt(D) * 2.0 ** -25  # a half's relative rounding, subnormals' absolute
+    check(np.all(np.abs(nrm - 1) <= tol), f"norms {nrm} not 1 within {tol:.3g}")
+    print(f"  float16 == numpy astype(float16) of the float32 run ({got.size} values); "
+          f"norms within {np.abs(nrm - 1).max():.2g} of 1")
+    # 2. the parallel writer (each rank's rows written with MPI-IO) and one rank: the same bits
+    for name, extra in (("parallel", ["--writer", "parallel"]), ("np1", [])):
+        r = read_result(run_post(a, "embed.onnx", f"embed_f16_{name}.h5", "embed",
+                                 np_=1 if name == "np1" else 2, extra=f16 + extra))
+        check(np.array_equal(half_bits(r["datasets"]["embedding"]), got),
+              f"{name}: float16 embeddings differ from the gathering writer's")
+    print("  --writer parallel and -np 1: identical")
+    # 3. SIGTERM, then --resume: refused with float32, completed with float16 into the same file;
+    # chunks of one image, so that the chunks the pipeline has claimed when the signal comes
+    # leave most of the 20 to the resumed run
+    base = ["--model", os.path.join(a.dir, "models", "embed.onnx"), "--input",
+            os.path.join(a.dir, "set.h5"), "--post", "embed", "--batch", "1", "--chunk", "1",
+            "--resize", str(SMALL_RESIZE), "--exact-preprocess", "--threads", "1", "--progress",
+            "none"]
+    out, ref = (os.path.join(a.dir, f"embed_f16_{n}.h5") for n in ("resumed", "uninterrupted"))
+    interrupted_f16(a, out, base + f16)
+    p = sh([a.shardinfer, "run", *base, "--output", out, "--resume"], expect_rc=1, quiet=True)
+    msg = [l for l in p.stderr.splitlines() if "--resume" in l]
+    check(len(msg) == 1 and "different settings" in msg[0] and "dtype=float16" in msg[0],
+          f"the refusal of a float32 resume does not name the dtype: {p.stderr}")
+    check(os.path.exists(out + ".partial"), "a refused resume removed the partial result")
+    print(f"  float32 resume of a float16 run refused: {msg[0]}")
+    p = sh([a.shardinfer, "run", *base, *f16, "--output", out, "--resume"])
+    check("[resumed]" in p.stdout, "the summary does not say the run was resumed")
+    sh([a.shardinfer, "run", *base, *f16, "--output", ref, "--overwrite"], quiet=True)
+    rr, ru = read_result(out), read_result(ref)
+    check(np.array_equal(half_bits(rr["datasets"]["embedding"]),
+                         half_bits(ru["datasets"]["embedding"])) and
+          np.array_equal(rr["datasets"]["status"], inp["status"]),
+          "the resumed float16 run differs from the uninterrupted one")
+    print("  SIGTERM + --resume (float16) == the uninterrupted run")
+    # 4. two parts merged == one run over both; float16 kept
+    paths, lst = split_set(a, [8, COUNT - 8])
+    whole = read_result(run_post(a, "embed.onnx", "embed_f16_whole.h5", "embed", extra=f16,
+                                 set_path=lst))
+    parts = [run_post(a, "embed.onnx", f"embed_f16_part{k}.h5", "embed", extra=f16, set_path=p)
+             for k, p in enumerate(paths)]
+    merged = os.path.join(a.dir, "embed_f16_merged.h5")
+    sh([a.shardinfer, "merge", "--output", merged, "--overwrite", *parts], quiet=True)
+    rm = read_result(merged)
+    check(np.array_equal(half_bits(rm["datasets"]["embedding"]),
+                         half_bits(whole["datasets"]["embedding"])) and
+          np.array_equal(half_bits(rm["datasets"]["embedding"]), got),
+          "merged float16 embeddings differ from one run over the set")
+    check(rm["attrs"]["post_params"] == "embed dtype=float16", "merge lost post_params")
+    part32 = run_post(a, "embed.onnx", "embed_f32_part1.h5", "embed", set_path=paths[1])
+    bad = os.path.join(a.dir, "embed_mixed_merged.h5")
+    p = sh([a.shardinfer, "merge", "--output", bad, "--overwrite", parts[0], part32],
+           expect_rc=1, quiet=True)
+    check("other settings" in p.stderr and not os.path.exists(bad),
+          f"merging a float32 part with a float16 one was not refused: {p.stderr}")
+    print("  2 parts merged == one run over both (float16 kept); float32 + float16 refused")
+    # 5. show prints the halves' values
+    p = sh([a.shardinfer, "show", os.path.join(a.dir, "embed_f16.h5"), "--limit", "1"], quiet=True)
+    first = float(e16[0, 0]) if inp["ok"][0] else None
+    check(first is None or f"embedding: {first:.4g} " in p.stdout, f"show: {p.stdout!r}")
+    print("embed-f16: OK: numpy's float16 of the float32 embeddings, through both writers, a "
+          "resume (a float32 one refused) and a merge")
+
+
 def t_raw(a):
     inp = load_inputs(a)
     logits, feat = load_ort(a, "raw")
@@ -748,10 +894,11 @@ def main():
     ap.add_argument("--dir", required=True)
     ap.add_argument("--ref-python", default=sys.executable,
                     help="python with OpenCV and torchvision for the references")
-    ap.add_argument("cmd", choices=["prepare", "classify", "embed", "congestion", "raw",
-                                    "detect", "bad-post"])
+    ap.add_argument("cmd", choices=["prepare", "classify", "embed", "embed-f16", "congestion",
+                                    "raw", "detect", "bad-post"])
     a = ap.parse_args()
-    fn = {"prepare": prepare, "classify": t_classify, "embed": t_embed, "raw": t_raw,
+    fn = {"prepare": prepare, "classify": t_classify, "embed": t_embed, "embed-f16": t_embed_f16,
+          "raw": t_raw,
           "congestion": t_congestion, "detect": t_detect, "bad-post": t_bad_post}[a.cmd]
     try:
         fn(a)

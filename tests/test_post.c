@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/half.h"
 #include "post/post.h"
 #include "tests/test_util.h"
 
@@ -227,13 +228,17 @@ typedef struct {
     uint8_t *row;
 } fixture;
 
-static void setup(fixture *f, si_post_kind k, int n, const si_shape *s) {
-    f->c = cfg(k);
+static void setup_cfg(fixture *f, const si_post_config *c, int n, const si_shape *s) {
+    f->c = *c;
     SI_ASSERT(si_post_plan_make(&f->c, n, NULL, s, &f->p) == SI_OK);
     f->scratch = malloc(f->p.scratch_bytes ? f->p.scratch_bytes : 1);
     memset(f->scratch, POISON, f->p.scratch_bytes);
     f->row = malloc(f->p.row_bytes + 8);
     memset(f->row, POISON, f->p.row_bytes + 8);
+}
+static void setup(fixture *f, si_post_kind k, int n, const si_shape *s) {
+    si_post_config c = cfg(k);
+    setup_cfg(f, &c, n, s);
 }
 static void done(fixture *f) {
     free(f->scratch), free(f->row);
@@ -245,6 +250,11 @@ static float f32_at(const uint8_t *row, size_t off, int i) {
 }
 static int32_t i32_at(const uint8_t *row, size_t off, int i) {
     int32_t v;
+    memcpy(&v, row + off + (size_t)i * sizeof v, sizeof v);
+    return v;
+}
+static uint16_t f16_at(const uint8_t *row, size_t off, int i) {
+    uint16_t v;
     memcpy(&v, row + off + (size_t)i * sizeof v, sizeof v);
     return v;
 }
@@ -387,6 +397,108 @@ static void test_embed(unsigned *seed) {
     CHECK(si_post_image(&f.c, &f.p, outs, f.scratch, f.row, NULL, NULL) == SI_ERR_ARG);
     free(v);
     done(&f);
+}
+
+/* --embed-dtype: the option's spellings, the float16 column's plan and parameters, and kinds that
+ * refuse it. */
+static void test_embed_dtype(void) {
+    si_embed_dtype t = SI_EMBED_F16;
+    CHECK(si_post_embed_dtype_parse("float32", &t) && t == SI_EMBED_F32);
+    CHECK(si_post_embed_dtype_parse("float16", &t) && t == SI_EMBED_F16);
+    CHECK(!si_post_embed_dtype_parse("half", &t) && !si_post_embed_dtype_parse("Float32", &t));
+    CHECK(!si_post_embed_dtype_parse("", &t) && !si_post_embed_dtype_parse(NULL, &t));
+    CHECK(t == SI_EMBED_F16 && si_post_config_default().embed_dtype == SI_EMBED_F32);
+
+    si_post_config c = cfg(SI_POST_EMBED);
+    c.embed_dtype = SI_EMBED_F16;
+    si_post_plan p;
+    const char *names[1] = {"emb"};
+    si_shape s = SHAPE(1, I(512));
+    memset(&p, POISON, sizeof p);
+    CHECK(si_post_plan_make(&c, 1, names, &s, &p) == SI_OK);
+    CHECK(p.n_cols == 1 && p.row_bytes == 1024 && p.out_numel[0] == 512);
+    check_col(&p, 0, "embedding", SI_COL_F16, 1, 512, 0, 1024);
+    s = SHAPE(3, I(3), I(1), I(1));
+    CHECK(si_post_plan_make(&c, 1, names, &s, &p) == SI_OK);
+    CHECK(p.row_bytes == 8 && p.cols[0].bytes == 6);
+    si_result_schema rs;
+    si_post_schema(&p, &rs);
+    CHECK(rs.n_cols == 1 && rs.cols[0].type == SI_RESULT_F16 && rs.cols[0].bytes == 6);
+    char buf[128];
+    si_post_params(&c, &p, buf, sizeof buf);
+    CHECK_MSG(!strcmp(buf, "embed dtype=float16"), "%s", buf);
+    c.embed_dtype = SI_EMBED_F32; /* the default keeps the spelling of results made before */
+    si_post_params(&c, &p, buf, sizeof buf);
+    CHECK_MSG(!strcmp(buf, "embed"), "%s", buf);
+
+    const si_post_kind others[] = {SI_POST_CLASSIFY, SI_POST_RAW, SI_POST_CONGESTION};
+    for (int k = 0; k < 3; k++) {
+        c = cfg(others[k]);
+        c.embed_dtype = SI_EMBED_F16;
+        s = others[k] == SI_POST_CONGESTION ? SHAPE(2, I(8), I(8)) : SHAPE(1, I(10));
+        si_error_clear();
+        CHECK(si_post_plan_make(&c, 1, names, &s, &p) == SI_ERR_ARG);
+        CHECK_MSG(strstr(si_error_msg(), "--embed-dtype float16 is for --post embed") != NULL, "%s",
+                  si_error_msg());
+    }
+}
+
+/* float16 embeddings: each value is the float32 run's value rounded by si_half_from_float (itself
+ * checked against numpy in test_half), the norm 1 within a half's rounding, a zero vector zero,
+ * and a failed image's row NaN. */
+static void test_embed_f16(unsigned *seed) {
+    const int D = 768;
+    si_shape s = SHAPE(1, I(D));
+    si_post_config c16 = cfg(SI_POST_EMBED);
+    c16.embed_dtype = SI_EMBED_F16;
+    fixture f32, f16;
+    setup(&f32, SI_POST_EMBED, 1, &s);
+    setup_cfg(&f16, &c16, 1, &s);
+    float *v = malloc(sizeof(float) * D);
+    const float *outs[1] = {v};
+    for (int r = 0; r < 4; r++) {
+        /* r == 3: a few large components and many tiny ones, which become subnormal halves */
+        for (int i = 0; i < D; i++)
+            v[i] = r == 3 && i % 50 ? 1e-6f * test_randf(seed)
+                                    : 3.f * (float)(r + 1) * test_randf(seed);
+        memset(f16.row, POISON, f16.p.row_bytes);
+        CHECK(si_post_image(&f32.c, &f32.p, outs, f32.scratch, f32.row, NULL, NULL) == SI_OK);
+        CHECK(si_post_image(&f16.c, &f16.p, outs, f16.scratch, f16.row, NULL, NULL) == SI_OK);
+        int differ = 0;
+        double n2 = 0;
+        for (int i = 0; i < D; i++) {
+            uint16_t h = f16_at(f16.row, 0, i);
+            differ += h != si_half_from_float(f32_at(f32.row, 0, i));
+            double y = si_half_to_float(h);
+            n2 += y * y;
+        }
+        CHECK_MSG(differ == 0, "round %d: %d halves are not the float32 values rounded", r, differ);
+        /* each normal half is within 2^-11 of its value relatively, a subnormal within 2^-25 */
+        double tol = 0x1p-11 + sqrt((double)D) * 0x1p-25;
+        CHECK_MSG(fabs(sqrt(n2) - 1) <= tol, "round %d: norm %.9f", r, sqrt(n2));
+    }
+    /* a zero vector: zeros in either type, not NaN */
+    memset(v, 0, sizeof(float) * D);
+    memset(f32.row, POISON, f32.p.row_bytes);
+    memset(f16.row, POISON, f16.p.row_bytes);
+    CHECK(si_post_image(&f32.c, &f32.p, outs, f32.scratch, f32.row, NULL, NULL) == SI_OK);
+    CHECK(si_post_image(&f16.c, &f16.p, outs, f16.scratch, f16.row, NULL, NULL) == SI_OK);
+    int nonzero = 0;
+    for (int i = 0; i < D; i++)
+        nonzero += f32_at(f32.row, 0, i) != 0.0f || isnan(f32_at(f32.row, 0, i)) ||
+                   f16_at(f16.row, 0, i) != 0;
+    CHECK_MSG(nonzero == 0, "%d values of a zero vector's embedding are not 0", nonzero);
+    /* non-finite: the image fails and its row holds float16 NaN */
+    v[7] = INFINITY;
+    si_error_clear();
+    CHECK(si_post_image(&f16.c, &f16.p, outs, f16.scratch, f16.row, NULL, NULL) == SI_ERR_ARG);
+    CHECK(strstr(si_error_msg(), "non-finite value in the embedding") != NULL);
+    int not_nan = 0;
+    for (int i = 0; i < D; i++) not_nan += f16_at(f16.row, 0, i) != 0x7e00;
+    CHECK_MSG(not_nan == 0, "%d values of a failed row are not float16 NaN", not_nan);
+    free(v);
+    done(&f32);
+    done(&f16);
 }
 
 /* A smooth map: a few random sinusoids plus a little noise, like a density head's output. */
@@ -583,6 +695,8 @@ int main(void) {
     test_rejections();
     test_classify(&seed);
     test_embed(&seed);
+    test_embed_dtype();
+    test_embed_f16(&seed);
     test_congestion(&seed);
     test_detect(&seed);
     test_raw(&seed);

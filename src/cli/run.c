@@ -32,7 +32,7 @@ static const char run_usage[] =
     "  --post classify    softmax + top-K: --topk K (default 5)\n"
     "  --post detect      YOLOv8 head: --score-threshold F (0.25), --iou-threshold F (0.45),\n"
     "                     --max-detections N (300), --class-agnostic\n"
-    "  --post embed       L2-normalized vectors\n"
+    "  --post embed       L2-normalized vectors: --embed-dtype float32 (default) or float16\n"
     "  --post congestion  score of a dense output map (k-means levels, Canny, Gaussian blur)\n"
     "  --post raw         every model output as it is\n"
     "  --post-threads N   threads of the postprocessing pool (default: half the rank's threads)\n"
@@ -117,7 +117,8 @@ enum {
     O_NOGRAPHS,
     O_RESIZEON,
     O_PACKKB,
-    O_TIMELINE
+    O_TIMELINE,
+    O_EMBEDDTYPE
 };
 
 static const struct option run_opts[] = {{"model", required_argument, 0, 'm'},
@@ -165,6 +166,7 @@ static const struct option run_opts[] = {{"model", required_argument, 0, 'm'},
                                          {"resize-on", required_argument, 0, O_RESIZEON},
                                          {"pack-kb", required_argument, 0, O_PACKKB},
                                          {"timeline", required_argument, 0, O_TIMELINE},
+                                         {"embed-dtype", required_argument, 0, O_EMBEDDTYPE},
                                          {0, 0, 0, 0}};
 
 /* Options that take their value as it is: paths, names and switches. */
@@ -280,6 +282,10 @@ static const char *opt_post(int c, const char *arg, run_args *a, char *buf, size
         if (!si_parse_int(arg, 0, 100000, &v))
             return usage_error(buf, cap, "--max-detections '%s': expected 0..100000", arg);
         post->detect.max_detections = (int)v;
+        return NULL;
+    case O_EMBEDDTYPE:
+        if (!si_post_embed_dtype_parse(arg, &post->embed_dtype))
+            return usage_error(buf, cap, "--embed-dtype '%s': expected float32 or float16", arg);
         return NULL;
     default: return not_mine;
     }

@@ -29,6 +29,7 @@ static const si_post_kind_ops *ops_of(si_post_kind k) {
 si_post_config si_post_config_default(void) {
     si_post_config c = {.kind = SI_POST_CLASSIFY,
                         .topk = 5,
+                        .embed_dtype = SI_EMBED_F32,
                         .detect = si_detect_params_default(),
                         .congestion = si_congestion_defaults()};
     return c;
@@ -46,6 +47,18 @@ bool si_post_kind_parse(const char *s, si_post_kind *k) {
     for (int i = 0; i < N_KINDS; i++) {
         if (strcmp(s, kinds[i]->name) == 0) {
             *k = (si_post_kind)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Borrows s; writes *t only on success. */
+bool si_post_embed_dtype_parse(const char *s, si_embed_dtype *t) {
+    static const char *const names[] = {[SI_EMBED_F32] = "float32", [SI_EMBED_F16] = "float16"};
+    for (int i = 0; s && i < (int)(sizeof names / sizeof names[0]); i++) {
+        if (strcmp(s, names[i]) == 0) {
+            *t = (si_embed_dtype)i;
             return true;
         }
     }
@@ -116,6 +129,7 @@ void si_post_add_col(si_post_plan *p, const char *name, si_col_type t, int ndim,
     for (int d = 0; d < ndim; d++) n *= col->dims[d] = dims[d];
     size_t esize = t == SI_COL_I32   ? sizeof(int32_t)
                    : t == SI_COL_F32 ? sizeof(float)
+                   : t == SI_COL_F16 ? sizeof(uint16_t)
                                      : sizeof(double);
     col->offset = align_up(p->row_bytes);
     col->bytes = (size_t)n * esize;
@@ -133,6 +147,9 @@ static si_status make(const si_post_config *c, int n_outputs, const char *const 
                         n_outputs, SI_MAX_OUTPUTS);
     const si_post_kind_ops *ops = ops_of(c->kind);
     if (!ops) return si_error(SI_ERR_ARG, "unknown postprocessor %d", (int)c->kind);
+    if (c->embed_dtype != SI_EMBED_F32 && c->kind != SI_POST_EMBED)
+        return si_error(SI_ERR_ARG, "--embed-dtype float16 is for --post embed, not --post %s",
+                        ops->name);
     p->n_outputs = 1; /* every kind but raw reads output 0 alone */
     return ops->plan(c, n_outputs, names, per_image, p);
 }
@@ -181,6 +198,11 @@ void si_post_fill_empty(const si_post_plan *p, uint8_t *row) {
             for (size_t b = 0; b < col->bytes; b += sizeof v) memcpy(dst + b, &v, sizeof v);
             break;
         }
+        case SI_COL_F16: {
+            uint16_t v = zero ? 0 : 0x7e00; /* numpy's float16 NaN */
+            for (size_t b = 0; b < col->bytes; b += sizeof v) memcpy(dst + b, &v, sizeof v);
+            break;
+        }
         }
     }
 }
@@ -217,8 +239,10 @@ _Static_assert(SI_POST_MAX_COLS <= SI_RESULT_MAX_COLS && SI_MAX_DIMS <= SI_RESUL
                "a plan's columns must fit the result schema");
 
 void si_post_schema(const si_post_plan *p, si_result_schema *s) {
-    static const si_result_type types[] = {
-        [SI_COL_I32] = SI_RESULT_I32, [SI_COL_F32] = SI_RESULT_F32, [SI_COL_F64] = SI_RESULT_F64};
+    static const si_result_type types[] = {[SI_COL_I32] = SI_RESULT_I32,
+                                           [SI_COL_F32] = SI_RESULT_F32,
+                                           [SI_COL_F64] = SI_RESULT_F64,
+                                           [SI_COL_F16] = SI_RESULT_F16};
     const si_post_kind_ops *ops = ops_of(p->kind);
     memset(s, 0, sizeof *s);
     snprintf(s->post, sizeof s->post, "%s", si_post_kind_name(p->kind));

@@ -7,11 +7,12 @@
  *               none), topk_prob float32 [K] (0 when none)
  *   detect      YOLOv8 head output 0 (N, 4 + C, A): score threshold, class-wise NMS
  *               (src/post/detect.h); no fixed columns, detections in the list
- *   embed       output 0 (N, D) or (N, D, 1, 1), L2-normalized: embedding float32 [D]
+ *   embed       output 0 (N, D) or (N, D, 1, 1), L2-normalized: embedding float32 [D], or
+ *               float16 [D] with embed_dtype SI_EMBED_F16 (the float32 rounded to nearest even)
  *   congestion  output 0 (N, H, W) or (N, 1, H, W) (src/post/congestion.h):
  *               congestion/score float64, congestion/map_mean float64
  *   raw         every output as it is: raw/<name> float32 [per-image dims]
- * A failed image's row holds the fill values: int32 -1, float NaN (topk_prob 0).
+ * A failed image's row holds the fill values: int32 -1, float NaN (topk_prob 0), float16 NaN.
  * Adding a postprocessor: one file that fills a si_post_kind_ops (src/post/kinds.h; embed.c is the
  * smallest) and one row in post.c's table, under a new si_post_kind value. */
 #ifndef SI_POST_H
@@ -30,20 +31,28 @@ typedef enum {
     SI_POST_RAW,
 } si_post_kind;
 
+/* How embed stores its vectors (--embed-dtype): float16 halves the file of a large collection
+ * and keeps about 3 decimal digits, enough for cosine similarity. */
+typedef enum { SI_EMBED_F32, SI_EMBED_F16 } si_embed_dtype;
+
 typedef struct {
     si_post_kind kind;
-    int topk; /* classify: classes kept (clamped to C by the plan) */
+    int topk;                   /* classify: classes kept (clamped to C by the plan) */
+    si_embed_dtype embed_dtype; /* embed: the embedding column's type; F32 for the other kinds */
     si_detect_params detect;
     si_congestion_params congestion;
 } si_post_config;
 
-/* classify, topk 5, the detect and congestion defaults. */
+/* classify, topk 5, the detect and congestion defaults, float32 embeddings. */
 si_post_config si_post_config_default(void);
 const char *si_post_kind_name(si_post_kind k);
 /* "classify" -> SI_POST_CLASSIFY ...; false for an unknown name. */
 bool si_post_kind_parse(const char *s, si_post_kind *k);
+/* "float32" -> SI_EMBED_F32, "float16" -> SI_EMBED_F16; false for anything else (*t untouched). */
+bool si_post_embed_dtype_parse(const char *s, si_embed_dtype *t);
 
-typedef enum { SI_COL_I32, SI_COL_F32, SI_COL_F64 } si_col_type;
+/* F16: IEEE half bits in the row (src/base/half.h), 2 bytes a value. */
+typedef enum { SI_COL_I32, SI_COL_F32, SI_COL_F64, SI_COL_F16 } si_col_type;
 
 #define SI_POST_MAX_COLS 16
 
@@ -79,8 +88,9 @@ void si_post_params(const si_post_config *c, const si_post_plan *p, char *buf, s
 /* Makes the plan for n_outputs model outputs with these names and per-image shapes (the batch
  * dimension removed). Returns SI_ERR_UNSUPPORTED with a message naming the output and the shape
  * expected when the model does not fit the postprocessor, SI_ERR_ARG for a bad config (topk < 1,
- * max_detections < 0). raw names its columns raw/<name> with the name sanitised to
- * [A-Za-z0-9._-] ("" "." ".." -> output<o>, clashes get _<k>). Borrows everything. */
+ * max_detections < 0, float16 embeddings asked of a kind other than embed). raw names its columns
+ * raw/<name> with the name sanitised to [A-Za-z0-9._-] ("" "." ".." -> output<o>, clashes get
+ * _<k>). Borrows everything. */
 si_status si_post_plan_make(const si_post_config *c, int n_outputs, const char *const *names,
                             const si_shape *per_image, si_post_plan *p);
 
