@@ -26,7 +26,8 @@ int main(void) {
     for (int i = 0; i < n; i++) {
         si_rs_item it = {0};
         if (sizes[i][0] > 0) {
-            int fits = si_rs_item_make(sizes[i][0], sizes[i][1], resize, ch, cw, &it);
+            int fits =
+                si_rs_item_make(sizes[i][0], sizes[i][1], resize, SI_INTERP_BILINEAR, ch, cw, &it);
             CHECK_MSG(fits && si_rs_gpu_fits(&it), "image %d: %dx%d", i, sizes[i][0], sizes[i][1]);
             if (sizes[i][0] == 224) { /* the identity: a CPU-resized crop packed as it is */
                 it.rw = it.w, it.rh = it.h, it.top = it.left = 0;
@@ -63,7 +64,8 @@ int main(void) {
                   items[i].w, items[i].h, bad, first, g[first], ref[first]);
         printf("%4dx%-4d -> %4dx%-4d crop at (%d, %d), taps %d x %d: %s\n", items[i].w, items[i].h,
                items[i].rw, items[i].rh, items[i].top, items[i].left,
-               si_rs_ksize(items[i].w, items[i].rw), si_rs_ksize(items[i].h, items[i].rh),
+               si_rs_ksize(items[i].w, items[i].rw, items[i].interp),
+               si_rs_ksize(items[i].h, items[i].rh, items[i].interp),
                bad ? "DIFFERS" : "identical to the CPU");
     }
     free(pool);

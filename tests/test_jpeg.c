@@ -41,7 +41,8 @@ static int max_abs_diff(const uint8_t *a, const uint8_t *b, size_t n, size_t *wh
  * false if the item's filters are wider than the GPU takes. */
 static bool gpu_formula_crop(const uint8_t *src, int w, int h, const si_preproc *p, uint8_t *out) {
     si_rs_item it;
-    if (!si_rs_item_make(w, h, p->resize, p->crop_h, p->crop_w, &it) || !si_rs_gpu_fits(&it))
+    if (!si_rs_item_make(w, h, p->resize, p->interp, p->crop_h, p->crop_w, &it) ||
+        !si_rs_gpu_fits(&it))
         return false;
     for (int y = 0; y < p->crop_h; y++)
         for (int x = 0; x < p->crop_w; x++)
