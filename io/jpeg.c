@@ -1,8 +1,8 @@
 /* JPEG decode (TurboJPEG) and the CPU preprocessing that has to match the Python reference:
- * Pillow's BILINEAR resample (ImagingResample, triangle filter widened by the downscale factor,
- * 22-bit fixed point), ImageOps.exif_transpose, and torchvision's Resize(int) + CenterCrop
- * arithmetic. The resize only computes the pixels the crop keeps; every output pixel depends only
- * on its own coefficients, so skipping the others changes nothing in the ones kept.
+ * Pillow's BILINEAR or BICUBIC resample (ImagingResample, triangle or cubic filter widened by the
+ * downscale factor, 22-bit fixed point), ImageOps.exif_transpose, and torchvision's Resize(int) +
+ * CenterCrop arithmetic. The resize only computes the pixels the crop keeps; every output pixel
+ * depends only on its own coefficients, so skipping the others changes nothing in the ones kept.
  * Outside exact mode the decode itself is scaled by libjpeg (1/2, 1/4 or 1/8 in the DCT domain),
  * which is what Pillow's Image.draft does: not bit-exact with a full decode.
  * On x86-64 the two resize passes have AVX2 versions chosen at run time; integer sums do not
@@ -82,10 +82,11 @@ static bool grow(uint8_t **buf, size_t *cap, size_t n) {
 /* Pillow's precompute_coeffs followed by normalize_coeffs_8bpc (io/resample.h, shared with the
  * GPU), for output positions [o0, o0+n) of out_size only, each row ksize weights long with zeros
  * after the window. */
-static void coeffs(int in_size, int out_size, int o0, int n, int ksize, int *bounds, int32_t *kk) {
+static void coeffs(int in_size, int out_size, int interp, int o0, int n, int ksize, int *bounds,
+                   int32_t *kk) {
     for (int i = 0; i < n; i++) {
         int32_t *kf = kk + (size_t)i * ksize;
-        int xmin, len = si_rs_weights(in_size, out_size, o0 + i, kf, &xmin);
+        int xmin, len = si_rs_weights(in_size, out_size, interp, o0 + i, kf, &xmin);
         for (int x = len; x < ksize; x++) kf[x] = 0;
         bounds[2 * i] = xmin;
         bounds[2 * i + 1] = len;
@@ -250,6 +251,8 @@ static void hpass(const uint8_t *src, int w, int y0, int y1, uint8_t *tmp, int c
             hrow(row, out, cw, bounds, kk, 5);
         else if (padded && K == 7)
             hrow(row, out, cw, bounds, kk, 7);
+        else if (padded && K == 9) /* BICUBIC's downscale by up to 2 */
+            hrow(row, out, cw, bounds, kk, 9);
         else
             hrow_any(row, out, cw, bounds, kk, K);
     }
@@ -313,7 +316,8 @@ static si_status resize_crop(const uint8_t *src, int w, int h, const si_preproc 
                         w, h, p->resize, p->crop_h, p->crop_w);
     int top = si_rs_half_round_even(rh - p->crop_h), left = si_rs_half_round_even(rw - p->crop_w);
     int cw = p->crop_w, ch = p->crop_h;
-    int kx = si_rs_ksize(w, rw), ky = si_rs_ksize(h, rh);
+    SI_ASSERT(p->interp == SI_INTERP_BILINEAR || p->interp == SI_INTERP_BICUBIC);
+    int kx = si_rs_ksize(w, rw, p->interp), ky = si_rs_ksize(h, rh, p->interp);
 
     size_t need_coef = align16((size_t)cw * kx * 4) + align16((size_t)ch * ky * 4) +
                        align16((size_t)(cw + ch) * 2 * sizeof(int)) + align16((size_t)w * 24);
@@ -338,8 +342,8 @@ static si_status resize_crop(const uint8_t *src, int w, int h, const si_preproc 
     q += align16((size_t)w * 24);
     uint8_t *tmp = q; /* (rows, cw, 3) */
 
-    coeffs(w, rw, left, cw, kx, bx, kkx);
-    coeffs(h, rh, top, ch, ky, by, kky);
+    coeffs(w, rw, p->interp, left, cw, kx, bx, kkx);
+    coeffs(h, rh, p->interp, top, ch, ky, by, kky);
     int y0 = by[0], y1 = by[2 * (ch - 1)] + by[2 * (ch - 1) + 1];
     bool padded = w >= kx;
     if (padded) pad_windows(w, cw, kx, bx, kkx);
@@ -353,6 +357,23 @@ static si_status resize_crop(const uint8_t *src, int w, int h, const si_preproc 
 #endif
     vpass(tmp, y0, dst, cw, ch, by, kky, ky);
     return SI_OK;
+}
+
+static const char *const interp_names[] = {
+    [SI_INTERP_BILINEAR] = "bilinear", [SI_INTERP_BICUBIC] = "bicubic"};
+
+bool si_interp_parse(const char *s, si_interp *out) {
+    for (int i = 0; i < (int)(sizeof interp_names / sizeof interp_names[0]); i++)
+        if (s && !strcmp(s, interp_names[i])) {
+            *out = (si_interp)i;
+            return true;
+        }
+    return false;
+}
+
+const char *si_interp_name(si_interp i) {
+    SI_ASSERT(i >= 0 && i < (int)(sizeof interp_names / sizeof interp_names[0]));
+    return interp_names[i];
 }
 
 /* Borrows src and p, writes crop_h*crop_w*3 bytes to dst; allocates and frees its own scratch. */

@@ -1,14 +1,19 @@
 /* JPEG decoding and the CPU preprocessing of one image: TurboJPEG decode to RGB, antialiased
- * bilinear resize of the shorter side (Pillow's BILINEAR resampling, which torchvision's Resize
- * uses), center crop (torchvision's rounding), then normalisation to float CHW.
+ * resize of the shorter side (Pillow's BILINEAR resampling, which torchvision's Resize uses by
+ * default, or its BICUBIC), center crop (torchvision's rounding), then normalisation to float CHW.
  * A si_decoder belongs to one thread; its scratch grows to the largest image seen and is reused. */
 #ifndef SI_JPEG_H
 #define SI_JPEG_H
 
 #include "base/common.h"
+#include "io/resample.h"
+
+/* The names si_interp_parse accepts, for usage messages. */
+#define SI_INTERP_CHOICES "bilinear or bicubic"
 
 typedef struct {
     int resize;          /* shorter side after resize, in pixels; >= crop */
+    si_interp interp;    /* the resize's filter; 0 = SI_INTERP_BILINEAR */
     int crop_h, crop_w;  /* center crop = model input size */
     uint64_t max_pixels; /* header width*height above this -> SI_IMG_TOO_LARGE */
     bool exact;          /* no DCT-domain scaling: bit-exact with Pillow + torchvision */
@@ -39,7 +44,13 @@ si_image_status si_decode_scaled(si_decoder *d, const uint8_t *data, size_t len,
                                  const si_preproc *p, const uint8_t **img, int *w, int *h,
                                  char *msg, size_t cap);
 
-/* Resize (shorter side to `resize`, Pillow BILINEAR with antialiasing) and center crop of an RGB
+/* "bilinear" or "bicubic" (Pillow's names, lower case) to *out; false for anything else. */
+bool si_interp_parse(const char *s, si_interp *out);
+
+/* The name si_interp_parse takes for i (a static string). */
+const char *si_interp_name(si_interp i);
+
+/* Resize (shorter side to `resize`, Pillow's p->interp with antialiasing) and center crop of an RGB
  * HWC uint8 image into dst (crop_h*crop_w*3); computes only the rows and columns the crop keeps.
  * Allocates its own scratch (the decoder path reuses the decoder's); exposed for tests. */
 si_status si_resize_crop(const uint8_t *src, int w, int h, const si_preproc *p, uint8_t *dst);

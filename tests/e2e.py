@@ -14,7 +14,9 @@ Usage: e2e.py --shardinfer BIN --dir WORK SUBCOMMAND [...]
   hostile --io-dir DIR    every kind of hostile image in one set: right statuses, others scored
   gpu-resize              --backend cuda: --resize-on gpu (also with a buffer so small that most
                           images spill to the CPU resize, and on 2 ranks) gives the results of
-                          --resize-on cpu and of the CPU backend; skipped (77) without a GPU
+                          --resize-on cpu and of the CPU backend; so does --interpolation bicubic,
+                          DCT-scaled and exact (where more images are too wide for the GPU's
+                          filter than with bilinear); skipped (77) without a GPU
 """
 
 import argparse
@@ -311,8 +313,22 @@ def gpu_resize(a):
         two, _ = go("np2", 2, ["--backend", "cuda", "--precision", "fp32", "--resize-on", "gpu"])
         for other in (on_cpu, on_gpu, spill, two):
             sh([PY, os.path.join(HERE, "check_results.py"), "compare", ref, other])
-    print(f"gpu-resize: OK: {len(sets)} sets, --resize-on gpu (also spilling, also on 2 ranks) "
-          "gives the results of --resize-on cpu and of the CPU backend")
+        # exact: full-size decodes in buffers that hold them, to a resize (100) where photos of
+        # 350 to 700 pixels are 3.5x to 7x too large: BILINEAR's filter fits the GPU there,
+        # BICUBIC's (twice as wide) does not, and those images must go to the CPU resize
+        for mode, exact, pack in (("scaled", [], []),
+                                  ("exact", ["--exact-preprocess", "--resize", "100"],
+                                   ["--pack-kb", "2048"])):
+            bic = ["--interpolation", "bicubic"] + exact
+            ref, _ = go(f"bicubic_{mode}_cpu_backend", 1, ["--backend", "cpu"] + bic)
+            on_gpu, p = go(f"bicubic_{mode}_resize_gpu", 1, ["--backend", "cuda", "--precision",
+                                                              "fp32", "--resize-on", "gpu"] + bic +
+                           pack)
+            if mode == "exact" and "resized on the CPU instead" not in p.stdout:
+                sys.exit("FAIL: no image was too wide for the GPU's bicubic filter")
+            sh([PY, os.path.join(HERE, "check_results.py"), "compare", ref, on_gpu])
+    print(f"gpu-resize: OK: {len(sets)} sets, --resize-on gpu (also spilling, also on 2 ranks, "
+          "also bicubic) gives the results of --resize-on cpu and of the CPU backend")
 
 
 def layouts(a):

@@ -6,7 +6,9 @@
                                    resize of them, and hostile files; JPEGs with each EXIF
                                    orientation and Pillow's exif_transpose of them; Pillow's
                                    draft() (DCT-scaled) preprocessing of all of them; manifests
-                                   *.tsv in OUTDIR.
+                                   *.tsv in OUTDIR. The resizes are BILINEAR, and BICUBIC too
+                                   (files *.bicubic.rgb beside the BILINEAR ones) for the good
+                                   JPEGs, the random images and the DCT-scaled ones.
   io_ref.py check-pack H5 LISTING  reads a packed set with h5py and compares it with LISTING
                                    (lines: id TAB source-file [TAB label]).
   io_ref.py check-result H5 EXPECTED  reads a result file with h5py and compares it with the
@@ -16,7 +18,8 @@
 
 The reference preprocessing is torchvision's Resize(int) + CenterCrop on a PIL image, written
 out here (torchvision is not a dependency): Resize computes the long side with int(), then
-calls Image.resize(..., BILINEAR); CenterCrop rounds with Python's round(). The EXIF
+calls Image.resize(..., BILINEAR), or BICUBIC with interpolation=BICUBIC (CLIP, DINOv2);
+CenterCrop rounds with Python's round(). The EXIF
 orientation is applied first with ImageOps.exif_transpose, as torchvision users are told to.
 """
 import ctypes
@@ -39,10 +42,19 @@ def resized_size(w, h, size):
     return (new_short, new_long) if w <= h else (new_long, new_short)
 
 
-def reference(im, resize, crop_h, crop_w):
+# the filters the C code offers: name (its si_interp_name, the file suffix) -> Pillow's resample
+FILTERS = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}
+
+
+def suffix(interp):
+    """What the reference files of a filter add before .rgb: nothing for the default."""
+    return "" if interp == "bilinear" else "." + interp
+
+
+def reference(im, resize, crop_h, crop_w, interp="bilinear"):
     im = im.convert("RGB")
     nw, nh = resized_size(im.width, im.height, resize)
-    im = im.resize((nw, nh), Image.BILINEAR)
+    im = im.resize((nw, nh), FILTERS[interp])
     top = int(round((nh - crop_h) / 2.0))
     left = int(round((nw - crop_w) / 2.0))
     return im.crop((left, top, left + crop_w, top + crop_h)).tobytes()
@@ -59,7 +71,7 @@ def scale_denom(w, h, resize, crop_h, crop_w):
     return 1
 
 
-def drafted(data, resize, crop_h, crop_w):
+def drafted(data, resize, crop_h, crop_w, interp="bilinear"):
     """Pillow's own DCT-scaled path: draft() asks libjpeg for 1/s scaling, the same libjpeg
     feature io/jpeg.c uses outside exact mode; then exif_transpose, resize and crop.
     Returns (s, crop bytes)."""
@@ -70,7 +82,7 @@ def drafted(data, resize, crop_h, crop_w):
     if s > 1:
         im.draft("RGB", (w // s, h // s))
         assert im.size == (-(-w // s), -(-h // s)), (im.size, w, h, s)
-    return s, reference(ImageOps.exif_transpose(im), resize, crop_h, crop_w)
+    return s, reference(ImageOps.exif_transpose(im), resize, crop_h, crop_w, interp)
 
 
 def pick_preproc(rng, w, h):
@@ -133,6 +145,15 @@ def save(im, **kw):
     return buf.getvalue()
 
 
+def noise_refs(out, name, a, resize, ch, cw):
+    """A random image's pixels and Pillow's resize + crop of them with each filter."""
+    with open(os.path.join(out, name + ".src.rgb"), "wb") as f:
+        f.write(a.tobytes())
+    for interp in FILTERS:
+        with open(os.path.join(out, name + f".crop{suffix(interp)}.rgb"), "wb") as f:
+            f.write(reference(Image.fromarray(a), resize, ch, cw, interp))
+
+
 def gen(out):
     rng = random.Random(20240501)
     nprng = np.random.default_rng(20240501)
@@ -190,8 +211,9 @@ def gen(out):
             # the square one gets resize == its size too, the path where Pillow copies
             resize, ch, cw = (256, 224, 224) if name == "square_256.jpg" else \
                 pick_preproc(rng, w, h)
-            with open(os.path.join(out, name + ".crop.rgb"), "wb") as f:
-                f.write(reference(im, resize, ch, cw))
+            for interp in FILTERS:
+                with open(os.path.join(out, name + f".crop{suffix(interp)}.rgb"), "wb") as f:
+                    f.write(reference(im, resize, ch, cw, interp))
             man.write(f"{name}\t{w}\t{h}\t{resize}\t{ch}\t{cw}\n")
 
     # random RGB: no JPEG in the way, and noise is where rounding differences show
@@ -200,13 +222,22 @@ def gen(out):
         for i, (w, h) in enumerate(sizes):
             a = nprng.integers(0, 256, (h, w, 3), dtype=np.uint8)
             name = f"noise{i}_{w}x{h}"
-            with open(os.path.join(out, name + ".src.rgb"), "wb") as f:
-                f.write(a.tobytes())
             resize, ch, cw = pick_preproc(rng, w, h)
             if (w, h) == (256, 256):  # resize to its own size: Pillow's copy path
                 resize, ch, cw = 256, 255, 256
-            with open(os.path.join(out, name + ".crop.rgb"), "wb") as f:
-                f.write(reference(Image.fromarray(a), resize, ch, cw))
+            noise_refs(out, name, a, resize, ch, cw)
+            man.write(f"{name}\t{w}\t{h}\t{resize}\t{ch}\t{cw}\n")
+        # where the filter's width matters (their own generator, so the images above stay
+        # as they were): images 1 and 2 pixels wide or high, where the windows are cut by both
+        # edges; downscales by exactly 2 (BICUBIC's 9 taps) and 3.5 (its widest that the GPU
+        # takes: 15 taps), and by a hair more (17 taps: the CPU's; BILINEAR's 9 still fit)
+        wide = np.random.default_rng(20261124)
+        for w, h, resize, ch, cw in [(1, 5, 33, 40, 33), (2, 3, 33, 45, 20), (5, 2, 33, 33, 64),
+                                     (512, 384, 192, 192, 181), (896, 896, 256, 224, 224),
+                                     (899, 640, 182, 182, 150)]:
+            a = wide.integers(0, 256, (h, w, 3), dtype=np.uint8)
+            name = f"edge_{w}x{h}"
+            noise_refs(out, name, a, resize, ch, cw)
             man.write(f"{name}\t{w}\t{h}\t{resize}\t{ch}\t{cw}\n")
 
     # EXIF orientation: every value on a non-square photo (both TIFF byte orders, the tag after
@@ -298,9 +329,11 @@ def gen(out):
             man_rows.append((f[0], files[f[0]], int(f[-3]), int(f[-2]), int(f[-1])))
     with open(os.path.join(out, "scaled_manifest.tsv"), "w") as man:
         for name, data, resize, ch, cw in man_rows:
-            s, crop = drafted(data, resize, ch, cw)
-            with open(os.path.join(out, name + f".r{resize}_{ch}x{cw}.draft.rgb"), "wb") as f:
-                f.write(crop)
+            for interp in FILTERS:
+                s, crop = drafted(data, resize, ch, cw, interp)
+                with open(os.path.join(out, name + f".r{resize}_{ch}x{cw}.draft{suffix(interp)}"
+                                       ".rgb"), "wb") as f:
+                    f.write(crop)
             man.write(f"{name}\t{resize}\t{ch}\t{cw}\t{s}\n")
 
     hostile = []

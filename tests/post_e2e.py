@@ -31,6 +31,10 @@ Usage: post_e2e.py --shardinfer BIN --dir WORK [--ref-python PY] SUBCOMMAND
               --iou-threshold/--max-detections/--class-agnostic
   bad-post    a model that does not fit --post: exit 1 and one message naming the output and the
               shape expected; an unknown --post: exit 2
+  interpolation  the model input itself (an Identity model, --post raw) with --interpolation
+              bicubic equals Pillow's BICUBIC resize + crop, exact and DCT-scaled (Pillow's
+              draft()); the model's metadata 'interpolation' is used, and the flag wins over it;
+              a bad value of either is one clear error
   ref KIND IN.npz OUT.npz   (internal) the reference postprocessing, run under --ref-python,
               which has OpenCV and torchvision (the .venv-torch) but not h5py
 Exit 77 (skipped) where the reference python lacks OpenCV for the congestion test.
@@ -99,14 +103,16 @@ def sh(cmd, expect_rc=0, timeout=TIMEOUT, quiet=False):
     return p
 
 
-def run_post(a, model, out, post, np_=2, extra=(), resize=SMALL_RESIZE, set_path=None):
+def run_post(a, model, out, post, np_=2, extra=(), resize=SMALL_RESIZE, set_path=None,
+             exact=True):
     """mpirun -np np_ shardinfer run --post post; returns the result's path."""
     path = os.path.join(a.dir, out)
     sh(["mpirun", "-np", str(np_), a.shardinfer, "run", "--model",
         os.path.join(a.dir, "models", model), "--input", set_path or os.path.join(a.dir, "set.h5"),
-        "--output", path, "--post", post, "--batch", "3", "--resize", str(resize),
-        "--exact-preprocess", "--schedule", "static", "--threads", "1", "--progress", "none",
-        "--overwrite", *extra], quiet=True)
+        "--output", path, "--post", post, "--batch", "3", "--resize", str(resize)] +
+       (["--exact-preprocess"] if exact else []) +
+       ["--schedule", "static", "--threads", "1", "--progress", "none", "--overwrite", *extra],
+       quiet=True)
     return path
 
 
@@ -374,14 +380,19 @@ def detect_margins(preds, thr, iou_thr):
 # --------------------------------------------------------------------------------------------
 
 
-def reference_input(data, size, resize):
+def reference_input(data, size, resize, interp="bilinear", exact=True):
     """The model input shardinfer computes with --exact-preprocess: Pillow decode, EXIF turn,
-    torchvision-style Resize + CenterCrop (tests/io_ref.py), then io/jpeg.c's float32
-    (v / 255 - mean) / std through a per-value table, CHW."""
+    torchvision-style Resize + CenterCrop (tests/io_ref.py) with Pillow's filter `interp`, then
+    io/jpeg.c's float32 (v / 255 - mean) / std through a per-value table, CHW. exact=False:
+    without --exact-preprocess, where Pillow's draft() decodes at the same DCT scale."""
     from PIL import Image, ImageOps
-    from io_ref import reference
-    im = ImageOps.exif_transpose(Image.open(io.BytesIO(data)))
-    hwc = np.frombuffer(reference(im, resize, size, size), np.uint8).reshape(size, size, 3)
+    from io_ref import drafted, reference
+    if exact:
+        im = ImageOps.exif_transpose(Image.open(io.BytesIO(data)))
+        crop = reference(im, resize, size, size, interp)
+    else:
+        crop = drafted(data, resize, size, size, interp)[1]
+    hwc = np.frombuffer(crop, np.uint8).reshape(size, size, 3)
     lut = (np.arange(256, dtype=np.float32)[:, None] / np.float32(255.0) - MEAN) / STD
     return np.ascontiguousarray(lut[hwc, np.arange(3)].transpose(2, 0, 1), np.float32)
 
@@ -885,6 +896,74 @@ def t_bad_post(a):
     print(f"bad-post: OK: {len(cases)} cases")
 
 
+def t_interpolation(a):
+    """--interpolation through the whole run: an Identity model under --post raw returns the
+    normalized crops, which must be Pillow's to the bit."""
+    import h5py
+    import onnx
+    from onnx import TensorProto, helper
+    inp = load_inputs(a)
+    with h5py.File(os.path.join(a.dir, "set.h5"), "r") as f:
+        off, data = f["/images/offsets"][:], f["/images/data"][:]
+    blobs = [data[off[i]:off[i + 1]].tobytes() for i in range(COUNT)]
+    shape = ["N", 3, SMALL, SMALL]
+    for name, meta in (("pixels", None), ("pixels_bicubic", "bicubic"), ("pixels_bad", "cubic")):
+        g = helper.make_graph([helper.make_node("Identity", ["input"], ["pixels"])], name,
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("pixels", TensorProto.FLOAT, shape)])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        if meta:
+            helper.set_model_props(m, {"interpolation": meta})
+        onnx.save(m, os.path.join(a.dir, "models", name + ".onnx"))
+    refs = {}
+    for interp in ("bilinear", "bicubic"):
+        for exact in (True, False):
+            refs[interp, exact] = np.stack([reference_input(blobs[i], SMALL, SMALL_RESIZE, interp,
+                                                            exact)
+                                            for i in np.nonzero(inp["ok"])[0]])
+    differ = np.any(refs["bilinear", True] != refs["bicubic", True], axis=(1, 2, 3))
+    check(differ.sum() >= len(differ) - 1, f"only {differ.sum()} of {len(differ)} images tell "
+          "the filters apart")
+    runs = [  # (model, extra flags, filter expected, exact, preprocess attribute holds)
+        ("pixels", ["--interpolation", "bicubic"], "bicubic", True, "interpolation=bicubic"),
+        ("pixels", ["--interpolation", "bicubic"], "bicubic", False, "interpolation=bicubic"),
+        ("pixels", [], "bilinear", True, None),
+        ("pixels_bicubic", [], "bicubic", True, "interpolation=bicubic"),
+        ("pixels_bicubic", ["--interpolation", "bilinear"], "bilinear", True, None),
+    ]
+    for k, (model, extra, interp, exact, attr) in enumerate(runs):
+        r = read_result(run_post(a, model + ".onnx", f"interp_{k}.h5", "raw", extra=extra,
+                                 exact=exact))
+        d = check_common(r, inp, "raw")
+        x = d["raw/pixels"]
+        check(x.shape == (COUNT, 3, SMALL, SMALL), f"raw/pixels {x.shape}")
+        check_nan_rows("raw/pixels", x.reshape(COUNT, -1), inp)
+        bad = np.nonzero(np.any(ok_rows(x, inp) != refs[interp, exact], axis=(1, 2, 3)))[0]
+        check(len(bad) == 0, f"{model} {extra} ({'exact' if exact else 'DCT-scaled'}): the "
+              f"inputs of ok images {bad.tolist()} differ from Pillow's {interp.upper()}")
+        pre = str(r["attrs"]["preprocess"])
+        check((attr in pre) if attr else "interpolation" not in pre,
+              f"preprocess attribute {pre!r}")
+        print(f"  {model} {' '.join(extra) or '(no flag)'}, "
+              f"{'exact' if exact else 'DCT-scaled'}: Pillow's {interp.upper()} to the bit")
+    sset, out = os.path.join(a.dir, "set.h5"), os.path.join(a.dir, "interp_bad.h5")
+    for model, extra, rc, must in (
+            ("pixels_bad", [], 1, ["pixels_bad.onnx", "'interpolation'", "'cubic'",
+                                   "bilinear or bicubic"]),
+            ("pixels", ["--interpolation", "lanczos"], 2, ["--interpolation", "'lanczos'",
+                                                           "bilinear or bicubic"])):
+        p = sh(["mpirun", "-np", "2", a.shardinfer, "run", "--model",
+                os.path.join(a.dir, "models", model + ".onnx"), "--input", sset, "--output", out,
+                "--post", "raw", "--progress", "none", *extra], expect_rc=None, timeout=60,
+               quiet=True)
+        msgs = [l for l in p.stderr.splitlines() if l.startswith("shardinfer")]
+        good = p.returncode == rc and len(msgs) == 1 and all(s in msgs[0] for s in must)
+        check(good and not os.path.exists(out),
+              f"{model} {extra}: rc {p.returncode} (want {rc}), messages {msgs}")
+        print(f"  {model} {' '.join(extra)}: rc {rc}, {msgs[0]}")
+    print(f"interpolation: OK: {len(runs)} runs give Pillow's pixels, 2 bad values refused")
+
+
 def main():
     if len(sys.argv) == 5 and sys.argv[1] == "ref":
         ref_main(*sys.argv[2:])
@@ -895,11 +974,11 @@ def main():
     ap.add_argument("--ref-python", default=sys.executable,
                     help="python with OpenCV and torchvision for the references")
     ap.add_argument("cmd", choices=["prepare", "classify", "embed", "embed-f16", "congestion",
-                                    "raw", "detect", "bad-post"])
+                                    "raw", "detect", "bad-post", "interpolation"])
     a = ap.parse_args()
     fn = {"prepare": prepare, "classify": t_classify, "embed": t_embed, "embed-f16": t_embed_f16,
-          "raw": t_raw,
-          "congestion": t_congestion, "detect": t_detect, "bad-post": t_bad_post}[a.cmd]
+          "raw": t_raw, "congestion": t_congestion, "detect": t_detect, "bad-post": t_bad_post,
+          "interpolation": t_interpolation}[a.cmd]
     try:
         fn(a)
     except Fail as e:

@@ -1,7 +1,9 @@
 /* JPEG decode + resize + crop against Pillow (references made by io_ref.py gen DIR), in exact
  * mode, with each EXIF orientation (against ImageOps.exif_transpose), and DCT-scaled (against
  * Pillow's Image.draft); hostile files against their expected statuses, and the normalisation
- * against its formula.
+ * against its formula. The resizes with both filters, BILINEAR and BICUBIC (except the oriented
+ * crops: the orientation happens before the resize, whichever it is), and the rule that sends
+ * images too wide for the GPU's filter to the CPU.
  * Usage: test_jpeg DIR
  *
  * Bound: 0. TurboJPEG 2.1.5 (system) and the libjpeg-turbo 3.1.1 bundled with Pillow decode
@@ -25,6 +27,14 @@ static uint8_t *slurp(const char *dir, const char *name, const char *suffix, siz
     return test_slurp(path, len, "run io_ref.py gen first");
 }
 
+/* The reference file name's suffix for a filter: stem + ".bicubic" + ".rgb"; BILINEAR's files
+ * have none (they were there first). */
+static const char *ref_suffix(char *buf, size_t cap, const char *stem, si_interp interp) {
+    snprintf(buf, cap, "%s%s%s.rgb", stem, interp == SI_INTERP_BILINEAR ? "" : ".",
+             interp == SI_INTERP_BILINEAR ? "" : si_interp_name(interp));
+    return buf;
+}
+
 static int max_abs_diff(const uint8_t *a, const uint8_t *b, size_t n, size_t *where) {
     int m = 0;
     for (size_t i = 0; i < n; i++) {
@@ -41,7 +51,8 @@ static int max_abs_diff(const uint8_t *a, const uint8_t *b, size_t n, size_t *wh
  * false if the item's filters are wider than the GPU takes. */
 static bool gpu_formula_crop(const uint8_t *src, int w, int h, const si_preproc *p, uint8_t *out) {
     si_rs_item it;
-    if (!si_rs_item_make(w, h, p->resize, p->crop_h, p->crop_w, &it) || !si_rs_gpu_fits(&it))
+    if (!si_rs_item_make(w, h, p->resize, p->interp, p->crop_h, p->crop_w, &it) ||
+        !si_rs_gpu_fits(&it))
         return false;
     for (int y = 0; y < p->crop_h; y++)
         for (int x = 0; x < p->crop_w; x++)
@@ -50,9 +61,9 @@ static bool gpu_formula_crop(const uint8_t *src, int w, int h, const si_preproc 
 }
 
 /* Every good JPEG: the plain decode (identity resize, full-size crop) against Pillow's
- * convert('RGB'), then the preprocessing against Pillow's resize + crop. */
-static void test_good(const char *dir, si_decoder *d) {
-    char mpath[4096], name[256];
+ * convert('RGB'), then the preprocessing against Pillow's resize + crop with filter interp. */
+static void test_good(const char *dir, si_decoder *d, si_interp interp) {
+    char mpath[4096], name[256], sfx[64];
     snprintf(mpath, sizeof mpath, "%s/jpeg_manifest.tsv", dir);
     FILE *m = fopen(mpath, "r");
     CHECK_MSG(m != NULL, "%s", mpath);
@@ -62,13 +73,14 @@ static void test_good(const char *dir, si_decoder *d) {
         size_t len, dlen, clen, where = 0;
         uint8_t *jpg = slurp(dir, name, "", &len);
         uint8_t *dec = slurp(dir, name, ".dec.rgb", &dlen);
-        uint8_t *crop = slurp(dir, name, ".crop.rgb", &clen);
+        uint8_t *crop = slurp(dir, name, ref_suffix(sfx, sizeof sfx, ".crop", interp), &clen);
         CHECK(jpg && dec && crop);
         if (!jpg || !dec || !crop) break;
         CHECK(dlen == (size_t)w * h * 3 && clen == (size_t)ch * cw * 3);
         char msg[256];
 
         si_preproc full = {.resize = w < h ? w : h,
+                           .interp = interp,
                            .crop_h = h,
                            .crop_w = w,
                            .max_pixels = 100000000,
@@ -82,8 +94,12 @@ static void test_good(const char *dir, si_decoder *d) {
                   md, where);
         free(out);
 
-        si_preproc p = {
-            .resize = resize, .crop_h = ch, .crop_w = cw, .max_pixels = 100000000, .exact = true};
+        si_preproc p = {.resize = resize,
+                        .interp = interp,
+                        .crop_h = ch,
+                        .crop_w = cw,
+                        .max_pixels = 100000000,
+                        .exact = true};
         out = malloc(clen);
         memset(out, 0xA5, clen);
         st = si_decode_crop(d, jpg, len, &p, out, msg, sizeof msg);
@@ -91,8 +107,8 @@ static void test_good(const char *dir, si_decoder *d) {
         int mc = st == SI_IMG_OK ? max_abs_diff(out, crop, clen, &where) : 255;
         CHECK_MSG(mc <= max_diff_allowed, "%s: crop differs from Pillow by %d at byte %zu", name,
                   mc, where);
-        printf("%-30s %5dx%-5d resize %3d crop %3dx%-3d  max|diff| decode %d, crop %d\n", name, w,
-               h, resize, ch, cw, md, mc);
+        printf("%-30s %5dx%-5d resize %3d %s crop %3dx%-3d  max|diff| decode %d, crop %d\n", name,
+               w, h, resize, si_interp_name(interp), ch, cw, md, mc);
         if (md > worst_dec) worst_dec = md;
         if (mc > worst_crop) worst_crop = mc;
         files++;
@@ -103,13 +119,13 @@ static void test_good(const char *dir, si_decoder *d) {
     }
     fclose(m);
     CHECK_MSG(files >= 10, "only %d JPEGs in the manifest", files);
-    printf("JPEG files: %d, max|diff| vs Pillow: decode %d, resize+crop %d\n", files, worst_dec,
-           worst_crop);
+    printf("JPEG files: %d, max|diff| vs Pillow: decode %d, %s resize+crop %d\n", files, worst_dec,
+           si_interp_name(interp), worst_crop);
 }
 
-/* Random RGB images through si_resize_crop against Pillow's resize + crop. */
-static void test_resize_noise(const char *dir) {
-    char mpath[4096], name[256];
+/* Random RGB images through si_resize_crop against Pillow's resize + crop with filter interp. */
+static void test_resize_noise(const char *dir, si_interp interp) {
+    char mpath[4096], name[256], sfx[64];
     snprintf(mpath, sizeof mpath, "%s/resize_manifest.tsv", dir);
     FILE *m = fopen(mpath, "r");
     CHECK_MSG(m != NULL, "%s", mpath);
@@ -118,10 +134,10 @@ static void test_resize_noise(const char *dir) {
     while (fscanf(m, "%255s %d %d %d %d %d", name, &w, &h, &resize, &ch, &cw) == 6) {
         size_t slen, clen, where = 0;
         uint8_t *src = slurp(dir, name, ".src.rgb", &slen);
-        uint8_t *ref = slurp(dir, name, ".crop.rgb", &clen);
+        uint8_t *ref = slurp(dir, name, ref_suffix(sfx, sizeof sfx, ".crop", interp), &clen);
         CHECK(src && ref && slen == (size_t)w * h * 3 && clen == (size_t)ch * cw * 3);
         if (!src || !ref) break;
-        si_preproc p = {.resize = resize, .crop_h = ch, .crop_w = cw};
+        si_preproc p = {.resize = resize, .interp = interp, .crop_h = ch, .crop_w = cw};
         uint8_t *out = malloc(clen);
         memset(out, 0x5A, clen);
         si_status st = si_resize_crop(src, w, h, &p, out);
@@ -138,8 +154,8 @@ static void test_resize_noise(const char *dir) {
                       mg, where);
             gpu_checked++;
         }
-        printf("%-30s %5dx%-5d resize %3d crop %3dx%-3d  max|diff| %d, GPU formula %d\n", name, w,
-               h, resize, ch, cw, md, mg);
+        printf("%-30s %5dx%-5d resize %3d %s crop %3dx%-3d  max|diff| %d, GPU formula %d\n", name,
+               w, h, resize, si_interp_name(interp), ch, cw, md, mg);
         if (md > worst) worst = md;
         n++;
         free(out);
@@ -149,8 +165,8 @@ static void test_resize_noise(const char *dir) {
     fclose(m);
     CHECK(n >= 5);
     CHECK(gpu_checked >= 3);
-    printf("noise images: %d, max|diff| vs Pillow %d; %d through the GPU formula\n", n, worst,
-           gpu_checked);
+    printf("noise images: %d, %s max|diff| vs Pillow %d; %d through the GPU formula\n", n,
+           si_interp_name(interp), worst, gpu_checked);
 
     /* a crop larger than the resized image is refused, not read out of bounds */
     uint8_t px[4 * 4 * 3] = {1, 2, 3}, out[8 * 8 * 3];
@@ -214,7 +230,7 @@ static void test_orient(const char *dir, si_decoder *d) {
 /* Outside exact mode: against Pillow's draft() + exif_transpose + resize + crop, which asks the
  * same libjpeg for the same DCT scaling (or for none: then it is the exact path). Also prints
  * how far each scaled crop is from the exact one. */
-static void test_scaled(const char *dir, si_decoder *d) {
+static void test_scaled(const char *dir, si_decoder *d, si_interp interp) {
     char mpath[4096], name[256], suffix[64];
     snprintf(mpath, sizeof mpath, "%s/scaled_manifest.tsv", dir);
     FILE *m = fopen(mpath, "r");
@@ -223,13 +239,19 @@ static void test_scaled(const char *dir, si_decoder *d) {
     int resize, ch, cw, s, n = 0, nscaled = 0, worst = 0, worst_exact = 0, ngpu = 0;
     while (fscanf(m, "%255s %d %d %d %d", name, &resize, &ch, &cw, &s) == 5) {
         size_t len, rlen, where = 0;
-        snprintf(suffix, sizeof suffix, ".r%d_%dx%d.draft.rgb", resize, ch, cw);
+        char stem[48];
+        snprintf(stem, sizeof stem, ".r%d_%dx%d.draft", resize, ch, cw);
+        ref_suffix(suffix, sizeof suffix, stem, interp);
         uint8_t *jpg = slurp(dir, name, "", &len);
         uint8_t *ref = slurp(dir, name, suffix, &rlen);
         CHECK(jpg && ref && rlen == (size_t)ch * cw * 3);
         if (!jpg || !ref) break;
         char msg[256];
-        si_preproc p = {.resize = resize, .crop_h = ch, .crop_w = cw, .max_pixels = 100000000};
+        si_preproc p = {.resize = resize,
+                        .interp = interp,
+                        .crop_h = ch,
+                        .crop_w = cw,
+                        .max_pixels = 100000000};
         uint8_t *out = malloc(rlen), *ex = malloc(rlen);
         memset(out, 0xA5, rlen);
         int st = si_decode_crop(d, jpg, len, &p, out, msg, sizeof msg);
@@ -258,9 +280,9 @@ static void test_scaled(const char *dir, si_decoder *d) {
         for (size_t i = 0; i < rlen; i++) sum += abs((int)out[i] - (int)ex[i]);
         int me = max_abs_diff(out, ex, rlen, &where);
         CHECK_MSG(s > 1 || me == 0, "%s: unscaled but differs from exact mode by %d", name, me);
-        printf("%-30s resize %3d crop %3dx%-3d scale 1/%d  max|diff| vs draft %d; vs exact: "
+        printf("%-30s resize %3d %s crop %3dx%-3d scale 1/%d  max|diff| vs draft %d; vs exact: "
                "mean %.3f max %d\n",
-               name, resize, ch, cw, s, md, sum / (double)rlen, me);
+               name, resize, si_interp_name(interp), ch, cw, s, md, sum / (double)rlen, me);
         if (md > worst) worst = md;
         if (me > worst_exact) worst_exact = me;
         n++;
@@ -273,9 +295,57 @@ static void test_scaled(const char *dir, si_decoder *d) {
     fclose(m);
     CHECK_MSG(nscaled >= 15, "only %d of %d files DCT-scaled", nscaled, n);
     CHECK_MSG(ngpu == n, "only %d of %d files fit the GPU's filter", ngpu, n);
-    printf("scaled mode: %d files (%d DCT-scaled), max|diff| vs Pillow's draft %d, vs exact %d; "
-           "%d identical through decode_scaled + the GPU formula\n",
-           n, nscaled, worst, worst_exact, ngpu);
+    printf("scaled mode, %s: %d files (%d DCT-scaled), max|diff| vs Pillow's draft %d, vs exact "
+           "%d; %d identical through decode_scaled + the GPU formula\n",
+           si_interp_name(interp), n, nscaled, worst, worst_exact, ngpu);
+}
+
+/* The rule that keeps images too wide for the GPU's filter on the CPU (si_rs_gpu_fits): the
+ * taps per axis are Pillow's ksize, 2 * ceil(support * scale) + 1, and BICUBIC's support is
+ * twice BILINEAR's, so the same image can fit with one filter and not with the other. */
+static void test_gpu_fit_rule(void) {
+    static const struct {
+        int w, h, resize;
+        si_interp interp;
+        int kx, ky, fits;
+    } cases[] = {
+        {100, 100, 256, SI_INTERP_BILINEAR, 3, 3, 1},  /* upscale */
+        {100, 100, 256, SI_INTERP_BICUBIC, 5, 5, 1},   /* upscale: 2 taps either side */
+        {256, 256, 256, SI_INTERP_BICUBIC, 5, 5, 1},   /* the identity */
+        {512, 512, 256, SI_INTERP_BILINEAR, 5, 5, 1},  /* downscale by 2 */
+        {512, 512, 256, SI_INTERP_BICUBIC, 9, 9, 1},   /* twice the taps */
+        {896, 896, 256, SI_INTERP_BICUBIC, 15, 15, 1}, /* 3.5x: BICUBIC's widest on the GPU */
+        {897, 897, 256, SI_INTERP_BICUBIC, 17, 17, 0}, /* a hair more: the CPU's */
+        {897, 897, 256, SI_INTERP_BILINEAR, 9, 9, 1},  /* the same image fits with BILINEAR */
+        {1792, 1792, 256, SI_INTERP_BILINEAR, 15, 15, 1},
+        {1793, 1793, 256, SI_INTERP_BILINEAR, 17, 17, 0},
+        {899, 640, 182, SI_INTERP_BICUBIC, 17, 17, 0}, /* io_ref.py's edge_899x640 */
+        {899, 640, 182, SI_INTERP_BILINEAR, 9, 9, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        si_rs_item it;
+        int ok = si_rs_item_make(cases[i].w, cases[i].h, cases[i].resize, cases[i].interp, 128, 128,
+                                 &it);
+        int kx = si_rs_ksize(it.w, it.rw, it.interp), ky = si_rs_ksize(it.h, it.rh, it.interp);
+        CHECK_MSG(ok && it.interp == (int32_t)cases[i].interp && kx == cases[i].kx &&
+                      ky == cases[i].ky && si_rs_gpu_fits(&it) == cases[i].fits,
+                  "%dx%d -> %d %s: taps %d x %d (expected %d x %d), fits %d", cases[i].w,
+                  cases[i].h, cases[i].resize, si_interp_name(cases[i].interp), kx, ky, cases[i].kx,
+                  cases[i].ky, si_rs_gpu_fits(&it));
+    }
+}
+
+/* The names the CLI and the model metadata take, and nothing else. */
+static void test_interp_names(void) {
+    si_interp f = SI_INTERP_BICUBIC;
+    CHECK(si_interp_parse("bilinear", &f) && f == SI_INTERP_BILINEAR);
+    CHECK(si_interp_parse("bicubic", &f) && f == SI_INTERP_BICUBIC);
+    const char *bad[] = {"", "BICUBIC", "bicubic ", "nearest", "lanczos", "bi", NULL};
+    for (int i = 0; i < 7; i++)
+        CHECK_MSG(!si_interp_parse(bad[i], &f) && f == SI_INTERP_BICUBIC, "'%s' accepted",
+                  bad[i] ? bad[i] : "(null)");
+    CHECK(!strcmp(si_interp_name(SI_INTERP_BILINEAR), "bilinear"));
+    CHECK(!strcmp(si_interp_name(SI_INTERP_BICUBIC), "bicubic"));
 }
 
 static int status_of(const char *name) {
@@ -360,14 +430,21 @@ int main(int argc, char **argv) {
     si_decoder *d = si_decoder_create();
     CHECK(d != NULL);
     if (!d) return test_finish();
-    test_good(argv[1], d);
-    test_resize_noise(argv[1]);
+    const si_interp filters[] = {SI_INTERP_BILINEAR, SI_INTERP_BICUBIC};
+    for (int f = 0; f < 2; f++) {
+        test_good(argv[1], d, filters[f]);
+        test_resize_noise(argv[1], filters[f]);
+    }
     test_orient(argv[1], d);
-    test_scaled(argv[1], d);
+    for (int f = 0; f < 2; f++) test_scaled(argv[1], d, filters[f]);
     test_hostile(argv[1], d);
-    /* the decoder's scratch must still be right after failures */
-    test_good(argv[1], d);
-    test_scaled(argv[1], d);
+    /* the decoder's scratch must still be right after failures, and after the other filter */
+    for (int f = 0; f < 2; f++) {
+        test_good(argv[1], d, filters[1 - f]);
+        test_scaled(argv[1], d, filters[1 - f]);
+    }
+    test_gpu_fit_rule();
+    test_interp_names();
     test_normalize();
     si_decoder_destroy(d);
     si_decoder_destroy(NULL);

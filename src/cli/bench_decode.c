@@ -127,13 +127,14 @@ static double run_threads(const bench_set *b, int threads, double seconds, int *
 static void usage(FILE *f) {
     fprintf(f, "usage: shardinfer bench decode SET.h5 [--threads 1,2,...] [--resize 256] "
                "[--crop 224] [--exact] [--no-exif] [--seconds 3] [--max-pixels N]\n"
-               "       [--resize-on cpu|gpu]\n"
+               "       [--resize-on cpu|gpu] [--interpolation bilinear|bicubic]\n"
                "  decodes, resizes and center-crops every image of the set (held in memory)\n"
                "  over and over for --seconds, once per thread count; default threads: 1 and\n"
                "  all cores. --exact: full-size decode, bit-exact with Pillow; otherwise the\n"
                "  decode is scaled in the DCT domain and the difference to --exact is reported.\n"
                "  --resize-on gpu: the decode threads' share of a GPU-resized run, decode and\n"
-               "  copy into a packed buffer only (the resize is the GPU's)\n");
+               "  copy into a packed buffer only (the resize is the GPU's). --interpolation:\n"
+               "  the resize's filter, Pillow's BILINEAR (default) or BICUBIC\n");
 }
 
 typedef struct {
@@ -163,6 +164,7 @@ static bool set_option(decode_args *a, int c, const char *arg) {
     }
     case 'e': a->pp.exact = true; return true;
     case 'x': a->pp.no_exif = true; return true;
+    case 'i': return si_interp_parse(arg, &a->pp.interp);
     case 'R':
         if (strcmp(arg, "cpu") && strcmp(arg, "gpu")) return false;
         a->gpu_resize = !strcmp(arg, "gpu");
@@ -181,6 +183,7 @@ static int parse_bench_decode(int argc, char **argv, decode_args *a) {
                                          {"exact", no_argument, 0, 'e'},
                                          {"no-exif", no_argument, 0, 'x'},
                                          {"resize-on", required_argument, 0, 'R'},
+                                         {"interpolation", required_argument, 0, 'i'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c;
@@ -192,7 +195,13 @@ static int parse_bench_decode(int argc, char **argv, decode_args *a) {
             return SI_EXIT_OK;
         }
         if (set_option(a, c, optarg)) continue;
-        fprintf(stderr, "shardinfer bench decode: bad option '%s'\n", argv[optind - 1]);
+        if (c == 'i')
+            fprintf(stderr,
+                    "shardinfer bench decode: --interpolation '%s': expected " SI_INTERP_CHOICES
+                    "\n",
+                    optarg);
+        else
+            fprintf(stderr, "shardinfer bench decode: bad option '%s'\n", argv[optind - 1]);
         usage(stderr);
         return SI_EXIT_USAGE;
     }
@@ -330,9 +339,9 @@ int si_cli_bench_decode(int argc, char **argv) {
                    .gpu_resize = a.gpu_resize};
     b.dst_bytes = a.gpu_resize ? SI_RS_PACK_DEFAULT(pp->resize) : b.crop_bytes;
     printf("bench-decode: set=%s images=%u bytes=%zu mean_kib=%.1f resize=%d crop=%d exact=%d "
-           "exif=%d resize_on=%s\n",
+           "exif=%d resize_on=%s interpolation=%s\n",
            a.path, n, buf.len, (double)buf.len / n / 1024, pp->resize, pp->crop_h, pp->exact,
-           !pp->no_exif, a.gpu_resize ? "gpu" : "cpu");
+           !pp->no_exif, a.gpu_resize ? "gpu" : "cpu", si_interp_name(pp->interp));
     fflush(stdout);
     rc = time_thread_counts(&b, &a);
     if (!pp->exact) print_scaled_vs_exact(&b);

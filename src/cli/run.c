@@ -28,6 +28,8 @@ static const char run_usage[] =
     "  --exact-preprocess decode at full size (no DCT-domain scaling): bit-exact with\n"
     "                     torchvision's Resize + CenterCrop on Pillow images, slower\n"
     "  --no-exif          ignore the EXIF orientation of JPEGs\n"
+    "  --interpolation F  the resize's filter: bilinear or bicubic, Pillow's (default: the\n"
+    "                     model's metadata 'interpolation', else bilinear)\n"
     "postprocessing (--post, default classify):\n"
     "  --post classify    softmax + top-K: --topk K (default 5)\n"
     "  --post detect      YOLOv8 head: --score-threshold F (0.25), --iou-threshold F (0.45),\n"
@@ -109,6 +111,7 @@ enum {
     O_PROGRESS,
     O_PROGINT,
     O_SLOW,
+    O_INTERP,
     O_WRITER,
     O_DRAIN,
     O_PRECISION,
@@ -139,6 +142,7 @@ static const struct option run_opts[] = {{"model", required_argument, 0, 'm'},
                                          {"offsets-dataset", required_argument, 0, 'O'},
                                          {"exact-preprocess", no_argument, 0, 'X'},
                                          {"no-exif", no_argument, 0, 'Z'},
+                                         {"interpolation", required_argument, 0, O_INTERP},
                                          {"backend", required_argument, 0, 'B'},
                                          {"overwrite", no_argument, 0, 'f'},
                                          {"quiet", no_argument, 0, 'q'},
@@ -246,6 +250,11 @@ static const char *opt_input(int c, const char *arg, run_args *a, char *buf, siz
         pc->pre.max_pixels = (uint64_t)v;
         return NULL;
     case 'L': return opt_layout(arg, a, buf, cap);
+    case O_INTERP:
+        if (!si_interp_parse(arg, &pc->pre.interp))
+            return usage_error(buf, cap, "--interpolation '%s': expected " SI_INTERP_CHOICES, arg);
+        a->job.interp_set = true;
+        return NULL;
     default: return not_mine;
     }
 }

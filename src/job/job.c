@@ -42,8 +42,9 @@ uint64_t si_job_chunk_size(uint64_t n, int batch, int ranks, size_t row_bytes) {
     return chunk;
 }
 
-/* Mean/std (and resize) from the model's metadata ("mean" = "0.485,0.456,0.406") unless the
- * config sets them: a model that carries its preprocessing cannot be fed wrongly by default. */
+/* Mean/std (and resize, interpolation) from the model's metadata ("mean" = "0.485,0.456,0.406",
+ * "interpolation" = "bicubic") unless the config sets them: a model that carries its
+ * preprocessing cannot be fed wrongly by default. */
 static si_status model_norm(si_job_state *J) {
     const si_graph *g = J->g;
     const char *rs = si_graph_meta(g, "resize");
@@ -54,6 +55,12 @@ static si_status model_norm(si_job_state *J) {
                             rs);
         J->pc.pre.resize = (int)size;
     }
+    const char *ip = si_graph_meta(g, "interpolation");
+    if (ip && !J->cfg->interp_set && !si_interp_parse(ip, &J->pc.pre.interp))
+        return si_error(SI_ERR_FORMAT,
+                        "%s: metadata 'interpolation' = '%s': expected " SI_INTERP_CHOICES
+                        " (or pass --interpolation)",
+                        g->path, ip);
     const char *keys[2] = {"mean", "std"};
     float *dst[2] = {J->pc.mean, J->pc.std};
     bool set[2] = {J->cfg->mean_set, J->cfg->std_set};
@@ -197,6 +204,13 @@ static void make_meta(si_job_state *J) {
              pc->pre.resize, pc->pre.crop_h, pc->pre.crop_w, pc->mean[0], pc->mean[1], pc->mean[2],
              pc->std[0], pc->std[1], pc->std[2], pc->pre.exact, !pc->pre.no_exif,
              (unsigned long long)pc->pre.max_pixels);
+    /* named only when not the default, so that the results (and resume keys) of bilinear runs
+     * stay what they were before the option existed */
+    if (pc->pre.interp != SI_INTERP_BILINEAR) {
+        size_t used = strlen(J->pre);
+        snprintf(J->pre + used, sizeof J->pre - used, " interpolation=%s",
+                 si_interp_name(pc->pre.interp));
+    }
     si_post_params(&pc->post, &pc->plan, J->post_params, sizeof J->post_params);
     if (asprintf(&J->key, "model_sha256=%s;input=%s;images=%llu;preprocess=%s;post=%s;batch=%d",
                  J->sha, si_source_spec(J->set), (unsigned long long)J->n, J->pre, J->post_params,

@@ -25,8 +25,9 @@ typedef struct {
     /* batch, preprocessing, post, gpu_resize (the caller's choice: the CLI resolves --resize-on);
      * the job fills the plan, chunk, threads and timeline */
     si_pipeline_config pc;
-    /* given by the user: the model's metadata ("mean", "std", "resize") does not override them */
-    bool mean_set, std_set, resize_set;
+    /* given by the user: the model's metadata ("mean", "std", "resize", "interpolation") does
+     * not override them */
+    bool mean_set, std_set, resize_set, interp_set;
     bool overwrite, resume;
     si_source_opts src; /* layout and dataset names of the input */
     double max_errors;  /* < 0: no limit; a count, or a fraction when max_errors_fraction */

@@ -75,7 +75,7 @@ static si_image_status decode_packed(si_decoder *d, const uint8_t *data, size_t 
         pack_drop(pk);
         return st;
     }
-    int fits = si_rs_item_make(w, h, pre->resize, pre->crop_h, pre->crop_w, it);
+    int fits = si_rs_item_make(w, h, pre->resize, pre->interp, pre->crop_h, pre->crop_w, it);
     SI_ASSERT(fits); /* the decoder checked that the crop fits */
     size_t need = (size_t)w * (size_t)h * 3;
     if (si_rs_gpu_fits(it) && pack_take(pk, need, &it->off)) {
@@ -90,7 +90,8 @@ static si_image_status decode_packed(si_decoder *d, const uint8_t *data, size_t 
         snprintf(msg, cap, "%s", si_error_msg());
         return SI_IMG_TOO_LARGE;
     }
-    /* the crop as it is: resizing a crop-sized image to itself is the identity */
+    /* the crop as it is: resizing a crop-sized image to itself is the identity (with either
+     * filter: its weights at the input pixels are 1 there and 0 at the neighbours) */
     it->w = it->rw = pre->crop_w;
     it->h = it->rh = pre->crop_h;
     it->top = it->left = 0;

@@ -17,7 +17,8 @@ static si_decoder *dec;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!dec && !(dec = si_decoder_create())) abort();
-    /* the last input byte picks the preprocessing, so crops of every shape get explored */
+    /* the last input byte picks the preprocessing (resize, crop, filter), so crops of every
+     * shape get explored */
     uint8_t sel = size ? data[size - 1] : 0;
     static const int resizes[4] = {224, 33, 64, 1};
     int resize = resizes[sel & 3], crop = resize - (sel >> 2 & 7);
@@ -25,6 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static uint8_t out[224 * 224 * 3], poison[224 * 224 * 3];
     for (int mode = 0; mode < 4; mode++) {
         si_preproc p = {.resize = resize,
+                        .interp = (sel & 0x20) ? SI_INTERP_BICUBIC : SI_INTERP_BILINEAR,
                         .crop_h = crop,
                         .crop_w = (sel & 0x80) ? resize : crop,
                         .max_pixels = MAX_PIXELS,
