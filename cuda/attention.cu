@@ -10,7 +10,7 @@
 
 namespace {
 
-constexpr int BM = 64, BN = 64, PAD = 8; // query rows and keys per tile, smem row padding
+constexpr int BN = 64, PAD = 8; // keys per tile, smem row padding (conflict-free ldmatrix)
 
 template <typename T> __device__ inline float tof(T v) {
     return (float)v;
@@ -41,10 +41,6 @@ template <> __device__ inline uint32_t pack2<__nv_bfloat16>(float a, float b) {
     __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
     return *reinterpret_cast<uint32_t *>(&h);
 }
-template <typename T> __device__ inline uint32_t pack2h(T a, T b) {
-    T v[2] = {a, b};
-    return *reinterpret_cast<uint32_t *>(v);
-}
 
 template <typename T>
 __device__ inline void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
@@ -64,6 +60,21 @@ __device__ inline void mma<__nv_bfloat16>(float c[4], const uint32_t a[4], uint3
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// four 8x8 b16 matrices from shared memory (lanes 8i..8i+7 give matrix i's row addresses): the
+// mma B fragments of two n-tiles at once; .trans for V, whose rows are keys
+__device__ inline void ldsm_x4(uint32_t r[4], const void *p) {
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+__device__ inline void ldsm_x4_t(uint32_t r[4], const void *p) {
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
 // the bias's offset for matrix b (its batch dims decoded, broadcast strides 0)
 __device__ inline int64_t bias_base(const si_k_attn &p, int64_t b) {
     int64_t off = 0;
@@ -74,16 +85,28 @@ __device__ inline int64_t bias_base(const si_k_attn &p, int64_t b) {
     return off;
 }
 
-// rows x cols tile of a row-major (.., rows_total, ld) matrix into smem [rows][cols + PAD],
-// zero beyond rows_total; cols % 8 == 0 and 16-byte aligned rows: 16-byte loads
-template <typename T, int COLS>
-__device__ inline void load_rows(T *sm, const T *g, int64_t r0, int64_t rows_total) {
-    constexpr int V = COLS / 8; // uint4 per row
-    for (int i = threadIdx.x; i < BM * V; i += blockDim.x) {
+// one 16-byte chunk global -> shared without the registers (cp.async); zeros when !valid
+__device__ inline void cp16(void *sm, const void *g, bool valid) {
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(sm);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(a), "l"(g),
+                 "r"(valid ? 16 : 0));
+}
+__device__ inline void cp_commit() {
+    asm volatile("cp.async.commit_group;");
+}
+template <int N> __device__ inline void cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+// rows x D tile of a row-major (.., rows_total, D) matrix into smem [rows][D + PAD] (zeros
+// beyond rows_total), asynchronously; rows start on 16 bytes because D % 8 == 0
+template <typename T, int D>
+__device__ inline void load_rows(T *sm, const T *g, int64_t r0, int64_t rows_total, int rows) {
+    constexpr int V = D / 8; // 16-byte chunks per row
+    for (int i = threadIdx.x; i < rows * V; i += blockDim.x) {
         int r = i / V, c = i % V;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (r0 + r < rows_total) v = reinterpret_cast<const uint4 *>(g + (r0 + r) * COLS)[c];
-        *reinterpret_cast<uint4 *>(sm + r * (COLS + PAD) + c * 8) = v;
+        bool ok = r0 + r < rows_total;
+        cp16(sm + r * (D + PAD) + c * 8, ok ? g + (r0 + r) * D + c * 8 : g, ok);
     }
 }
 
@@ -96,54 +119,69 @@ __device__ inline void load_kt(T *sm, const T *kt, int64_t s0, int64_t S) {
     }
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(128)
+// W warps, 16 query rows each; K and V tiles double-buffered: tile i+1 loads while i computes
+template <typename T, int D, int W>
+__global__ void __launch_bounds__(W * 32)
     k_flash(si_k_attn p, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
             const T *__restrict__ bias, T *__restrict__ y) {
+    constexpr int M = 16 * W, TILE = BN * (D + PAD);
     extern __shared__ __align__(16) unsigned char smem[];
-    T *qs = reinterpret_cast<T *>(smem), *ks = qs + BM * (D + PAD), *vs = ks + BN * (D + PAD);
+    T *qs = reinterpret_cast<T *>(smem), *kv = qs + M * (D + PAD); // kv: [2][K tile, V tile]
     const int64_t b = blockIdx.y, T_ = p.t, S = p.s;
-    const int64_t q0 = (int64_t)blockIdx.x * BM;
+    const int64_t q0 = (int64_t)blockIdx.x * M;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-    const T *qb = q + b * T_ * D, *kb = k + b * S * D, *vb = v + b * S * D;
-    load_rows<T, D>(qs, qb, q0, T_);
-    __syncthreads();
+    const int mat = lane / 8, mr = lane % 8; // this lane's row address in ldmatrix
+    const T *kb = k + b * S * D, *vb = v + b * S * D;
+    const int tiles = (int)((S + BN - 1) / BN);
+    auto load_tile = [&](int i) {
+        T *kt = kv + (i & 1) * 2 * TILE, *vt = kt + TILE;
+        if (p.trans_b)
+            load_rows<T, D>(kt, kb, (int64_t)i * BN, S, BN);
+        else
+            load_kt<T, D>(kt, kb, (int64_t)i * BN, S);
+        load_rows<T, D>(vt, vb, (int64_t)i * BN, S, BN);
+    };
+    load_rows<T, D>(qs, q + b * T_ * D, q0, T_, M);
+    load_tile(0);
+    cp_commit();
     uint32_t qa[D / 16][4];
-    const int r0 = warp * 16;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-        const T *r_lo = qs + (r0 + g) * (D + PAD) + kk * 16 + 2 * t4;
-        const T *r_hi = r_lo + 8 * (D + PAD);
-        qa[kk][0] = *reinterpret_cast<const uint32_t *>(r_lo);
-        qa[kk][1] = *reinterpret_cast<const uint32_t *>(r_hi);
-        qa[kk][2] = *reinterpret_cast<const uint32_t *>(r_lo + 8);
-        qa[kk][3] = *reinterpret_cast<const uint32_t *>(r_hi + 8);
-    }
     float o[D / 8][4];
 #pragma unroll
     for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    const int r0 = warp * 16;
     const int64_t row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
     const int64_t boff = bias ? bias_base(p, b) : 0;
-    for (int64_t s0 = 0; s0 < S; s0 += BN) {
-        __syncthreads(); // the previous tile is consumed
-        if (p.trans_b)
-            load_rows<T, D>(ks, kb, s0, S);
-        else
-            load_kt<T, D>(ks, k + b * S * D, s0, S);
-        load_rows<T, D>(vs, vb, s0, S);
+    for (int it = 0; it < tiles; it++) {
+        if (it + 1 < tiles) load_tile(it + 1);
+        cp_commit();
+        cp_wait<1>(); // tile it (and Q) landed
         __syncthreads();
-        float sc[BN / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; nt++) {
-            sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+        if (it == 0) {
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
-                const T *kr = ks + (nt * 8 + g) * (D + PAD) + kk * 16 + 2 * t4;
-                mma<T>(sc[nt], qa[kk], *reinterpret_cast<const uint32_t *>(kr),
-                       *reinterpret_cast<const uint32_t *>(kr + 8));
+                const T *r_lo = qs + (r0 + g) * (D + PAD) + kk * 16 + 2 * t4;
+                const T *r_hi = r_lo + 8 * (D + PAD);
+                qa[kk][0] = *reinterpret_cast<const uint32_t *>(r_lo);
+                qa[kk][1] = *reinterpret_cast<const uint32_t *>(r_hi);
+                qa[kk][2] = *reinterpret_cast<const uint32_t *>(r_lo + 8);
+                qa[kk][3] = *reinterpret_cast<const uint32_t *>(r_hi + 8);
             }
         }
+        const T *ks = kv + (it & 1) * 2 * TILE, *vs = ks + TILE;
+        const int64_t s0 = (int64_t)it * BN;
+        float sc[BN / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt += 2)
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) { // K rows are keys: B[dim][key] untransposed
+                uint32_t r[4];
+                ldsm_x4(r, ks + ((nt + (mat >> 1)) * 8 + mr) * (D + PAD) + kk * 16 + (mat & 1) * 8);
+                mma<T>(sc[nt], qa[kk], r[0], r[1]);
+                mma<T>(sc[nt + 1], qa[kk], r[2], r[3]);
+            }
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int nt = 0; nt < BN / 8; nt++)
@@ -187,16 +225,18 @@ __global__ void __launch_bounds__(128)
                              pack2<T>(sc[2 * kk][2], sc[2 * kk][3]),
                              pack2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
                              pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
-            const T *v0 = vs + (kk * 16 + 2 * t4) * (D + PAD) + g;
 #pragma unroll
-            for (int nt = 0; nt < D / 8; nt++) {
-                const T *vc = v0 + nt * 8;
-                uint32_t b0 = pack2h<T>(vc[0], vc[D + PAD]);
-                uint32_t b1 = pack2h<T>(vc[8 * (D + PAD)], vc[9 * (D + PAD)]);
-                mma<T>(o[nt], a, b0, b1);
+            for (int nt = 0; nt < D / 8; nt += 2) { // V rows are keys: B[key][dim] transposed
+                uint32_t r[4];
+                ldsm_x4_t(r,
+                          vs + (kk * 16 + (mat & 1) * 8 + mr) * (D + PAD) + (nt + (mat >> 1)) * 8);
+                mma<T>(o[nt], a, r[0], r[1]);
+                mma<T>(o[nt + 1], a, r[2], r[3]);
             }
         }
+        __syncthreads(); // every warp is done with this buffer before it is loaded again
     }
+    cp_wait<0>(); // nothing in flight at exit (S == 0 issued Q and never waited)
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         l[h] += __shfl_xor_sync(0xffffffff, l[h], 1);
@@ -265,21 +305,30 @@ __global__ void k_attn_rows(si_k_attn p, const T *__restrict__ q, const T *__res
     }
 }
 
-template <typename T, int D>
-cudaError_t launch_flash(cudaStream_t s, const si_k_attn &p, const void *q, const void *k,
-                         const void *v, const void *bias, void *y) {
-    size_t smem = sizeof(T) * (size_t)(BM + 2 * BN) * (D + PAD);
+template <typename T, int D, int W>
+cudaError_t launch_flash_w(cudaStream_t s, const si_k_attn &p, const void *q, const void *k,
+                           const void *v, const void *bias, void *y) {
+    size_t smem = sizeof(T) * (size_t)(16 * W + 4 * BN) * (D + PAD);
     static bool attr = false;
     if (!attr) {
         cudaError_t e = cudaFuncSetAttribute(
-            k_flash<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            k_flash<T, D, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
         attr = true;
     }
-    dim3 grid((unsigned)((p.t + BM - 1) / BM), (unsigned)p.nb);
-    k_flash<T, D><<<grid, 128, smem, s>>>(p, (const T *)q, (const T *)k, (const T *)v,
-                                          (const T *)bias, (T *)y);
+    dim3 grid((unsigned)((p.t + 16 * W - 1) / (16 * W)), (unsigned)p.nb);
+    k_flash<T, D, W><<<grid, W * 32, smem, s>>>(p, (const T *)q, (const T *)k, (const T *)v,
+                                                (const T *)bias, (T *)y);
     return cudaGetLastError();
+}
+
+// 8 warps (128 query rows) when the rows fill them; 4 for short sequences (Swin's 49-token
+// windows), which would leave most of a 128-row block idle
+template <typename T, int D>
+cudaError_t launch_flash(cudaStream_t s, const si_k_attn &p, const void *q, const void *k,
+                         const void *v, const void *bias, void *y) {
+    if (p.t > 96) return launch_flash_w<T, D, 8>(s, p, q, k, v, bias, y);
+    return launch_flash_w<T, D, 4>(s, p, q, k, v, bias, y);
 }
 
 template <typename T>

@@ -7,6 +7,8 @@
 #include <math.h>
 #include <string.h>
 
+#include <type_traits>
+
 size_t si_gtype_size(int t) {
     return t == SI_GT_F32 ? 4 : 2;
 }
@@ -90,6 +92,57 @@ __global__ void k_map(map_desc<I> d, int kind, int op, si_act act, TY *__restric
     }
 }
 
+// The same map when every view's innermost run is contiguous and a multiple of 16 bytes: each
+// thread moves 16 bytes of every operand (one index decode per 16 bytes, vector loads), which is
+// what the copies of Transpose/Split/Slice/Concat and the activations after GEMMs need to run at
+// memory speed. Same formulas as k_map, element by element.
+template <typename T, typename I>
+__global__ void k_map_vec(map_desc<I> d, int kind, int op, si_act act, T *__restrict__ y,
+                          const T *__restrict__ a, const T *__restrict__ b) {
+    constexpr int V = 16 / sizeof(T);
+    const I nv = d.n / V;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += (I)gridDim.x * blockDim.x) {
+        I rem = i * V, oy = d.off[0], oa = d.off[1], ob = d.off[2];
+        for (int k = d.nd - 1; k >= 0; k--) {
+            I q = rem / d.dims[k], x = rem - q * d.dims[k];
+            rem = q;
+            oy += x * d.st[0][k];
+            oa += x * d.st[1][k];
+            ob += x * d.st[2][k];
+        }
+        uint4 va = *reinterpret_cast<const uint4 *>(a + oa), vy;
+        if (kind == SI_MAP_COPY) {
+            vy = va;
+        } else {
+            uint4 vb = kind == SI_MAP_BINARY ? *reinterpret_cast<const uint4 *>(b + ob) : va;
+            const T *pa = reinterpret_cast<const T *>(&va), *pb = reinterpret_cast<const T *>(&vb);
+            T *py = reinterpret_cast<T *>(&vy);
+#pragma unroll
+            for (int e = 0; e < V; e++) {
+                float v = ld(pa, e);
+                v = kind == SI_MAP_BINARY ? act_apply(binop(op, v, ld(pb, e)), act)
+                                          : act_apply(v, act);
+                st(py, e, v);
+            }
+        }
+        *reinterpret_cast<uint4 *>(y + oy) = vy;
+    }
+}
+
+// whether k_map_vec can run d: COPY, ACT or BINARY of one type, every used view's innermost
+// stride 1, every other stride, offset and pointer on a 16-byte boundary
+template <typename T>
+static bool map_vec_ok(const map_desc<int64_t> &d, int kind, const void *const *p, int used) {
+    constexpr int V = 16 / sizeof(T);
+    if (kind == SI_MAP_FMA || d.nd < 1 || d.dims[d.nd - 1] % V) return false;
+    for (int w = 0; w < used; w++) {
+        if (d.st[w][d.nd - 1] != 1 || d.off[w] % V || (uintptr_t)p[w] % 16) return false;
+        for (int k = 0; k < d.nd - 1; k++)
+            if (d.st[w][k] % V) return false;
+    }
+    return true;
+}
+
 template <typename TY, typename TA, typename I>
 static cudaError_t launch_map(cudaStream_t s, const map_desc<int64_t> &d64, int kind, int op,
                               si_act act, void *y, const void *a, const void *b, const void *c) {
@@ -101,6 +154,15 @@ static cudaError_t launch_map(cudaStream_t s, const map_desc<int64_t> &d64, int 
         for (int v = 0; v < 4; v++) d.st[v][k] = (I)d64.st[v][k];
     }
     for (int v = 0; v < 4; v++) d.off[v] = (I)d64.off[v];
+    const void *ptrs[3] = {y, a, b};
+    int used = kind == SI_MAP_BINARY ? 3 : 2;
+    if constexpr (std::is_same<TY, TA>::value) {
+        if (map_vec_ok<TY>(d64, kind, ptrs, used)) {
+            k_map_vec<TY, I><<<blocks_for(d.n / (16 / sizeof(TY)), 256), 256, 0, s>>>(
+                d, kind, op, act, (TY *)y, (const TY *)a, (const TY *)b);
+            return cudaGetLastError();
+        }
+    }
     k_map<TY, TA, I><<<blocks_for(d.n, 256), 256, 0, s>>>(d, kind, op, act, (TY *)y, (const TA *)a,
                                                           (const TA *)b, (const TA *)c);
     return cudaGetLastError();
@@ -440,10 +502,55 @@ __global__ void k_norm(const T *__restrict__ x, int64_t rows, int64_t len,
     }
 }
 
+// LayerNormalization of rows of len <= 32 * LN_PER (a transformer's hidden size), scale and bias
+// as long as the row: a warp per row, the row in registers, the same two passes as k_norm
+constexpr int LN_PER = 32;
+template <typename T>
+__global__ void k_norm_warp(const T *__restrict__ x, int64_t rows, int len,
+                            const T *__restrict__ scale, const T *__restrict__ bias, float eps,
+                            T *__restrict__ y) {
+    const int lane = threadIdx.x % 32;
+    for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < rows;
+         r += (int64_t)gridDim.x * blockDim.x / 32) {
+        const T *xr = x + r * len;
+        float v[LN_PER], s = 0.f;
+#pragma unroll
+        for (int i = 0; i < LN_PER; i++) {
+            int j = lane + 32 * i;
+            v[i] = j < len ? ld(xr, j) : 0.f;
+            s += v[i];
+        }
+        for (int k = 16; k > 0; k /= 2) s += __shfl_xor_sync(0xffffffffu, s, k);
+        float mean = s / (float)len, q = 0.f;
+#pragma unroll
+        for (int i = 0; i < LN_PER; i++) {
+            float d = lane + 32 * i < len ? v[i] - mean : 0.f;
+            q += d * d;
+        }
+        for (int k = 16; k > 0; k /= 2) q += __shfl_xor_sync(0xffffffffu, q, k);
+        float inv = rsqrtf(q / (float)len + eps);
+        T *yr = y + r * len;
+#pragma unroll
+        for (int i = 0; i < LN_PER; i++) {
+            int j = lane + 32 * i;
+            if (j < len) st(yr, j, (v[i] - mean) * inv * ld(scale, j) + (bias ? ld(bias, j) : 0.f));
+        }
+    }
+}
+
 static cudaError_t launch_norm(cudaStream_t s, int t, const void *x, int64_t rows, int64_t len,
                                const void *scale, int64_t ns, const void *bias, int64_t nb,
                                int64_t chans, float eps, void *y) {
     if (rows <= 0 || len <= 0) return cudaSuccess;
+    if (!chans && len <= 32 * LN_PER && ns == len && (!bias || nb == len)) {
+        int64_t b = (rows + 7) / 8; // 8 warps (rows) per block
+        unsigned grid = (unsigned)(b < 65535 * 16 ? b : 65535 * 16);
+        SI_DISPATCH(t, T,
+                    k_norm_warp<T>
+                    <<<grid, 256, 0, s>>>((const T *)x, rows, (int)len, (const T *)scale,
+                                          (const T *)bias, eps, (T *)y));
+        return cudaGetLastError();
+    }
     unsigned grid = (unsigned)(rows < 65535 * 16 ? rows : 65535 * 16); // the row loop covers more
     SI_DISPATCH(t, T,
                 k_norm<T><<<grid, 256, 0, s>>>((const T *)x, rows, len, (const T *)scale, ns,
