@@ -32,6 +32,7 @@ typedef struct {
     int cpad;    // channels the input is padded to in scratch (the first conv's 3 -> 8)
     float ms;    // the algorithm's time as cuDNN measured it
     bool dw;     // our depthwise kernel (cuda/dwconv.cu) runs it, not cuDNN
+    bool patch;  // a patchify conv: patches into scratch, one cuBLASLt GEMM (cs->gemm[j])
     int pro;     // dw: the conv whose bias and activation it applies to its input, -1 if none
     bool raw;    // its output is such a dw conv's input: it adds no bias and no activation
 } conv_x;
@@ -168,6 +169,7 @@ void si_cuda_conv_release(conv_x *c);
 // --- gemm.cu ----------------------------------------------------------------------------------
 si_status si_cuda_gemm_init(si_engine *e, cuda_state *cs, int j);
 si_status si_cuda_matmul_init(si_engine *e, cuda_state *cs, int j);
+si_status si_cuda_patch_init(si_engine *e, cuda_state *cs, int j);
 // y = alpha * a b + beta * c (c NULL: y itself) and the epilogue
 si_status si_cuda_lt_run(cuda_state *cs, slot_x *sl, gemm_x *x, const void *a, const void *b,
                          const void *c, void *y);

@@ -276,6 +276,10 @@ si_status si_cuda_conv_init(si_engine *e, cuda_state *cs, int j, algo_memo *memo
     SI_ASSERT(g->values[n->in[0]].kind == SI_VAL_RUNTIME && g->values[n->in[0]].shape.ndim == 4);
     c->pro = -1;
     if (dw_kernel_runs(cs, g, j)) return conv_dw_init(e, cs, j);
+    if (si_devplan_patch_conv(g, n) && dw_prologue_of(cs, g, j) < 0) {
+        c->patch = true;
+        return si_cuda_patch_init(e, cs, j);
+    }
     c->raw = dw_prologue_of(cs, g, j) >= 0;
     c->prepad = s->pt != s->pb || s->pl != s->pr;
     c->cpad = si_devplan_conv_cpad(g, n, cs->plan.elem);
@@ -322,6 +326,26 @@ si_status si_cuda_conv_run(si_engine *e, cuda_state *cs, slot_x *sl, int j) {
         }
         cudaCheck(si_k_dwconv(sl->stream, cs->t, &a));
         return SI_OK;
+    }
+    if (c->patch) { // patches as rows (n, oh, ow) of (kh, kw, c), then the GEMM
+        si_tview vx = tv_of(&g->values[n->in[0]]), vp = tv_none(), vs = tv_none();
+        int64_t d[6] = {s->n, s->oh, s->ow, s->kh, s->kw, s->c};
+        int64_t xs[6] = {vx.st[0], vx.st[2] * s->kh, vx.st[3] * s->kw,
+                         vx.st[2], vx.st[3],         vx.st[1]};
+        vp.nd = vs.nd = 6;
+        vs.off = vx.off;
+        int64_t acc = 1;
+        for (int k = 5; k >= 0; k--) {
+            vp.dims[k] = vs.dims[k] = d[k];
+            vp.st[k] = acc;
+            vs.st[k] = xs[k];
+            acc *= d[k];
+        }
+        si_status st =
+            map(sl->stream, SI_MAP_COPY, 0, no_act, cs->t, sl->scratch, vp, cs->t, x, vs);
+        if (st != SI_OK) return st;
+        return si_cuda_lt_run(cs, sl, &cs->gemm[j], vptr(cs, g, sl, n->in[1]), sl->scratch, NULL,
+                              y);
     }
     if (c->prepad || c->cpad != s->c) { // zeros, then the input into the interior
         int64_t hp = s->h + (c->prepad ? s->pt + s->pb : 0),

@@ -85,6 +85,28 @@ si_status si_cuda_gemm_init(si_engine *e, cuda_state *cs, int j) {
     return SI_OK;
 }
 
+// A patchify conv as Y (P, M) = X (P, K) W^T + b: X the patches (rows of kh * kw * C, copied into
+// scratch at run time), W the KRSC weights as (M, K), Y the NHWC output
+si_status si_cuda_patch_init(si_engine *e, cuda_state *cs, int j) {
+    const si_gnode *n = &e->g->nodes[j];
+    const si_conv_shape *s = &n->conv;
+    gemm_x *x = &cs->gemm[j];
+    int64_t P = (int64_t)s->n * s->oh * s->ow, M = s->m, K = (int64_t)s->kh * s->kw * s->c;
+    x->alpha = 1.f;
+    x->beta = 0.f;
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    const void *bias = NULL;
+    if (n->n_in > 2) {
+        epi = CUBLASLT_EPILOGUE_BIAS;
+        bias = cs->consts + cs->plan.const_off[n->in[2]];
+    }
+    if (n->act.kind == SI_ACT_RELU)
+        epi = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    si_status st = lt_setup(cs, x, 1, K, M, 0, K, P, M, P, 1, 0, 0, epi, bias);
+    if (st != SI_OK) return si_error_prefix(st, "node '%s' (Conv as GEMM): ", n->name);
+    return SI_OK;
+}
+
 // promotes MatMul operands like numpy (src/cpu/backend.c does the same)
 static void matmul_dims(const si_graph *g, const si_gnode *n, int *nd, int64_t *ad, int64_t *bd,
                         int64_t *yd) {

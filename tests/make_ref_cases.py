@@ -112,6 +112,8 @@ NODE_TEST_PATTERNS = [
     # normalisations (vision transformers); every LayerNormalization test also asks for the
     # training outputs Mean and InvStdDev (listed unsupported), so each is also written Y only
     r"test_layer_normalization_.*", r"test_instancenorm_(epsilon|example)",
+    # Attention-23 in its plain 4-D form (float mask, no causal, softcap, GQA or past key/values)
+    r"test_attention_4d(_scaled|_attn_mask(_3d|_4d)?|_diff_heads_sizes(_scaled|_attn_mask)?)?",
 ]
 
 
@@ -356,6 +358,13 @@ def numpy_reference(model, feeds):
             y = i[0].reshape(int(np.prod(i[0].shape[:ax])), -1)
         elif op == "Reshape":
             y = i[0].reshape([i[0].shape[k] if v == 0 else int(v) for k, v in enumerate(i[1])])
+        elif op == "Transpose":
+            y = np.transpose(i[0], a["perm"])
+        elif op == "Div":
+            y = i[0] / i[1]
+        elif op == "Softmax":
+            e = np.exp(i[0] - i[0].max(axis=a.get("axis", -1), keepdims=True))
+            y = e / e.sum(axis=a.get("axis", -1), keepdims=True)
         elif op == "Gemm":
             A = i[0].T if a.get("transA", 0) else i[0]
             B = i[1].T if a.get("transB", 0) else i[1]
@@ -994,6 +1003,78 @@ def c_gelu_tanh(c):
     c.opset = 20
     x = c.input("hidden", uniform(c.rng, (2, 7, 48), -6.0, 6.0))
     c.output(c.node("Gelu", [x], ["gelu"], approximate="tanh"))
+
+
+def _sdpa(c, q, k, v, scale_split=True, bias=None, kt_given=None):
+    """The pattern torch's exporters write for scaled_dot_product_attention: Q and K^T each
+    scaled by sqrt(scale) (TorchScript exporter) or the scores scaled once, an optional additive
+    bias, Softmax over the keys, then the product with V. shardinfer fuses it into one
+    Attention node; onnxruntime (optimizations off) computes it op by op."""
+    d = c.feeds[q].shape[-1]
+    sc = 1.0 / np.sqrt(d)
+    kt = kt_given or c.node("Transpose", [k], ["k_t"], perm=[0, 1, 3, 2])
+    if scale_split:
+        r = c.init("sqrt_scale", np.array(np.sqrt(sc), np.float32))
+        qs = c.node("Mul", [q, r], ["q_scaled"])
+        ks = c.node("Mul", [kt, r], ["k_scaled"])
+        scores = c.node("MatMul", [qs, ks], ["scores"])
+    else:
+        scores = c.node("MatMul", [q, kt], ["scores_raw"])
+        scores = c.node("Div", [scores, c.init("sqrt_d", np.array(np.sqrt(d), np.float32))],
+                        ["scores"])
+    if bias is not None:
+        scores = c.node("Add", [scores, bias], ["scores_biased"])
+    p = c.node("Softmax", [scores], ["probs"], axis=-1)
+    c.output(c.node("MatMul", [p, v], ["attn"]))
+
+
+def c_attention_vit_b(c):
+    # ViT-B's shape, 197 tokens of head size 64: the GPU's flash kernel, 4 tiles of keys
+    q, k, v = (c.input(n, normal(c.rng, (2, 3, 197, 64))) for n in ("q", "k", "v"))
+    _sdpa(c, q, k, v)
+
+
+def c_attention_rel_bias(c):
+    # Swin's window attention: 49 tokens of head size 32 and a relative-position bias per head
+    q, k, v = (c.input(n, normal(c.rng, (4, 3, 49, 32))) for n in ("q", "k", "v"))
+    b = c.init("rel_pos_bias", normal(c.rng, (1, 3, 49, 49)))
+    _sdpa(c, q, k, v, scale_split=False, bias=b)
+
+
+def c_attention_k_transposed(c):
+    # K arrives as K^T (N, H, D, S) from its own layout and large scores: the online softmax
+    q, v = c.input("q", normal(c.rng, (2, 2, 70, 64), 3.0)), c.input("v", normal(c.rng, (2, 2, 90, 64)))
+    kt = c.input("kt", normal(c.rng, (2, 2, 64, 90), 3.0))
+    _sdpa(c, q, None, v, kt_given=kt)
+
+
+def c_attention_head_40(c):
+    # head size 40 (no tensor-core kernel): the one-block-per-row kernel on the GPU
+    q, k, v = (c.input(n, normal(c.rng, (2, 2, 33, 40))) for n in ("q", "k", "v"))
+    _sdpa(c, q, k, v, scale_split=False)
+
+
+def c_attention_not_fused(c):
+    # scale after the bias add scales the bias: not the fused form, so it runs op by op
+    q, k, v = (c.input(n, normal(c.rng, (2, 2, 17, 16))) for n in ("q", "k", "v"))
+    kt = c.node("Transpose", [k], ["k_t"], perm=[0, 1, 3, 2])
+    s_ = c.node("MatMul", [q, kt], ["scores"])
+    s_ = c.node("Add", [s_, c.init("bias", normal(c.rng, (17, 17)))], ["biased"])
+    s_ = c.node("Mul", [s_, c.init("scale", np.array(0.25, np.float32))], ["scaled"])
+    p = c.node("Softmax", [s_], ["probs"], axis=-1)
+    c.output(c.node("MatMul", [p, v], ["attn"]))
+
+
+def c_conv_patchify_vit(c):
+    # a ViT's patch embedding (kernel = stride = 8 on 3 channels): the GPU runs it as one GEMM
+    x = c.input("images", uniform(c.rng, (2, 3, 32, 40)))
+    c.output(c.conv(x, "patch_embed", 3, 24, 8, strides=[8, 8]))
+
+
+def c_conv_patchify_downsample(c):
+    # ConvNeXt's downsampler (2x2, stride 2) with an odd edge left over, then ReLU
+    x = c.input("feat", uniform(c.rng, (2, 16, 9, 12)))
+    c.output(c.relu(c.conv(x, "down", 16, 32, 2, strides=[2, 2]), "relu"))
 
 
 def c_conv_gelu(c):

@@ -54,8 +54,19 @@ static bool view_copies(const si_graph *g, const si_gnode *n) {
     return true;
 }
 
+bool si_devplan_patch_conv(const si_graph *g, const si_gnode *n) {
+    if (n->op != SI_OP_CONV) return false;
+    const si_conv_shape *s = &n->conv;
+    const si_value *w = &g->values[n->in[1]];
+    return s->group == 1 && s->kh == s->sh && s->kw == s->sw && s->kh * s->kw > 1 && s->dh == 1 &&
+           s->dw == 1 && !s->pt && !s->pl && !s->pb && !s->pr && w->kind == SI_VAL_CONST &&
+           w->shape.ndim == 4 && n->residual < 0 &&
+           (n->act.kind == SI_ACT_NONE || n->act.kind == SI_ACT_RELU) && s->oh > 0 && s->ow > 0;
+}
+
 int si_devplan_conv_cpad(const si_graph *g, const si_gnode *n, size_t elem) {
     int c = n->conv.c;
+    if (si_devplan_patch_conv(g, n)) return c; /* a GEMM: no tensor-core channel rule */
     if (elem == 2 && c < 8 && n->conv.group == 1 && g->values[n->in[1]].kind == SI_VAL_CONST)
         return 8;
     return c;
@@ -77,6 +88,9 @@ int64_t si_devplan_node_scratch(const si_graph *g, const si_gnode *n, size_t ele
         if (x->kind == SI_VAL_RUNTIME && !si_devplan_rowmajor(x) && !si_devplan_rowmajor(y) &&
             view_copies(g, n))
             need = si_shape_numel(&x->shape);
+    } else if (si_devplan_patch_conv(g, n)) {
+        const si_conv_shape *c = &n->conv;
+        need = (int64_t)c->n * c->oh * c->ow * c->kh * c->kw * c->c;
     } else if (n->op == SI_OP_CONV) {
         const si_conv_shape *c = &n->conv;
         bool asym = c->pt != c->pb || c->pl != c->pr; /* cuDNN pads symmetrically */

@@ -69,6 +69,11 @@ int si_devplan_conv_cpad(const si_graph *g, const si_gnode *n, size_t elem);
  * shape is beyond it or SI_CUDNN_DEPTHWISE=1 hands them to cuDNN (which reads the KRSC copy at
  * const_off): both copies are planned, so the plan holds either way. */
 bool si_devplan_dwconv(const si_graph *g, const si_gnode *n);
+/* A patchify Conv (a vision transformer's patch embedding, ConvNeXt's stem and downsamplers):
+ * kernel == stride, no padding or dilation, one group, constant weights, no residual, ReLU at
+ * most. The GPU runs it as one GEMM: the input's patches copied into scratch as rows of
+ * (kh, kw, C), times the KRSC weights read as an (M, kh * kw * C) matrix. */
+bool si_devplan_patch_conv(const si_graph *g, const si_gnode *n);
 /* Scratch elements node n needs for layout changes (0 if none). */
 int64_t si_devplan_node_scratch(const si_graph *g, const si_gnode *n, size_t elem);
 
