@@ -92,6 +92,32 @@ __global__ void k_map(map_desc<I> d, int kind, int op, si_act act, TY *__restric
     }
 }
 
+// the activation of V values with its kind made a constant for the common ones, so the formula's
+// switch folds away instead of running per element
+template <int V> __device__ __forceinline__ void act_vec(float (&f)[V], const si_act &a) {
+#define SI_ACT_VCASE(K)                                                                            \
+    case K: {                                                                                      \
+        si_act k = a;                                                                              \
+        k.kind = K;                                                                                \
+        _Pragma("unroll") for (int i = 0; i < V; i++) f[i] = act_apply(f[i], k);                   \
+        return;                                                                                    \
+    }
+    switch (a.kind) {
+    case SI_ACT_NONE:
+        return;
+        SI_ACT_VCASE(SI_ACT_RELU)
+        SI_ACT_VCASE(SI_ACT_GELU)
+        SI_ACT_VCASE(SI_ACT_GELU_TANH)
+        SI_ACT_VCASE(SI_ACT_SWISH)
+        SI_ACT_VCASE(SI_ACT_SILU)
+        SI_ACT_VCASE(SI_ACT_SIGMOID)
+    default:
+#pragma unroll
+        for (int i = 0; i < V; i++) f[i] = act_apply(f[i], a);
+    }
+#undef SI_ACT_VCASE
+}
+
 // The same map when every view's innermost run is contiguous and a multiple of 16 bytes: each
 // thread moves 16 bytes of every operand (one index decode per 16 bytes, vector loads), which is
 // what the copies of Transpose/Split/Slice/Concat and the activations after GEMMs need to run at
@@ -117,13 +143,13 @@ __global__ void k_map_vec(map_desc<I> d, int kind, int op, si_act act, T *__rest
             uint4 vb = kind == SI_MAP_BINARY ? *reinterpret_cast<const uint4 *>(b + ob) : va;
             const T *pa = reinterpret_cast<const T *>(&va), *pb = reinterpret_cast<const T *>(&vb);
             T *py = reinterpret_cast<T *>(&vy);
+            float f[V];
 #pragma unroll
-            for (int e = 0; e < V; e++) {
-                float v = ld(pa, e);
-                v = kind == SI_MAP_BINARY ? act_apply(binop(op, v, ld(pb, e)), act)
-                                          : act_apply(v, act);
-                st(py, e, v);
-            }
+            for (int e = 0; e < V; e++)
+                f[e] = kind == SI_MAP_BINARY ? binop(op, ld(pa, e), ld(pb, e)) : ld(pa, e);
+            act_vec<V>(f, act);
+#pragma unroll
+            for (int e = 0; e < V; e++) st(py, e, f[e]);
         }
         *reinterpret_cast<uint4 *>(y + oy) = vy;
     }
@@ -588,9 +614,13 @@ template <typename T> __global__ void k_reduce(reduce_desc d, const T *__restric
         double acc = d.op == SI_REDUCE_MAX ? -INFINITY : d.op == SI_REDUCE_MIN ? INFINITY : 0.0;
         for (int64_t r = 0; r < d.count; r++) {
             int64_t rr = r, off = base;
-            for (int k = d.nr - 1; k >= 0; k--) {
-                off += rr % d.rd[k] * d.rs[k];
-                rr /= d.rd[k];
+            if (d.nr == 1) {
+                off += r * d.rs[0];
+            } else {
+                for (int k = d.nr - 1; k >= 0; k--) {
+                    off += rr % d.rd[k] * d.rs[k];
+                    rr /= d.rd[k];
+                }
             }
             double v = ld(x, off);
             if (d.op == SI_REDUCE_MAX)
@@ -630,6 +660,19 @@ cudaError_t si_k_reduce(cudaStream_t s, int t, int op, int ndim, const int64_t *
         }
     }
     if (d.ny == 0) return cudaSuccess;
+    // neighbouring reduced dims that are one strided run become one (ConvNeXt-V2's GRN sums
+    // (N, H, W, C) over H and W: one run of H * W at stride C), so the loop decodes no index
+    int m = 0;
+    for (int k = 0; k < d.nr; k++) {
+        if (m > 0 && d.rs[m - 1] == d.rs[k] * d.rd[k]) {
+            d.rd[m - 1] *= d.rd[k];
+            d.rs[m - 1] = d.rs[k];
+        } else {
+            d.rd[m] = d.rd[k];
+            d.rs[m++] = d.rs[k];
+        }
+    }
+    d.nr = m;
     SI_DISPATCH(t, T, k_reduce<T><<<blocks_for(d.ny, 128), 128, 0, s>>>(d, (const T *)x, (T *)y));
     return cudaGetLastError();
 }

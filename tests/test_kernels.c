@@ -102,6 +102,7 @@ static double act_ref(double v, si_act a) {
     /* the spec's formulas as written (kernel_math.h rearranges them) */
     case SI_ACT_GELU: return 0.5 * v * (1 + erf(v / sqrt(2.0)));
     case SI_ACT_GELU_TANH: return 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    case SI_ACT_SWISH: return v / (1 + exp(-a.alpha * v));
     default: return v;
     }
 }
@@ -124,6 +125,7 @@ static void test_activations(void) {
         {.kind = SI_ACT_RECIPROCAL},
         {.kind = SI_ACT_GELU},
         {.kind = SI_ACT_GELU_TANH},
+        {.kind = SI_ACT_SWISH, .alpha = 1.702f},
     };
     int64_t n = 4000;
     float *x = frand(n);

@@ -616,6 +616,43 @@ static void fuse_silu(si_graph *g) {
     si_graph_compact(g);
 }
 
+/* QuickGELU as exported: Mul(x, Sigmoid(Mul(x, a))) with a a scalar constant: one Swish. */
+static void fuse_swish(si_graph *g) {
+    for (int j = 0; j < g->n_nodes; j++) {
+        si_gnode *s = &g->nodes[j];
+        if (s->op != SI_OP_ACTIVATION || s->act.kind != SI_ACT_SIGMOID) continue;
+        si_value *tv = &g->values[s->in[0]];
+        if (tv->producer < 0 || tv->uses != 1 || g->values[s->out].uses != 1) continue;
+        si_gnode *m0 = &g->nodes[tv->producer];
+        int x, c;
+        if (m0->op != SI_OP_BINARY || m0->binop != SI_BIN_MUL || m0->act.kind) continue;
+        if (const_is(g, m0->in[1], 0.f, FLT_MAX)) { /* any finite scalar */
+            x = m0->in[0];
+            c = m0->in[1];
+        } else if (const_is(g, m0->in[0], 0.f, FLT_MAX)) {
+            x = m0->in[1];
+            c = m0->in[0];
+        } else {
+            continue;
+        }
+        int o;
+        si_gnode *m = sole_reader(g, s->out, j + 1);
+        if (!binop_with(m, SI_BIN_MUL, s->out, &o) || o != x) continue;
+        s->act.kind = SI_ACT_SWISH;
+        s->act.alpha = ((const float *)g->values[c].data)[0];
+        s->in[0] = x;
+        m0->op = -1;
+        free(s->op_type);
+        s->op_type = si_xstrdup("Swish(Mul+Sigmoid+Mul)");
+        g->values[m->out].producer = g->values[s->out].producer;
+        s->out = s->outs[0] = m->out;
+        m->op = -1;
+        g->fused_act++;
+        si_graph_compact(g);
+        j = -1;
+    }
+}
+
 /* An activation whose input comes from a Conv, Add or Gemm with no other reader. */
 static void fuse_activations(si_graph *g) {
     for (int j = 0; j < g->n_nodes; j++) {
@@ -821,6 +858,7 @@ static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
     if (opts->no_fusion) return SI_OK;
     fold_batchnorm(g);
     fuse_silu(g);
+    fuse_swish(g);
     /* residual first: Add then Relu becomes conv(+r) then relu, fused next */
     fuse_gelu(g);
     float *at2 = si_xmalloc(sizeof(float) * (size_t)(g->n_values + 1));

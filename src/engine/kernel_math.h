@@ -41,6 +41,8 @@ SI_HD static inline float si_act_eval(float v, si_act a) {
     /* 1 + erf(z) as erfc(-z) and 1 + tanh(u) as 2 / (1 + exp(-2u)): the spec's values without
      * its cancellation for negative x, where 1 + erf(z) in float loses every digit below 1e-7 */
     case SI_ACT_GELU: return 0.5f * v * erfcf(v * -0.70710678118654752f);
+    /* the products the unfused Mul, Sigmoid and Mul compute, in their order */
+    case SI_ACT_SWISH: return v * (1.f / (1.f + expf(-(v * a.alpha))));
     case SI_ACT_GELU_TANH: {
         float u = 0.79788456080286536f * (v + 0.044715f * v * v * v); /* sqrt(2 / pi) */
         return v / (1.f + expf(-2.f * u));

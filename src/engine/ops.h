@@ -19,7 +19,9 @@ typedef enum {
     SI_ACT_SQRT,
     SI_ACT_RECIPROCAL, /* 1 / x */
     SI_ACT_GELU,       /* x / 2 * (1 + erf(x / sqrt(2))): Gelu, approximate = "none" */
-    SI_ACT_GELU_TANH   /* x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))): "tanh" */
+    SI_ACT_GELU_TANH,  /* x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))): "tanh" */
+    SI_ACT_SWISH       /* x * sigmoid(alpha * x): CLIP's QuickGELU (alpha 1.702), exported as
+                          Mul(x, Sigmoid(Mul(x, alpha))) */
 } si_act_kind;
 typedef struct {
     int kind;
