@@ -168,6 +168,34 @@ static void print_nodes(const si_graph *g) {
     printf("compute: %.3f GFLOP per image (batch 1; a multiply-add counts 2)\n", flops / 1e9);
 }
 
+/* The fused attention nodes at batch 1: their shapes, and the T x S scores per image that the
+ * unfused pattern would hold in memory and the fused kernel keeps on chip. */
+static void print_attention(const si_graph *g) {
+    int n = 0;
+    double scores = 0;
+    for (int j = 0; j < g->n_nodes; j++) {
+        const si_gnode *a = &g->nodes[j];
+        if (a->op != SI_OP_ATTENTION) continue;
+        const si_shape *q = &g->values[a->in[0]].shape, *v = &g->values[a->in[2]].shape;
+        int nd = q->ndim;
+        double mats = (double)(si_shape_numel(q) / (q->dims[nd - 1] * q->dims[nd - 2]));
+        double s = mats * (double)q->dims[nd - 2] * (double)v->dims[nd - 2];
+        if (n++ == 0)
+            printf("fused attention (softmax(scale Q K^T [+ bias]) V, scores kept on chip):\n");
+        if (n <= 4)
+            printf("  %-40s %.0f x (%lld x %lld keys, head %lld)%s\n", a->name, mats,
+                   (long long)q->dims[nd - 2], (long long)v->dims[nd - 2],
+                   (long long)q->dims[nd - 1], a->n_in > 3 ? " + bias" : "");
+        scores += s;
+    }
+    if (!n) return;
+    if (n > 4) printf("  ... %d nodes in all\n", n);
+    printf(
+        "  attention scratch: 0 bytes (unfused, the pattern writes %.1f MB of scores per image in "
+        "float32)\n",
+        scores * 4 / 1e6);
+}
+
 /* The memory planner's arena per batch size against one buffer per value (re-infers g). */
 static si_status print_memplan(si_graph *g, const int *batches, int nb) {
     printf("planned activation memory (liveness-planned arena vs one buffer per value):\n");
@@ -204,6 +232,7 @@ static int inspect_model(const char *path, const int *batches, int nb) {
     if ((st = si_graph_infer(g, 1)) == SI_OK && (st = si_engine_check(g, "cpu", NULL)) == SI_OK) {
         print_io(g);
         print_nodes(g);
+        print_attention(g);
         st = print_memplan(g, batches, nb);
     }
     if (st != SI_OK) si_log_error("%s", si_error_msg());
