@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs PyTorch + torchvision (+ timm's and ultralytics' model code, onnxscript) from PyPI into a venv of
 # its own, .venv-torch, for the tests that export real models to ONNX (tests/export_models.py).
-# Kept apart from .venv because it is ~4.7 GB on disk and only the `slow` tests need it.
+# Kept apart from .venv because it is ~4.0 GB on disk and only the `slow` tests need it.
 # Idempotent: quick when the venv matches scripts/requirements-torch.txt, rebuilt from scratch
 # when that file changes. SI_TORCH_VENV=DIR puts the venv elsewhere (e.g. outside a fresh clone).
 #
-# Measured on the 2-core Debian 12 machine: 2.77 GB downloaded (torch 0.91 GB, nvidia-* 1.73 GB),
-# ~95 s in all (~30 s of it downloading), 4.7 GB on disk; 0.04 s when already installed.
+# Measured on the 2-core Debian 12 machine (torch 2.11.0): 2.4 GB downloaded (torch 0.53 GB,
+# nvidia-* 1.7 GB), ~100 s in all (~35 s of it downloading), 4.0 GB on disk; 0.04 s when
+# already installed.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 req="$root/scripts/requirements-torch.txt"
@@ -30,7 +31,7 @@ if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; the
 fi
 
 py=$(command -v python3)
-echo "setup_torch: creating $venv (torch from PyPI, ~2.8 GB download)"
+echo "setup_torch: creating $venv (torch from PyPI, ~2.4 GB download)"
 rm -rf "$venv"
 "$py" -m venv "$venv"
 # --no-deps: the requirements file is the complete, pinned closure. Letting pip resolve torch's
