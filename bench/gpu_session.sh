@@ -5,7 +5,8 @@
 # e2e/ (build/testdata/e2e: the e2e and hostile sets and tiny.onnx); CASES_DIR the ONNX node
 # tests and onnxruntime cases (build/testdata/cases); SET150.h5 the 150 photos of
 # datasets/make_bench_set.py packed by `shardinfer pack`. Logs go to OUT_DIR; a table is last.
-# SECTIONS (default "parity models compute e2e resize"; also "transformers") picks what runs; CASES_DIR may be a
+# SECTIONS (default "parity models compute e2e resize"; also "transformers", "e2e_clip") picks
+# what runs; CASES_DIR may be a
 # .tar.xz of that folder (the GPU machine takes 64 MiB of carried files).
 set -u
 BIN=$(realpath "$1"); CASES=$(realpath "$2"); SET150=$(realpath "$3"); OUT=$4; N=${5:-20000}
@@ -113,6 +114,23 @@ for d in $TM/*.legacy; do
   t=$(grep best_mode $OUT/ttorch_$m.log | grep -o 'images_per_s=[0-9.]*' | cut -d= -f2)
   row "compute $m b256 fp16: shardinfer / torch img/s" "$s / $t = $($PY -c "print(f'{${s:-0}/${t:-1}:.2f}x')") ($(grep -o 'best_mode=[a-z]*' $OUT/ttorch_$m.log))"
 done
+
+fi
+if want e2e_clip; then
+step "end to end: CLIP ViT-B/16 embeddings (bicubic, CLIP mean/std, float16) vs the PyTorch pipeline"
+[ -f $W/set.h5 ] || $PY $HERE/bench/repeat_set.py $SET150 $W/set.h5 --count $N > $OUT/set.log 2>&1
+timeout 500 $PY $HERE/bench/peer_harness.py --set $W/set.h5 --arch clip_vit_b_16 --ranks 1 \
+  --batch 256 --torch-python "$(command -v python3)" --shardinfer $BIN/shardinfer --device cuda \
+  --work $W/peer_clip --post embed --embed-dtype float16 --interpolation bicubic --resize 224 \
+  --mean 0.4815,0.4578,0.4082 --std 0.2686,0.2613,0.2758 \
+  --si-args "--backend cuda --precision fp16" > $OUT/peer_clip.log 2>&1
+row "e2e CLIP embed 1 GPU (peer_harness)" "rc=$? $(grep 'shardinfer / PyTorch' $OUT/peer_clip.log)"
+timeout 100 $BIN/shardinfer bench decode $SET150 --threads 16 --interpolation bicubic --resize 224 \
+  > $OUT/decode_clip.log 2>&1
+row "decode alone, bicubic 224, 16 threads" "$(grep -o 'threads=16 images_per_s=[0-9.]*' $OUT/decode_clip.log)"
+timeout 100 $BIN/shardinfer bench --model $W/peer_clip/clip_vit_b_16.onnx --backend cuda --batch 256 \
+  --iters 20 > $OUT/gpu_alone_clip.log 2>&1
+row "CLIP GPU alone with copies (bench)" "$(grep -o 'images_per_s=[0-9.]*' $OUT/gpu_alone_clip.log)"
 
 fi
 if want e2e; then

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """shardinfer against the PyTorch pipeline a user would write (bench/torch_peer.py), in one
 command: the same machine, the same image set, the same network (torchvision's architecture
-with seeded weights, exported to ONNX for shardinfer), the same number of ranks. Prints each
-one's images/s (wall time of the whole command, start-up included), the ratio, and how often
-their top-1 classes agree on the images both scored.
+with seeded weights, or a transformer of tests/export_models.py, exported to ONNX for
+shardinfer), the same number of ranks. Prints each one's images/s (wall time of the whole
+command, start-up included), the ratio, and how often their top-1 classes agree (--post
+classify) or how close their embeddings are (--post embed: cosine similarity) on the images
+both scored.
 
   bench/peer_harness.py --set SET.h5 --arch resnet50 --ranks G [--batch 256] [--workers W]
       [--shardinfer build/shardinfer] [--torch-python .venv-torch/bin/python] [--exact]
       [--work DIR] [--device auto|cuda|cpu] [--threads T] [--si-args '--backend cuda']
+      [--post embed --embed-dtype float16 --interpolation bicubic --resize 224 --mean .. --std ..]
 
 --exact gives shardinfer --exact-preprocess (full-size decode, bit-exact with torchvision on
 Pillow), so that the comparison of classes is exact too; without it shardinfer decodes large
@@ -58,7 +61,18 @@ def main():
     ap.add_argument("--work", default="/tmp/peer_harness")
     ap.add_argument("--min-agreement", type=float, default=None,
                     help="exit 1 when top-1 agreement (percent) or equal statuses fall below it")
+    ap.add_argument("--post", choices=["classify", "embed"], default="classify")
+    ap.add_argument("--embed-dtype", choices=["float32", "float16"], default="float32")
+    ap.add_argument("--interpolation", choices=["bilinear", "bicubic"], default="bilinear")
+    ap.add_argument("--resize", type=int, default=256, help="shorter side before the crop")
+    ap.add_argument("--mean", default="0.485,0.456,0.406")
+    ap.add_argument("--std", default="0.229,0.224,0.225")
+    ap.add_argument("--min-cosine", type=float, default=None,
+                    help="--post embed: exit 1 when an image's cosine similarity falls below it")
     a = ap.parse_args()
+    pre = ["--interpolation", a.interpolation, "--resize", str(a.resize), "--mean", a.mean,
+           "--std", a.std]
+    post = ["--post", a.post] + (["--embed-dtype", a.embed_dtype] if a.post == "embed" else [])
     os.makedirs(a.work, exist_ok=True)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
@@ -74,7 +88,8 @@ def main():
         torchrun = shutil.which("torchrun") or "torchrun"
     t_out = os.path.join(a.work, "torch.h5")
     cmd = [torchrun, "--standalone", f"--nproc-per-node={a.ranks}", peer, "--arch", a.arch,
-           "--input", a.set, "--output", t_out, "--batch", str(a.batch), "--device", a.device]
+           "--input", a.set, "--output", t_out, "--batch", str(a.batch), "--device", a.device,
+           *pre, *post]
     if a.workers is not None:
         cmd += ["--workers", str(a.workers)]
     p, t_wall = run(cmd, env)
@@ -83,7 +98,7 @@ def main():
     s_out = os.path.join(a.work, "shardinfer.h5")
     cmd = ["mpirun", "-np", str(a.ranks), "--bind-to", "none", a.shardinfer, "run", "--model",
            onnx_path, "--input", a.set, "--output", s_out, "--batch", str(a.batch), "--overwrite",
-           "--progress", "none"]
+           "--progress", "none", *pre, *post]
     if a.exact:
         cmd.append("--exact-preprocess")
     if a.threads:
@@ -94,15 +109,27 @@ def main():
 
     with h5py.File(t_out, "r") as f, h5py.File(s_out, "r") as g:
         ts, ss = f["status"][:], g["status"][:]
-        tc, sc = f["topk_class"][:, 0], g["topk_class"][:, 0]
-    both = (ts == 0) & (ss == 0)
-    agree = float(np.mean(tc[both] == sc[both])) if both.any() else float("nan")
+        both = (ts == 0) & (ss == 0)
+        if a.post == "embed":  # both L2-normalised: the dot product is the cosine
+            te = f["embedding"][:].astype(np.float64)[both]
+            se = g["embedding"][:].astype(np.float64)[both]
+            cos = np.sum(te * se, axis=1)
+            agree = float(np.mean(cos >= 0.99)) if both.any() else float("nan")
+        else:
+            tc, sc = f["topk_class"][:, 0], g["topk_class"][:, 0]
+            agree = float(np.mean(tc[both] == sc[both])) if both.any() else float("nan")
     print(f"\n{'':22}{'images/s':>10}{'wall s':>9}")
     print(f"{'PyTorch peer':22}{n / t_wall:10.1f}{t_wall:9.2f}")
     print(f"{'shardinfer':22}{n / s_wall:10.1f}{s_wall:9.2f}")
+    what = (f"embeddings with cosine >= 0.99: {100 * agree:.2f}% (min {cos.min():.5f}, mean "
+            f"{cos.mean():.5f})" if a.post == "embed" and both.any() else
+            f"top-1 agreement {100 * agree:.2f}%")
     print(f"shardinfer / PyTorch = {t_wall / s_wall:.2f}x; {n} images, {a.ranks} rank(s); "
-          f"top-1 agreement {100 * agree:.2f}% on the {int(both.sum())} images both scored; "
+          f"{what} on the {int(both.sum())} images both scored; "
           f"statuses equal on {100 * float(np.mean(ts == ss)):.1f}%")
+    if a.min_cosine is not None and a.post == "embed" and not (both.any() and
+                                                               cos.min() >= a.min_cosine):
+        sys.exit(f"peer_harness: an embedding's cosine similarity is below {a.min_cosine}")
     same_status = 100 * float(np.mean(ts == ss))
     if a.min_agreement is not None and not (100 * agree >= a.min_agreement and
                                             same_status >= a.min_agreement):

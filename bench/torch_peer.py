@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
 """The PyTorch pipeline a user would write instead of shardinfer, run the way they would run it:
 one process per GPU under torchrun, DataLoader workers decoding the JPEGs with Pillow
-(torchvision's Resize + CenterCrop + Normalize), the model in FP16 channels_last with
-cudnn.benchmark, softmax + top-K on the GPU, the results gathered to rank 0 and written to HDF5
-with the fields of shardinfer's result (/ids, /index, /status, /topk_class, /topk_prob, /errors).
+(torchvision's Resize (bilinear or bicubic) + CenterCrop + Normalize), the model in FP16
+channels_last with cudnn.benchmark, softmax + top-K (--post classify) or L2-normalised
+embeddings (--post embed, stored float32 or float16) on the GPU, the results gathered to rank 0
+and written to HDF5 with the fields of shardinfer's result (/ids, /index, /status, /topk_class,
+/topk_prob or /embedding, /errors).
 A failed image gets a status like shardinfer's (1 empty, 2 not an image, 3 truncated, 4 corrupt)
 and never stops the run. On a machine without GPUs it runs on the CPU in FP32 (gloo).
 
   torchrun --nproc-per-node G bench/torch_peer.py --arch resnet50 --input SET.h5 \
       --output R.h5 [--batch 256] [--workers W] [--resize 256] [--crop 224] [--topk 5]
   python bench/torch_peer.py --arch resnet50 --export-onnx M.onnx   # the same model for shardinfer
+  torchrun ... bench/torch_peer.py --arch clip_vit_b_16 --post embed --embed-dtype float16 \
+      --interpolation bicubic --resize 224 --mean 0.4815,0.4578,0.4082 --std 0.2686,0.2613,0.2758 ...
 
 The model is torchvision's architecture with seeded random weights and realistic BatchNorm
-statistics (nothing is downloaded), so shardinfer can be given exactly the same network.
+statistics, or one of tests/export_models.py's transformer-family models (timm, same seeds),
+so that shardinfer can be given exactly the same network; nothing is downloaded.
 """
 
 import argparse
@@ -30,6 +35,17 @@ from PIL import Image, UnidentifiedImageError
 from torchvision import transforms
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+
+
+def build(arch, seed):
+    """The network: a transformer-family model of tests/export_models.py (timm, seeded by its
+    name) or torchvision's `arch` (seeded_model)."""
+    import export_models
+
+    if arch in export_models.TRANSFORMERS:
+        return export_models.build_transformer(arch)[0]
+    return seeded_model(arch, seed)
 
 
 def seeded_model(arch, seed):
@@ -86,7 +102,7 @@ class PackedSet(torch.utils.data.Dataset):
 
 
 def export_onnx(arch, seed, path):
-    m = seeded_model(arch, seed)
+    m = build(arch, seed)
     x = torch.randn(1, 3, 224, 224)
     torch.onnx.export(m, x, path, input_names=["input"], output_names=["logits"], opset_version=17,
                       dynamic_axes={"input": {0: "N"}, "logits": {0: "N"}}, do_constant_folding=True,
@@ -109,6 +125,11 @@ def main():
     ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     ap.add_argument("--precision", choices=["fp16", "fp32"], default="fp16",
                     help="on a GPU (the CPU runs fp32)")
+    ap.add_argument("--post", choices=["classify", "embed"], default="classify")
+    ap.add_argument("--embed-dtype", choices=["float32", "float16"], default="float32")
+    ap.add_argument("--interpolation", choices=["bilinear", "bicubic"], default="bilinear")
+    ap.add_argument("--mean", default=",".join(map(str, MEAN)))
+    ap.add_argument("--std", default=",".join(map(str, STD)))
     a = ap.parse_args()
     if a.export_onnx:
         export_onnx(a.arch, a.seed, a.export_onnx)
@@ -129,13 +150,17 @@ def main():
     with h5py.File(a.input, "r") as f:
         n = len(f["/images/offsets"]) - 1
     lo, hi = n * rank // size, n * (rank + 1) // size
-    tf = transforms.Compose([transforms.Resize(a.resize), transforms.CenterCrop(a.crop),
-                             transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
+    interp = (transforms.InterpolationMode.BICUBIC if a.interpolation == "bicubic"
+              else transforms.InterpolationMode.BILINEAR)
+    mean, std = [float(v) for v in a.mean.split(",")], [float(v) for v in a.std.split(",")]
+    tf = transforms.Compose([transforms.Resize(a.resize, interpolation=interp),
+                             transforms.CenterCrop(a.crop), transforms.ToTensor(),
+                             transforms.Normalize(mean, std)])
     workers = a.workers if a.workers is not None else max(1, (os.cpu_count() or 1) // size - 1)
     loader = torch.utils.data.DataLoader(PackedSet(a.input, lo, hi, tf), batch_size=a.batch,
                                          num_workers=workers, pin_memory=cuda,
                                          persistent_workers=False, prefetch_factor=4 if workers else None)
-    model = seeded_model(a.arch, a.seed).to(dev)
+    model = build(a.arch, a.seed).to(dev)
     half = cuda and a.precision == "fp16"
     if cuda:
         model = model.to(memory_format=torch.channels_last)
@@ -152,11 +177,16 @@ def main():
                 x = x.contiguous(memory_format=torch.channels_last)
             if half:
                 x = x.half()
-            p = torch.softmax(model(x).float(), dim=1)
-            v, c = p.topk(a.topk, dim=1)
             bad = st != 0
-            c, v = c.cpu(), v.cpu()
-            c[bad], v[bad] = -1, 0.0
+            if a.post == "embed":  # x / max(||x||, 1e-12), as shardinfer's embed; NaN rows failed
+                v = torch.nn.functional.normalize(model(x).float().flatten(1), dim=1).cpu()
+                v[bad] = float("nan")
+                c = torch.zeros((len(v), 0), dtype=torch.int64)
+            else:
+                p = torch.softmax(model(x).float(), dim=1)
+                v, c = p.topk(a.topk, dim=1)
+                c, v = c.cpu(), v.cpu()
+                c[bad], v[bad] = -1, 0.0
             idx.append(i.numpy())
             status.append(st.numpy())
             cls.append(c.numpy())
@@ -164,11 +194,11 @@ def main():
             errs += [(int(ii), m) for ii, s, m in zip(i, st, msg) if s != 0]
             if t_first is None:
                 t_first = time.time() - t0
-    k = a.topk
+    k = a.topk if a.post == "classify" else 0
     mine = (np.concatenate(idx) if idx else np.zeros(0, np.int64),
             np.concatenate(status) if status else np.zeros(0, np.int64),
             np.concatenate(cls) if cls else np.zeros((0, k), np.int64),
-            np.concatenate(prob) if prob else np.zeros((0, k), np.float32), errs)
+            np.concatenate(prob) if prob else np.zeros((0, 1), np.float32), errs)
     parts = [None] * size
     if distributed:
         dist.all_gather_object(parts, mine)
@@ -190,14 +220,17 @@ def main():
             f.create_dataset("ids", data=ids, dtype=h5py.string_dtype())
             f["index"] = np.arange(n, dtype=np.uint64)
             f["status"] = st
-            f["topk_class"] = cl
-            f["topk_prob"] = pr
+            if a.post == "embed":
+                f["embedding"] = pr.astype(np.float16 if a.embed_dtype == "float16" else np.float32)
+            else:
+                f["topk_class"] = cl
+                f["topk_prob"] = pr
             f["errors/index"] = np.array([e[0] for e in errors], dtype=np.uint64)
             f.create_dataset("errors/message", data=[e[1] for e in errors],
                              dtype=h5py.string_dtype())
-            f.attrs.update(format_version=2, model=f"torchvision {a.arch} seed {a.seed}",
+            f.attrs.update(format_version=2, model=f"{a.arch} seed {a.seed}",
                            input=a.input, ranks=size, batch_size=a.batch, images=n,
-                           failed=int((st != 0).sum()), elapsed_seconds=elapsed, post="classify",
+                           failed=int((st != 0).sum()), elapsed_seconds=elapsed, post=a.post,
                            producer="bench/torch_peer.py")
         print(f"torch_peer: {n} images ({int((st != 0).sum())} failed) on {size} rank(s) "
               f"({'cuda ' + a.precision + ' channels_last' if cuda else 'cpu fp32'}, {workers} "
