@@ -159,6 +159,10 @@ static int compare_output(si_engine *e, int o, const si_tensor *r, const char *n
         case SI_DT_INT64: rv[i] = (double)((const int64_t *)r->data)[i]; break;
         case SI_DT_INT32: rv[i] = ((const int32_t *)r->data)[i]; break;
         case SI_DT_INT8: rv[i] = ((const int8_t *)r->data)[i]; break;
+        case SI_DT_INT16: rv[i] = ((const int16_t *)r->data)[i]; break;
+        case SI_DT_UINT16: rv[i] = ((const uint16_t *)r->data)[i]; break;
+        case SI_DT_UINT32: rv[i] = ((const uint32_t *)r->data)[i]; break;
+        case SI_DT_UINT64: rv[i] = (double)((const uint64_t *)r->data)[i]; break;
         default: rv[i] = ((const uint8_t *)r->data)[i]; /* uint8, bool */
         }
     }

@@ -230,9 +230,10 @@ static si_status read_external(const char *basedir, const char *tname, const cha
 /* TensorProto's fields as read, before they are checked against each other. */
 typedef struct {
     int64_t *dims, ndims, dtype;
-    uint8_t *fdata, *ddata, *u64data; /* float_data, double_data, uint64_data (fixed width) */
+    uint8_t *fdata, *ddata; /* float_data, double_data (fixed width) */
     int64_t nf, nd, nu64, ni32, ni64;
     int64_t *i32data, *i64data; /* int32_data (every narrow type), int64_data */
+    int64_t *u64data;           /* uint64_data (uint32, uint64): varints, as uint64 bits */
     rd raw;
     bool have_raw, external;
     int64_t ext_offset, ext_length;
@@ -309,7 +310,8 @@ static bool read_tensor_fields(rd r, si_tensor *t, tensor_fields *tf) {
             tf->have_raw = true;
             break;
         case 10: ok = rd_repeated_fixed(&r, wt, WT_I64, 8, &tf->ddata, &tf->nd); break;
-        case 11: ok = rd_repeated_fixed(&r, wt, WT_I64, 8, &tf->u64data, &tf->nu64); break;
+        /* uint64_data is a (packed) varint field, like int64_data, not fixed64 */
+        case 11: ok = rd_repeated_i64(&r, wt, &tf->u64data, &tf->nu64); break;
         case 13: ok = read_external_entry(&r, wt, tf); break;
         case 14:
             ok = wt == WT_VARINT && rd_varint(&r, &v);
@@ -368,10 +370,8 @@ static si_status copy_typed_fields(si_tensor *t, const tensor_fields *tf, size_t
         case SI_DT_FLOAT: memcpy(d + 4 * i, tf->fdata + 4 * i, 4); break;
         case SI_DT_DOUBLE: memcpy(d + 8 * i, tf->ddata + 8 * i, 8); break;
         case SI_DT_INT64: ((int64_t *)d)[i] = tf->i64data[i]; break;
-        case SI_DT_UINT64: memcpy(d + 8 * i, tf->u64data + 8 * i, 8); break;
-        case SI_DT_UINT32:
-            ((uint32_t *)d)[i] = (uint32_t)((uint64_t *)(void *)tf->u64data)[i];
-            break;
+        case SI_DT_UINT64: memcpy(d + 8 * i, tf->u64data + i, 8); break;
+        case SI_DT_UINT32: ((uint32_t *)d)[i] = (uint32_t)(uint64_t)tf->u64data[i]; break;
         case SI_DT_INT32: ((int32_t *)d)[i] = (int32_t)tf->i32data[i]; break;
         case SI_DT_INT16:
         case SI_DT_UINT16:

@@ -45,6 +45,7 @@ enum {
     H_CEIL,
     H_SQRT,
     H_TRANSPOSE,
+    H_SCATTERND,
     H_COUNT
 };
 
@@ -131,6 +132,21 @@ static bool conv_reshape(si_builder *b, const si_node_proto *n, si_gnode *gn) {
     (void)b;
     gn->host_i[0] = si_attr_int(n, "allowzero", 0);
     return true;
+}
+
+/* ScatterND's reduction: host_i[0] = 0 none, 1 add, 2 mul, 3 max, 4 min. */
+static bool conv_scatternd(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    static const char *names[] = {"none", "add", "mul", "max", "min"};
+    const si_attr *r = si_node_attr(n, "reduction");
+    gn->host_i[0] = 0;
+    if (!r || !r->s) return true;
+    for (int k = 0; k < 5; k++)
+        if (!strcmp(r->s, names[k])) {
+            gn->host_i[0] = k;
+            return true;
+        }
+    si_b_unsupported(b, n, "reduction '%s'", r->s);
+    return false;
 }
 
 static bool conv_mod(si_builder *b, const si_node_proto *n, si_gnode *gn) {
@@ -671,6 +687,57 @@ static si_status eval_where(si_graph *g, si_gnode *n, const si_value *x, si_valu
     return SI_OK;
 }
 
+/* ScatterND: a copy of data with the slices data[indices[i]] replaced by (or reduced with)
+ * updates[i], in order; indices' last dim k addresses data's first k dims. */
+static si_status eval_scatternd(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    const si_value *ix = hin(g, n, 1), *up = hin(g, n, 2);
+    if (!ix || !up || !ix->data || !up->data)
+        return si_node_error(g, n, SI_ERR_FORMAT, "ScatterND needs data, indices and updates");
+    const si_shape *ds = &x->shape, *is = &ix->shape;
+    int64_t k = is->ndim ? is->dims[is->ndim - 1] : 0, slice = 1, count = 1;
+    if (is->ndim < 1 || k < 1 || k > ds->ndim)
+        return si_node_error(g, n, SI_ERR_FORMAT,
+                             "indices' last dimension %lld does not fit "
+                             "data of rank %d",
+                             (long long)k, ds->ndim);
+    for (int d = (int)k; d < ds->ndim; d++) slice *= ds->dims[d];
+    for (int d = 0; d < is->ndim - 1; d++) count *= is->dims[d];
+    if (si_shape_numel(&up->shape) != count * slice)
+        return si_node_error(g, n, SI_ERR_FORMAT, "updates have %lld elements, %lld expected",
+                             (long long)si_shape_numel(&up->shape), (long long)(count * slice));
+    y->shape = *ds;
+    y->dtype = x->dtype == SI_DT_FLOAT || up->dtype == SI_DT_FLOAT ? SI_DT_FLOAT : SI_DT_INT64;
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0; i < si_shape_numel(ds); i++) copy_elem(y, i, x, i);
+    for (int64_t c = 0; c < count; c++) {
+        int64_t off = 0;
+        for (int64_t d = 0; d < k; d++) {
+            int64_t v = si_value_i64(ix, c * k + d), dim = ds->dims[d];
+            if (v < 0) v += dim;
+            if (v < 0 || v >= dim)
+                return si_node_error(g, n, SI_ERR_FORMAT,
+                                     "index %lld is out of range for a "
+                                     "dimension of %lld",
+                                     (long long)si_value_i64(ix, c * k + d), (long long)dim);
+            off = off * dim + v;
+        }
+        off *= slice;
+        for (int64_t e = 0; e < slice; e++) {
+            double a = si_value_f64(y, off + e), b = si_value_f64(up, c * slice + e);
+            double r = n->host_i[0] == 1   ? a + b
+                       : n->host_i[0] == 2 ? a * b
+                       : n->host_i[0] == 3 ? (a > b ? a : b)
+                       : n->host_i[0] == 4 ? (a < b ? a : b)
+                                           : b;
+            if (y->dtype == SI_DT_INT64 && n->host_i[0] == 0)
+                ((int64_t *)y->data)[off + e] = si_value_i64(up, c * slice + e);
+            else
+                put(y, off + e, r);
+        }
+    }
+    return SI_OK;
+}
+
 /* Exact integer arithmetic for shapes. Returns false on a division or modulo by 0. */
 static bool int_binary(int op, int64_t fmod_flag, int64_t a, int64_t b, int64_t *r) {
     switch (op) {
@@ -788,6 +855,7 @@ static const host_row host_rows[H_COUNT] = {
     [H_CEIL] = UNARY("Ceil"),
     [H_SQRT] = UNARY("Sqrt"),
     [H_TRANSPOSE] = {.onnx = "Transpose", .convert = conv_axes_attr, .eval = eval_transpose},
+    [H_SCATTERND] = {.onnx = "ScatterND", .convert = conv_scatternd, .eval = eval_scatternd},
 };
 
 static int host_op_of(const char *op) {
