@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""The load-time fusions that make transformer-family models fast, held on the real exports
+(tests/export_models.py --models transformers, both exporters): `shardinfer inspect` must report
+the attention patterns fused into Attention nodes, the Linear layers' bias and residual Adds in
+their GEMMs, and no Softmax, Erf or Sigmoid left on its own where the model's attention and
+GELU/QuickGELU should have been fused. A change that silently stops a fusion keeps every result
+right and loses the speed; this catches it without a GPU.
+
+  check_fusions.py --shardinfer build/shardinfer --models DIR
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+# per model: the least each count of the "passes:" line must reach, and the node types that
+# must not remain on their own
+EXPECT = {
+    "vit_b_16": ({"attention": 12, "bias": 48, "residual": 24}, ["Softmax", "Erf"]),
+    "deit_s": ({"attention": 12, "bias": 48, "residual": 24}, ["Softmax", "Erf"]),
+    "clip_vit_b_16": ({"attention": 12, "bias": 48, "residual": 24}, ["Softmax", "Sigmoid"]),
+    "dinov2_s_14": ({"attention": 12, "bias": 48}, ["Softmax", "Erf"]),
+    # 5 of Swin-T's 12 blocks add the shifted-window mask through a Reshape: not fused
+    "swin_t": ({"attention": 7, "bias": 48, "residual": 12}, ["Erf"]),
+    "convnext_t": ({"bias": 36}, ["Erf"]),
+    "convnextv2_t": ({"bias": 36}, ["Erf"]),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shardinfer", required=True)
+    ap.add_argument("--models", required=True)
+    a = ap.parse_args()
+    bad, seen = [], 0
+    for case in sorted(os.listdir(a.models)):
+        base = case.split(".")[0]
+        if base not in EXPECT:
+            continue
+        seen += 1
+        p = subprocess.run([a.shardinfer, "inspect", os.path.join(a.models, case, "model.onnx")],
+                           capture_output=True, text=True, timeout=300)
+        line = next((l for l in p.stdout.splitlines() if l.startswith("passes:")), "")
+        got = {k: int(v) for v, k in re.findall(r"(\d+) (activations|residual|bias|attention)",
+                                                line)}
+        types = re.findall(r"^\s+\d+\s+(\S+)", p.stdout, re.M)
+        mins, banned = EXPECT[base]
+        short = [f"{k} {got.get(k, 0)} < {v}" for k, v in mins.items() if got.get(k, 0) < v]
+        left = [t for t in banned if t in types]
+        status = "ok" if p.returncode == 0 and not short and not left else "FAIL"
+        print(f"{status:4} {case}: {line[len('passes: '):]}"
+              + (f"; short: {', '.join(short)}" if short else "")
+              + (f"; left unfused: {', '.join(left)}" if left else ""))
+        if status != "ok":
+            bad.append(case)
+    if seen == 0:
+        sys.exit("check_fusions: no transformer exports in " + a.models)
+    print(f"{seen - len(bad)} of {seen} exports fused as expected")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
