@@ -20,7 +20,9 @@ EXPECT = {
     "vit_b_16": ({"attention": 12, "bias": 48, "residual": 24}, ["Softmax", "Erf"]),
     "deit_s": ({"attention": 12, "bias": 48, "residual": 24}, ["Softmax", "Erf"]),
     "clip_vit_b_16": ({"attention": 12, "bias": 48, "residual": 24}, ["Softmax", "Sigmoid"]),
-    "dinov2_s_14": ({"attention": 12, "bias": 48}, ["Softmax", "Erf"]),
+    # LayerScale folded into fc2/proj, so the residual Adds fuse as well
+    "dinov2_s_14": ({"attention": 12, "bias": 48, "scales": 24, "residual": 24},
+                    ["Softmax", "Erf"]),
     # 5 of Swin-T's 12 blocks add the shifted-window mask through a Reshape: not fused
     "swin_t": ({"attention": 7, "bias": 48, "residual": 12}, ["Erf"]),
     "convnext_t": ({"bias": 36}, ["Erf"]),
@@ -42,8 +44,8 @@ def main():
         p = subprocess.run([a.shardinfer, "inspect", os.path.join(a.models, case, "model.onnx")],
                            capture_output=True, text=True, timeout=300)
         line = next((l for l in p.stdout.splitlines() if l.startswith("passes:")), "")
-        got = {k: int(v) for v, k in re.findall(r"(\d+) (activations|residual|bias|attention)",
-                                                line)}
+        got = {k: int(v) for v, k in re.findall(
+            r"(\d+) (activations|residual|bias|attention|scales)", line)}
         types = re.findall(r"^\s+\d+\s+(\S+)", p.stdout, re.M)
         mins, banned = EXPECT[base]
         short = [f"{k} {got.get(k, 0)} < {v}" for k, v in mins.items() if got.get(k, 0) < v]

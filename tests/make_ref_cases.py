@@ -1066,6 +1066,20 @@ def c_attention_not_fused(c):
     c.output(c.node("MatMul", [p, v], ["attn"]))
 
 
+def c_linear_layerscale(c):
+    # DINOv2's blocks: x + gamma * (x W + b), the bias initializer shared by two layers (the
+    # dynamo exporter merges equal initializers): gamma folds into each layer's own W and b
+    x = c.input("tokens", normal(c.rng, (2, 9, 16)))
+    b = c.init("shared_bias", uniform(c.rng, (16,), -0.5, 0.5))
+    for k in range(2):
+        w = c.init(f"w{k}", normal(c.rng, (16, 16), 0.25))
+        y = c.node("MatMul", [x, w], [f"mm{k}"])
+        y = c.node("Add", [y, b], [f"lin{k}"])
+        y = c.node("Mul", [y, c.init(f"gamma{k}", uniform(c.rng, (16,), 0.1, 1.0))], [f"ls{k}"])
+        x = c.node("Add", [x, y], [f"res{k}"])
+    c.output(x)
+
+
 def c_conv_patchify_vit(c):
     # a ViT's patch embedding (kernel = stride = 8 on 3 channels): the GPU runs it as one GEMM
     x = c.input("images", uniform(c.rng, (2, 3, 32, 40)))

@@ -141,9 +141,9 @@ static void print_io(const si_graph *g) {
     }
     printf("passes: %d constants folded, %d dead nodes removed, %d BatchNorms folded into Conv, "
            "%d activations fused, %d residual Adds fused, %d bias Adds fused into MatMul, "
-           "%d attention patterns fused\n",
+           "%d attention patterns fused, %d scales folded into MatMul\n",
            g->folded_consts, g->removed_nodes, g->folded_bn, g->fused_act, g->fused_residual,
-           g->fused_bias, g->fused_attention);
+           g->fused_bias, g->fused_attention, g->folded_scale);
 }
 
 /* Engine nodes by (fused) type, then parameters and FLOPs at batch 1. */

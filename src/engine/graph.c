@@ -535,6 +535,72 @@ static void fuse_linear_bias(si_graph *g) {
     si_graph_compact(g);
 }
 
+/* A private copy of constant v (its own data and name), for a pass that rewrites it. */
+static int const_copy(si_graph *g, int v) {
+    if (g->n_values == g->cap_values) {
+        int cap = 2 * g->cap_values + 8;
+        g->values = si_xrealloc(g->values, sizeof *g->values * (size_t)cap);
+        memset(g->values + g->cap_values, 0, sizeof *g->values * (size_t)(cap - g->cap_values));
+        g->cap_values = cap;
+    }
+    int id = g->n_values++;
+    si_value *src = &g->values[v], *dst = &g->values[id];
+    *dst = *src;
+    size_t len = strlen(src->name) + 8,
+           bytes = (size_t)si_shape_numel(&src->shape) * (src->dtype == SI_DT_INT64 ? 8 : 4);
+    dst->name = si_xmalloc(len);
+    snprintf(dst->name, len, "%s/copy", src->name);
+    dst->data = si_xmalloc(bytes ? bytes : 1);
+    memcpy(dst->data, src->data, bytes);
+    dst->uses = 0;
+    dst->producer = -1;
+    return id;
+}
+
+/* Mul(Linear(x), g) with g a constant per output column (LayerScale in DINOv2, CaiT, ConvNeXt):
+ * W' = W * g per column and b' = b * g, so the Mul goes and the residual Add after it can fuse
+ * into the GEMM. Only when W and b are read by nothing else. */
+static void fold_linear_scale(si_graph *g) {
+    for (int j = 0; j < g->n_nodes; j++) {
+        si_gnode *a = &g->nodes[j];
+        if (a->op != SI_OP_BINARY || a->binop != SI_BIN_MUL || a->act.kind) continue;
+        for (int side = 0; side < 2; side++) {
+            si_value *mv = &g->values[a->in[side]], *sv = &g->values[a->in[1 - side]];
+            if (mv->producer < 0 || mv->uses != 1 || sv->kind != SI_VAL_CONST ||
+                sv->dtype != SI_DT_FLOAT)
+                continue;
+            si_gnode *m = &g->nodes[mv->producer];
+            if (!is_linear(g, m) || m->residual >= 0 || m->act.kind) continue;
+            si_value *wv = &g->values[m->in[1]], *bv = m->bias >= 0 ? &g->values[m->bias] : NULL;
+            int64_t k = wv->shape.dims[0], n = wv->shape.dims[1];
+            const si_shape *ss = &sv->shape;
+            if (ss->ndim < 1 || ss->dims[ss->ndim - 1] != n || si_shape_numel(ss) != n ||
+                ss->ndim > mv->shape.ndim || wv->uses != 1)
+                continue;
+            int sid = a->in[1 - side];
+            if (bv && bv->uses != 1) { /* a bias shared with other layers: scale a copy */
+                int b2 = const_copy(g, m->bias);
+                for (int i = 0; i < m->n_in; i++)
+                    if (m->in[i] == m->bias) m->in[i] = b2;
+                m->bias = b2;
+                g->values[b2].uses = 1;
+                wv = &g->values[m->in[1]]; /* const_copy may have moved the values */
+                bv = &g->values[b2];
+            }
+            const float *s = g->values[sid].data;
+            float *w = wv->data;
+            for (int64_t r = 0; r < k; r++)
+                for (int64_t c = 0; c < n; c++) w[r * n + c] *= s[c];
+            if (bv)
+                for (int64_t c = 0; c < n; c++) ((float *)bv->data)[c] *= s[c];
+            absorb(g, m, a);
+            g->folded_scale++;
+            break;
+        }
+    }
+    si_graph_compact(g);
+}
+
 static bool const_is(const si_graph *g, int v, float want, float tol) {
     const si_value *c = &g->values[v];
     return c->kind == SI_VAL_CONST && c->dtype == SI_DT_FLOAT && si_shape_numel(&c->shape) == 1 &&
@@ -878,6 +944,7 @@ static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
     g->fused_attention = si_fuse_attention(g, at2);
     free(at2);
     fuse_linear_bias(g);
+    fold_linear_scale(g);
     fuse_residual(g);
     fuse_activations(g);
     g->inferred_batch = -1;

@@ -136,8 +136,8 @@ typedef struct si_graph {
     si_gnode *nodes; /* topological order */
     int *inputs;     /* value ids of the runtime inputs */
     int *outputs;    /* value ids of the graph outputs */
-    int folded_bn, fused_act, fused_residual, fused_bias, fused_attention, folded_consts,
-        removed_nodes;
+    int folded_bn, fused_act, fused_residual, fused_bias, fused_attention, folded_scale,
+        folded_consts, removed_nodes;
     int inferred_batch;  /* batch size the shapes are inferred for, -1 if none yet */
     bool spatial_marked; /* si_value.spatial is set (at the first si_graph_infer) */
     si_meta_prop *meta;
