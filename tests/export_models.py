@@ -270,7 +270,7 @@ def export_one(name, out_dir, yolo_size):
         f"{o.name}[{', '.join(str(d.dim_param or d.dim_value) for d in o.type.tensor_type.shape.dim)}]"
         for o in proto.graph.output)
     oshapes = ", ".join(f"{list(o.shape)}" for o in outs)
-    print(f"== {name}: {size_mb:.1f} MB, {len(proto.graph.node)} nodes, {nbn} BN set; "
+    print(f"== {name}: {size_mb:.1f} MB, {len(proto.graph.node)} nodes, {nbn} norm layers set; "
           f"input {list(x.shape)} -> {oshapes}, declared {declared}")
     print(f"   times: build {t_build:.1f}s, export {t_export:.1f}s, ORT run {t_ort:.1f}s")
     print(f"   conv/BN/Linear/LN output RMS over {len(rms)} layers: min {min(rms):.3g}, "
