@@ -509,28 +509,39 @@ static bool fusable_producer(const si_graph *g, const si_gnode *p) {
            p->act.kind == SI_ACT_NONE;
 }
 
+/* Binary node a = op(Linear(x), c), either order, with c a float constant of one value per
+ * output column: the Linear node (read by a only), and c's value id in *c; NULL otherwise. */
+static si_gnode *linear_by_column(si_graph *g, const si_gnode *a, si_binop op, int *c) {
+    if (a->op != SI_OP_BINARY || a->binop != op || a->act.kind) return NULL;
+    for (int side = 0; side < 2; side++) {
+        const si_value *mv = &g->values[a->in[side]], *cv = &g->values[a->in[1 - side]];
+        if (mv->producer < 0 || mv->uses != 1 || cv->kind != SI_VAL_CONST ||
+            cv->dtype != SI_DT_FLOAT)
+            continue;
+        si_gnode *m = &g->nodes[mv->producer];
+        if (!is_linear(g, m) || m->residual >= 0 || m->act.kind) continue;
+        int64_t n = g->values[m->in[1]].shape.dims[1];
+        const si_shape *cs = &cv->shape;
+        if (cs->ndim < 1 || cs->dims[cs->ndim - 1] != n || si_shape_numel(cs) != n ||
+            cs->ndim > mv->shape.ndim)
+            continue;
+        *c = a->in[1 - side];
+        return m;
+    }
+    return NULL;
+}
+
 /* Add(MatMul(x, W), b) with W a constant (K, N) and b a constant of N values along the last
  * axis: the MatMul adds b (cuBLASLt's bias epilogue on the GPU). */
 static void fuse_linear_bias(si_graph *g) {
     for (int j = 0; j < g->n_nodes; j++) {
-        si_gnode *a = &g->nodes[j];
-        if (a->op != SI_OP_BINARY || a->binop != SI_BIN_ADD || a->act.kind) continue;
-        for (int side = 0; side < 2; side++) {
-            si_value *mv = &g->values[a->in[side]], *bv = &g->values[a->in[1 - side]];
-            if (mv->producer < 0 || mv->uses != 1 || bv->kind != SI_VAL_CONST) continue;
-            si_gnode *m = &g->nodes[mv->producer];
-            if (!is_linear(g, m) || m->bias >= 0 || m->residual >= 0 || m->act.kind) continue;
-            int64_t n = g->values[m->in[1]].shape.dims[1];
-            const si_shape *bs = &bv->shape;
-            if (bs->ndim < 1 || bs->dims[bs->ndim - 1] != n || si_shape_numel(bs) != n ||
-                bs->ndim > mv->shape.ndim)
-                continue;
-            m->bias = a->in[1 - side];
-            si_node_add_input(m, m->bias);
-            absorb(g, m, a);
-            g->fused_bias++;
-            break;
-        }
+        int c;
+        si_gnode *a = &g->nodes[j], *m = linear_by_column(g, a, SI_BIN_ADD, &c);
+        if (!m || m->bias >= 0) continue;
+        m->bias = c;
+        si_node_add_input(m, c);
+        absorb(g, m, a);
+        g->fused_bias++;
     }
     si_graph_compact(g);
 }
@@ -562,41 +573,26 @@ static int const_copy(si_graph *g, int v) {
  * into the GEMM. Only when W and b are read by nothing else. */
 static void fold_linear_scale(si_graph *g) {
     for (int j = 0; j < g->n_nodes; j++) {
-        si_gnode *a = &g->nodes[j];
-        if (a->op != SI_OP_BINARY || a->binop != SI_BIN_MUL || a->act.kind) continue;
-        for (int side = 0; side < 2; side++) {
-            si_value *mv = &g->values[a->in[side]], *sv = &g->values[a->in[1 - side]];
-            if (mv->producer < 0 || mv->uses != 1 || sv->kind != SI_VAL_CONST ||
-                sv->dtype != SI_DT_FLOAT)
-                continue;
-            si_gnode *m = &g->nodes[mv->producer];
-            if (!is_linear(g, m) || m->residual >= 0 || m->act.kind) continue;
-            si_value *wv = &g->values[m->in[1]], *bv = m->bias >= 0 ? &g->values[m->bias] : NULL;
-            int64_t k = wv->shape.dims[0], n = wv->shape.dims[1];
-            const si_shape *ss = &sv->shape;
-            if (ss->ndim < 1 || ss->dims[ss->ndim - 1] != n || si_shape_numel(ss) != n ||
-                ss->ndim > mv->shape.ndim || wv->uses != 1)
-                continue;
-            int sid = a->in[1 - side];
-            if (bv && bv->uses != 1) { /* a bias shared with other layers: scale a copy */
-                int b2 = const_copy(g, m->bias);
-                for (int i = 0; i < m->n_in; i++)
-                    if (m->in[i] == m->bias) m->in[i] = b2;
-                m->bias = b2;
-                g->values[b2].uses = 1;
-                wv = &g->values[m->in[1]]; /* const_copy may have moved the values */
-                bv = &g->values[b2];
-            }
-            const float *s = g->values[sid].data;
-            float *w = wv->data;
-            for (int64_t r = 0; r < k; r++)
-                for (int64_t c = 0; c < n; c++) w[r * n + c] *= s[c];
-            if (bv)
-                for (int64_t c = 0; c < n; c++) ((float *)bv->data)[c] *= s[c];
-            absorb(g, m, a);
-            g->folded_scale++;
-            break;
+        int sid;
+        si_gnode *a = &g->nodes[j], *m = linear_by_column(g, a, SI_BIN_MUL, &sid);
+        if (!m || g->values[m->in[1]].uses != 1) continue;
+        if (m->bias >= 0 && g->values[m->bias].uses != 1) { /* shared by other layers: a copy */
+            int b2 = const_copy(g, m->bias);
+            for (int i = 0; i < m->n_in; i++)
+                if (m->in[i] == m->bias) m->in[i] = b2;
+            m->bias = b2;
+            g->values[b2].uses = 1;
         }
+        const si_value *sv = &g->values[sid], *wv = &g->values[m->in[1]];
+        int64_t k = wv->shape.dims[0], n = wv->shape.dims[1];
+        const float *s = sv->data;
+        float *w = wv->data;
+        for (int64_t r = 0; r < k; r++)
+            for (int64_t c = 0; c < n; c++) w[r * n + c] *= s[c];
+        if (m->bias >= 0)
+            for (int64_t c = 0; c < n; c++) ((float *)g->values[m->bias].data)[c] *= s[c];
+        absorb(g, m, a);
+        g->folded_scale++;
     }
     si_graph_compact(g);
 }
