@@ -12,6 +12,26 @@ namespace {
 
 constexpr int BN = 64, PAD = 8; // keys per tile, smem row padding (conflict-free ldmatrix)
 
+template <typename T> __device__ inline float tof(T v) {
+    return (float)v;
+}
+template <> __device__ inline float tof<__half>(__half v) {
+    return __half2float(v);
+}
+template <> __device__ inline float tof<__nv_bfloat16>(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+template <typename T> __device__ inline T fromf(float v);
+template <> __device__ inline float fromf<float>(float v) {
+    return v;
+}
+template <> __device__ inline __half fromf<__half>(float v) {
+    return __float2half_rn(v);
+}
+template <> __device__ inline __nv_bfloat16 fromf<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
 template <typename T> __device__ inline uint32_t pack2(float a, float b);
 template <> __device__ inline uint32_t pack2<__half>(float a, float b) {
     __half2 h = __floats2half2_rn(a, b);
@@ -95,7 +115,7 @@ template <typename T, int D>
 __device__ inline void load_kt(T *sm, const T *kt, int64_t s0, int64_t S) {
     for (int i = threadIdx.x; i < BN * D; i += blockDim.x) {
         int d = i / BN, s = i % BN;
-        sm[s * (D + PAD) + d] = s0 + s < S ? kt[d * S + s0 + s] : from_f<T>(0.f);
+        sm[s * (D + PAD) + d] = s0 + s < S ? kt[d * S + s0 + s] : fromf<T>(0.f);
     }
 }
 
@@ -169,7 +189,7 @@ __global__ void __launch_bounds__(W * 32)
             for (int i = 0; i < 4; i++) {
                 int64_t s = s0 + nt * 8 + 2 * t4 + (i & 1), r = row[i >> 1];
                 float x = sc[nt][i] * p.scale;
-                if (bias && r < T_ && s < S) x += to_f(bias[boff + r * p.bst_t + s * p.bst_s]);
+                if (bias && r < T_ && s < S) x += tof(bias[boff + r * p.bst_t + s * p.bst_s]);
                 sc[nt][i] = s < S ? x : -INFINITY;
                 mx[i >> 1] = fmaxf(mx[i >> 1], sc[nt][i]);
             }
@@ -256,16 +276,16 @@ __global__ void k_attn_rows(si_k_attn p, const T *__restrict__ q, const T *__res
     float *qs = fs, *sc = fs + p.d, *red = sc + p.s;
     const int64_t b = blockIdx.x / p.t, r = blockIdx.x % p.t, S = p.s, D = p.d, Dv = p.dv;
     const T *qr = q + (b * p.t + r) * D, *kb = k + b * S * D, *vb = v + b * S * Dv;
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = to_f(qr[d]);
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = tof(qr[d]);
     __syncthreads();
     const int64_t boff = bias ? bias_base(p, b) + r * p.bst_t : 0;
     float mx = -INFINITY;
     for (int64_t s = threadIdx.x; s < S; s += blockDim.x) {
         float acc = 0.f;
         for (int64_t d = 0; d < D; d++)
-            acc += qs[d] * to_f(p.trans_b ? kb[s * D + d] : kb[d * S + s]);
+            acc += qs[d] * tof(p.trans_b ? kb[s * D + d] : kb[d * S + s]);
         acc *= p.scale;
-        if (bias) acc += to_f(bias[boff + s * p.bst_s]);
+        if (bias) acc += tof(bias[boff + s * p.bst_s]);
         sc[s] = acc;
         mx = fmaxf(mx, acc);
     }
@@ -280,8 +300,8 @@ __global__ void k_attn_rows(si_k_attn p, const T *__restrict__ q, const T *__res
     float inv = sum > 0.f ? 1.f / sum : 0.f;
     for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
         float acc = 0.f;
-        for (int64_t s = 0; s < S; s++) acc += sc[s] * to_f(vb[s * Dv + d]);
-        y[(b * p.t + r) * Dv + d] = from_f<T>(acc * inv);
+        for (int64_t s = 0; s < S; s++) acc += sc[s] * tof(vb[s * Dv + d]);
+        y[(b * p.t + r) * Dv + d] = fromf<T>(acc * inv);
     }
 }
 

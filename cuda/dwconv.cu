@@ -17,8 +17,25 @@
 
 namespace {
 
-using ::from_f; // the element conversions (kernels.cuh), beside the vector ones below
-using ::to_f;
+__device__ __forceinline__ float to_f(float v) {
+    return v;
+}
+__device__ __forceinline__ float to_f(__half v) {
+    return __half2float(v);
+}
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+template <typename T> __device__ __forceinline__ T from_f(float v);
+template <> __device__ __forceinline__ float from_f<float>(float v) {
+    return v;
+}
+template <> __device__ __forceinline__ __half from_f<__half>(float v) {
+    return __float2half_rn(v);
+}
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
 
 // V channels moved as one access of V * sizeof(T) bytes (16 on the vector path), so the
 // pointer must be aligned to that: the launcher checks it

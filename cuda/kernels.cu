@@ -67,27 +67,20 @@ template <typename I> struct map_desc {
     I off[4];
 };
 
-// the offsets in the first W views of the element at flat index i of y's (merged) dims
-template <typename I, int W>
-__device__ __forceinline__ void map_offsets(const map_desc<I> &d, I i, I (&o)[W]) {
-#pragma unroll
-    for (int w = 0; w < W; w++) o[w] = d.off[w];
-    for (int k = d.nd - 1; k >= 0; k--) {
-        I q = i / d.dims[k], x = i - q * d.dims[k];
-        i = q;
-#pragma unroll
-        for (int w = 0; w < W; w++) o[w] += x * d.st[w][k];
-    }
-}
-
 template <typename TY, typename TA, typename I>
 __global__ void k_map(map_desc<I> d, int kind, int op, si_act act, TY *__restrict__ y,
                       const TA *__restrict__ a, const TA *__restrict__ b,
                       const TA *__restrict__ c) {
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < d.n; i += (I)gridDim.x * blockDim.x) {
-        I o[4];
-        map_offsets(d, i, o);
-        const I oy = o[0], oa = o[1], ob = o[2], oc = o[3];
+        I rem = i, oy = d.off[0], oa = d.off[1], ob = d.off[2], oc = d.off[3];
+        for (int k = d.nd - 1; k >= 0; k--) {
+            I q = rem / d.dims[k], x = rem - q * d.dims[k];
+            rem = q;
+            oy += x * d.st[0][k];
+            oa += x * d.st[1][k];
+            ob += x * d.st[2][k];
+            oc += x * d.st[3][k];
+        }
         float v = ld(a, oa);
         if (kind == SI_MAP_BINARY)
             v = act_apply(binop(op, v, ld(b, ob)), act);
@@ -135,9 +128,14 @@ __global__ void k_map_vec(map_desc<I> d, int kind, int op, si_act act, T *__rest
     constexpr int V = 16 / sizeof(T);
     const I nv = d.n / V;
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += (I)gridDim.x * blockDim.x) {
-        I o[3];
-        map_offsets(d, (I)(i * V), o);
-        const I oy = o[0], oa = o[1], ob = o[2];
+        I rem = i * V, oy = d.off[0], oa = d.off[1], ob = d.off[2];
+        for (int k = d.nd - 1; k >= 0; k--) {
+            I q = rem / d.dims[k], x = rem - q * d.dims[k];
+            rem = q;
+            oy += x * d.st[0][k];
+            oa += x * d.st[1][k];
+            ob += x * d.st[2][k];
+        }
         uint4 va = *reinterpret_cast<const uint4 *>(a + oa), vy;
         if (kind == SI_MAP_COPY) {
             vy = va;

@@ -29,28 +29,6 @@ typedef struct {
 
 /* Element types of the backend's tensors. */
 typedef enum { SI_GT_F32 = 0, SI_GT_F16, SI_GT_BF16 } si_gtype;
-
-/* An element to float and back (round to nearest even), for the kernels templated on T. */
-__device__ __forceinline__ float to_f(float v) {
-    return v;
-}
-__device__ __forceinline__ float to_f(__half v) {
-    return __half2float(v);
-}
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) {
-    return __bfloat162float(v);
-}
-template <typename T> __device__ __forceinline__ T from_f(float v);
-template <> __device__ __forceinline__ float from_f<float>(float v) {
-    return v;
-}
-template <> __device__ __forceinline__ __half from_f<__half>(float v) {
-    return __float2half_rn(v);
-}
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
-    return __float2bfloat16_rn(v);
-}
-
 size_t si_gtype_size(int t);
 
 /* What k_map computes per element (y, a, b, c are views over the same logical dims). */
