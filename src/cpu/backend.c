@@ -183,18 +183,21 @@ static void run_matmul(const op_args *a) {
     si_cpu_matmul(nd, ad, a->x, bd, ptr(a->e, a->n->in[1]), yd, a->y);
     const si_gnode *n = a->n;
     if (n->bias < 0 && n->residual < 0 && !n->act.kind) return;
-    /* a Linear layer's fused bias, residual and activation, in ONNX's order */
-    int64_t total = si_shape_numel(a->ys), cols = yd[nd - 1];
-    const float *b = n->bias >= 0 ? ptr(a->e, n->bias) : NULL;
-    const float *r = n->residual >= 0 ? ptr(a->e, n->residual) : NULL;
-    float *y = a->y;
-#pragma omp parallel for schedule(static) if (total > (1 << 16))
-    for (int64_t i = 0; i < total; i++) {
-        float v = y[i];
-        if (b) v += b[i % cols];
-        if (r) v += r[i];
-        y[i] = si_act_apply(v, n->act);
-    }
+    /* a Linear layer's fused bias, residual and activation, in ONNX's order, by the same
+     * broadcasting kernel the unfused Adds would run */
+    int64_t cols = yd[nd - 1], total = si_shape_numel(a->ys);
+    if (total == 0) return;
+    int64_t rows_cols[2] = {total / cols, cols}, one_row[2] = {1, cols};
+    si_act none = {0};
+    bool res = n->residual >= 0;
+    if (n->bias >= 0)
+        si_cpu_binary(SI_BIN_ADD, 2, rows_cols, a->y, one_row, ptr(a->e, n->bias), rows_cols, a->y,
+                      res ? none : n->act);
+    if (res)
+        si_cpu_binary(SI_BIN_ADD, 2, rows_cols, a->y, rows_cols, ptr(a->e, n->residual), rows_cols,
+                      a->y, n->act);
+    else if (n->bias < 0)
+        si_cpu_activation(a->y, total, n->act, a->y);
 }
 
 static void run_attention(const op_args *a) {
