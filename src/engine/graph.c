@@ -623,6 +623,15 @@ static bool binop_with(const si_gnode *n, si_binop op, int v, int *other) {
     return true;
 }
 
+/* Node n, retyped by a pattern fusion, takes over the output of the pattern's last node (absorb)
+ * and is named after the pattern. */
+static void take_over(si_graph *g, si_gnode *n, si_gnode *last, const char *pattern) {
+    absorb(g, n, last);
+    free(n->op_type);
+    n->op_type = si_xstrdup(pattern);
+    g->fused_act++;
+}
+
 /* GELU as the TorchScript exporter writes it: Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)
  * (or x * 0.7071.. in place of the Div): one Gelu activation, exact erf, as ONNX's Gelu with
  * approximate = "none". */
@@ -645,12 +654,8 @@ static void fuse_gelu(si_graph *g) {
         /* the Erf becomes the Gelu of x and takes the last Mul's output */
         e->in[0] = x;
         e->act.kind = SI_ACT_GELU;
-        free(e->op_type);
-        e->op_type = si_xstrdup("Gelu(Div+Erf+Add+Mul+Mul)");
-        g->values[m2->out].producer = g->values[e->out].producer;
-        e->out = e->outs[0] = m2->out;
-        d->op = ad->op = m1->op = m2->op = -1;
-        g->fused_act++;
+        take_over(g, e, m2, "Gelu(Div+Erf+Add+Mul+Mul)");
+        d->op = ad->op = m1->op = -1;
         si_graph_compact(g); /* uses and producers moved */
         j = -1;
     }
@@ -686,30 +691,21 @@ static void fuse_swish(si_graph *g) {
         si_value *tv = &g->values[s->in[0]];
         if (tv->producer < 0 || tv->uses != 1 || g->values[s->out].uses != 1) continue;
         si_gnode *m0 = &g->nodes[tv->producer];
-        int x, c;
         if (m0->op != SI_OP_BINARY || m0->binop != SI_BIN_MUL || m0->act.kind) continue;
-        if (const_is(g, m0->in[1], 0.f, FLT_MAX)) { /* any finite scalar */
-            x = m0->in[0];
-            c = m0->in[1];
-        } else if (const_is(g, m0->in[0], 0.f, FLT_MAX)) {
-            x = m0->in[1];
-            c = m0->in[0];
-        } else {
-            continue;
-        }
-        int o;
+        int x = -1, c = -1, o;
+        for (int side = 0; side < 2 && x < 0; side++)
+            if (const_is(g, m0->in[1 - side], 0.f, FLT_MAX)) { /* any finite scalar */
+                x = m0->in[side];
+                c = m0->in[1 - side];
+            }
+        if (x < 0) continue;
         si_gnode *m = sole_reader(g, s->out, j + 1);
         if (!binop_with(m, SI_BIN_MUL, s->out, &o) || o != x) continue;
         s->act.kind = SI_ACT_SWISH;
         s->act.alpha = ((const float *)g->values[c].data)[0];
         s->in[0] = x;
+        take_over(g, s, m, "Swish(Mul+Sigmoid+Mul)");
         m0->op = -1;
-        free(s->op_type);
-        s->op_type = si_xstrdup("Swish(Mul+Sigmoid+Mul)");
-        g->values[m->out].producer = g->values[s->out].producer;
-        s->out = s->outs[0] = m->out;
-        m->op = -1;
-        g->fused_act++;
         si_graph_compact(g);
         j = -1;
     }
