@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The load-time fusions that make transformer-family models fast, held on the real exports
 (tests/export_models.py --models transformers, both exporters): `shardinfer inspect` must report
-the attention patterns fused into Attention nodes, the Linear layers' bias and residual Adds in
+the attention patterns fused into Attention nodes (their Q, K, V and Y read and written in place
+of the head split and merge), the Linear layers' bias and residual Adds in
 their GEMMs, and no Softmax, Erf or Sigmoid left on its own where the model's attention and
 GELU/QuickGELU should have been fused. A change that silently stops a fusion keeps every result
 right and loses the speed; this catches it without a GPU.
@@ -17,14 +18,21 @@ import sys
 # per model: the least each count of the "passes:" line must reach, and the node types that
 # must not remain on their own
 EXPECT = {
-    "vit_b_16": ({"attention": 12, "bias": 48, "residual": 24}, ["Softmax", "Erf"]),
-    "deit_s": ({"attention": 12, "bias": 48, "residual": 24}, ["Softmax", "Erf"]),
-    "clip_vit_b_16": ({"attention": 12, "bias": 48, "residual": 24}, ["Softmax", "Sigmoid"]),
+    # every attention reads Q, K, V from the packed projection and writes the merged heads in
+    # place ("operands"): no Split, and no Transpose but the patch embedding's
+    "vit_b_16": ({"attention": 12, "operands": 48, "bias": 48, "residual": 24},
+                 ["Softmax", "Erf", "Split"]),
+    "deit_s": ({"attention": 12, "operands": 48, "bias": 48, "residual": 24},
+               ["Softmax", "Erf", "Split"]),
+    "clip_vit_b_16": ({"attention": 12, "operands": 48, "bias": 48, "residual": 24},
+                      ["Softmax", "Sigmoid", "Split"]),
     # LayerScale folded into fc2/proj, so the residual Adds fuse as well
-    "dinov2_s_14": ({"attention": 12, "bias": 48, "scales": 24, "residual": 24},
-                    ["Softmax", "Erf"]),
-    # 5 of Swin-T's 12 blocks add the shifted-window mask through a Reshape: not fused
-    "swin_t": ({"attention": 7, "bias": 48, "residual": 12}, ["Erf"]),
+    "dinov2_s_14": ({"attention": 12, "operands": 48, "bias": 48, "scales": 24, "residual": 24},
+                    ["Softmax", "Erf", "Split"]),
+    # 5 of Swin-T's 12 blocks add the shifted-window mask through a Reshape, fused as well; its
+    # window padding (none at 224) costs nothing
+    "swin_t": ({"attention": 12, "operands": 48, "bias": 48, "residual": 12, "Pads": 15},
+               ["Softmax", "Erf", "Pad"]),
     "convnext_t": ({"bias": 36}, ["Erf"]),
     "convnextv2_t": ({"bias": 36}, ["Erf"]),
 }
@@ -45,7 +53,9 @@ def main():
                            capture_output=True, text=True, timeout=300)
         line = next((l for l in p.stdout.splitlines() if l.startswith("passes:")), "")
         got = {k: int(v) for v, k in re.findall(
-            r"(\d+) (activations|residual|bias|attention|scales)", line)}
+            r"(\d+) (activations|residual|bias|attention|scales)(?! operands)", line)}
+        got["operands"] = int((re.findall(r"(\d+) attention operands in place", line) or [0])[0])
+        got["Pads"] = int((re.findall(r"(\d+) empty Pads made views", line) or [0])[0])
         types = re.findall(r"^\s+\d+\s+(\S+)", p.stdout, re.M)
         mins, banned = EXPECT[base]
         short = [f"{k} {got.get(k, 0)} < {v}" for k, v in mins.items() if got.get(k, 0) < v]

@@ -361,6 +361,19 @@ def numpy_reference(model, feeds):
             y = i[0].reshape([i[0].shape[k] if v == 0 else int(v) for k, v in enumerate(i[1])])
         elif op == "Transpose":
             y = np.transpose(i[0], a["perm"])
+        elif op == "Split":  # equal parts (the packed QKV projection's three)
+            for name, part in zip(nd.output, np.split(i[0], len(nd.output), axis=a.get("axis", 0))):
+                env[name] = part
+            continue
+        elif op == "Squeeze":
+            y = np.squeeze(i[0], axis=tuple(int(v) for v in i[1]))
+        elif op == "Slice":
+            sl = [slice(None)] * i[0].ndim
+            for st, en, ax in zip(i[1], i[2], i[3]):
+                sl[int(ax)] = slice(int(st), int(en))
+            y = i[0][tuple(sl)]
+        elif op == "Gather":
+            y = np.take(i[0], i[1], axis=a.get("axis", 0))
         elif op == "Div":
             y = i[0] / i[1]
         elif op == "Softmax":
@@ -1006,12 +1019,12 @@ def c_gelu_tanh(c):
     c.output(c.node("Gelu", [x], ["gelu"], approximate="tanh"))
 
 
-def _sdpa(c, q, k, v, scale_split=True, bias=None, kt_given=None):
+def _sdpa(c, q, k, v, scale_split=True, bias=None, kt_given=None, out=True, d=None):
     """The pattern torch's exporters write for scaled_dot_product_attention: Q and K^T each
     scaled by sqrt(scale) (TorchScript exporter) or the scores scaled once, an optional additive
     bias, Softmax over the keys, then the product with V. shardinfer fuses it into one
     Attention node; onnxruntime (optimizations off) computes it op by op."""
-    d = c.feeds[q].shape[-1]
+    d = d or c.feeds[q].shape[-1]
     sc = 1.0 / np.sqrt(d)
     kt = kt_given or c.node("Transpose", [k], ["k_t"], perm=[0, 1, 3, 2])
     if scale_split:
@@ -1026,7 +1039,75 @@ def _sdpa(c, q, k, v, scale_split=True, bias=None, kt_given=None):
     if bias is not None:
         scores = c.node("Add", [scores, bias], ["scores_biased"])
     p = c.node("Softmax", [scores], ["probs"], axis=-1)
-    c.output(c.node("MatMul", [p, v], ["attn"]))
+    y = c.node("MatMul", [p, v], ["attn"])
+    if out:
+        c.output(y)
+    return y
+
+
+def _packed_qkv(c, t, h, d):
+    """A transformer block's packed projection, x (N, t, h*d) W + b -> (N, t, 3, h, d) with a
+    symbolic batch, and the head axes moved ahead: (3, N, h, t, d)."""
+    x = c.input("tokens", normal(c.rng, (2, t, h * d)), dims=["N", t, h * d])
+    w = c.init("qkv.weight", normal(c.rng, (h * d, 3 * h * d), 1.0 / np.sqrt(h * d)))
+    y = c.node("MatMul", [x, w], ["qkv_mm"])
+    y = c.node("Add", [y, c.init("qkv.bias", normal(c.rng, (3 * h * d,), 0.1))], ["qkv"])
+    y = c.node("Reshape", [y, c.init("qkv_shape", np.array([0, t, 3, h, d], np.int64))], ["qkv5"])
+    return c.node("Transpose", [y], ["qkv_t"], perm=[2, 0, 3, 1, 4])
+
+
+def _merge_heads(c, y, t, h, d, proj=True):
+    """(N, h, t, d) -> (N, t, h*d), then the output projection."""
+    y = c.node("Transpose", [y], ["heads_t"], perm=[0, 2, 1, 3])
+    y = c.node("Reshape", [y, c.init("merge_shape", np.array([0, t, h * d], np.int64))], ["merged"])
+    if proj:
+        w = c.init("proj.weight", normal(c.rng, (h * d, h * d), 1.0 / np.sqrt(h * d)))
+        y = c.node("MatMul", [y, w], ["proj"])
+    return y
+
+
+def c_attention_packed_split(c):
+    # the TorchScript exporter's ViT block: Split + Squeeze take Q, K and V out of the packed
+    # projection, Transpose + Reshape merge the heads; shardinfer reads and writes them in place
+    t, h, d = 50, 2, 64
+    qkv = _packed_qkv(c, t, h, d)
+    parts = c.node("Split", [qkv], ["q5", "k5", "v5"], axis=0)
+    q, k, v = (c.node("Squeeze", [p, c.init(p + "_axes", np.array([0], np.int64))], [p + "_sq"])
+               for p in ("q5", "k5", "v5"))
+    del parts
+    c.output(_merge_heads(c, _sdpa(c, q, k, v, out=False, d=d), t, h, d))
+
+
+def c_attention_packed_slice(c):
+    # the dynamo exporter's: Slice + Squeeze per operand, and K^T made by merging the batch and
+    # head axes, transposing and splitting them back (strides that only a layout keeping both
+    # axes can say)
+    t, h, d = 33, 3, 32
+    qkv = _packed_qkv(c, t, h, d)
+    ops = []
+    for i, n in enumerate("qkv"):
+        sl = c.node("Slice", [qkv, c.init(n + "_start", np.array([i], np.int64)),
+                              c.init(n + "_end", np.array([i + 1], np.int64)),
+                              c.init(n + "_axis", np.array([0], np.int64))], [n + "_sl"])
+        ops.append(c.node("Squeeze", [sl, c.init(n + "_sq_axes", np.array([0], np.int64))],
+                          [n + "_sq"]))
+    q, k, v = ops
+    k3 = c.node("Reshape", [k, c.init("k3_shape", np.array([-1, t, d], np.int64))], ["k3"])
+    k3t = c.node("Transpose", [k3], ["k3t"], perm=[0, 2, 1])
+    kt = c.node("Reshape", [k3t, c.init("kt_shape", np.array([-1, h, d, t], np.int64))], ["kt4"])
+    y = _sdpa(c, q, None, v, scale_split=False, kt_given=kt, out=False, d=d)
+    c.output(_merge_heads(c, y, t, h, d, proj=False))
+
+
+def c_attention_packed_gather(c):
+    # Gather picks the operands; head size 24 (the one-block-per-row kernel on the GPU, strided
+    # too); the merged heads also feed an Add, so Y is not written in place
+    t, h, d = 20, 2, 24
+    qkv = _packed_qkv(c, t, h, d)
+    q, k, v = (c.node("Gather", [qkv, c.init(n + "_idx", np.array(i, np.int64))], [n + "_g"],
+                      axis=0) for i, n in enumerate("qkv"))
+    y = c.node("Transpose", [_sdpa(c, q, k, v, out=False, d=d)], ["heads_t"], perm=[0, 2, 1, 3])
+    c.output(c.node("Add", [y, c.init("after", normal(c.rng, (t, h, d)))], ["after_add"]))
 
 
 def c_attention_vit_b(c):
@@ -1040,6 +1121,27 @@ def c_attention_rel_bias(c):
     q, k, v = (c.input(n, normal(c.rng, (4, 3, 49, 32))) for n in ("q", "k", "v"))
     b = c.init("rel_pos_bias", normal(c.rng, (1, 3, 49, 49)))
     _sdpa(c, q, k, v, scale_split=False, bias=b)
+
+
+def c_attention_window_mask(c):
+    # Swin's shifted windows: the scores plus the relative-position bias, viewed per image as
+    # (images, windows, heads, T, S), plus a 0/-100 mask per window, viewed back; fused with the
+    # two biases as one tiled over the windows of every image
+    w, h, t, d = 4, 2, 16, 32
+    win = c.init("windows", np.array([-1, h, t, d], np.int64))
+    q, k, v = (c.node("Reshape", [c.input(n, normal(c.rng, (2, w, h, t, d)), dims=["N", w, h, t, d]),
+                                  win], [n + "_windows"]) for n in "qkv")
+    kt = c.node("Transpose", [k], ["k_t"], perm=[0, 1, 3, 2])
+    qs = c.node("Mul", [q, c.init("scale", np.array(d ** -0.5, np.float32))], ["q_scaled"])
+    sc = c.node("MatMul", [qs, kt], ["scores"])
+    sc = c.node("Add", [sc, c.init("rel_pos_bias", normal(c.rng, (1, h, t, t)))], ["biased"])
+    sc = c.node("Reshape", [sc, c.init("per_image", np.array([-1, w, h, t, t], np.int64))],
+                ["per_image_scores"])
+    mask = np.where(c.rng.random((1, w, 1, t, t)) < 0.3, -100.0, 0.0).astype(np.float32)
+    sc = c.node("Add", [sc, c.init("window_mask", mask)], ["masked"])
+    sc = c.node("Reshape", [sc, c.init("per_window", np.array([-1, h, t, t], np.int64))], ["back"])
+    p = c.node("Softmax", [sc], ["probs"], axis=-1)
+    c.output(c.node("MatMul", [p, v], ["attn"]))
 
 
 def c_attention_k_transposed(c):

@@ -40,9 +40,11 @@ static double node_flops(const si_graph *g, const si_gnode *n) {
         return 2.0 * out * (double)a->dims[a->ndim - 1];
     }
     case SI_OP_ATTENTION: { /* Q K^T and P V: (T x S) x (D + Dv) multiply-adds per matrix */
-        const si_shape *q = &g->values[n->in[0]].shape, *v = &g->values[n->in[2]].shape;
+        si_attn_view op[4];
+        si_attention_operands(g, n, op);
+        const si_shape *q = &op[0].shape, *v = &op[2].shape;
         double s = (double)v->dims[v->ndim - 2], dq = (double)q->dims[q->ndim - 1];
-        return 2.0 * out / (double)y->dims[y->ndim - 1] * s * (dq + (double)y->dims[y->ndim - 1]);
+        return 2.0 * out / (double)v->dims[v->ndim - 1] * s * (dq + (double)v->dims[v->ndim - 1]);
     }
     case SI_OP_MAXPOOL:
     case SI_OP_AVGPOOL: return out * n->pool.kh * n->pool.kw;
@@ -141,9 +143,10 @@ static void print_io(const si_graph *g) {
     }
     printf("passes: %d constants folded, %d dead nodes removed, %d BatchNorms folded into Conv, "
            "%d activations fused, %d residual Adds fused, %d bias Adds fused into MatMul, "
-           "%d attention patterns fused, %d scales folded into MatMul\n",
+           "%d attention patterns fused, %d attention operands in place, %d scales folded into "
+           "MatMul, %d empty Pads made views\n",
            g->folded_consts, g->removed_nodes, g->folded_bn, g->fused_act, g->fused_residual,
-           g->fused_bias, g->fused_attention, g->folded_scale);
+           g->fused_bias, g->fused_attention, g->attention_views, g->folded_scale, g->dropped_pads);
 }
 
 /* Engine nodes by (fused) type, then parameters and FLOPs at batch 1. */
@@ -176,7 +179,9 @@ static void print_attention(const si_graph *g) {
     for (int j = 0; j < g->n_nodes; j++) {
         const si_gnode *a = &g->nodes[j];
         if (a->op != SI_OP_ATTENTION) continue;
-        const si_shape *q = &g->values[a->in[0]].shape, *v = &g->values[a->in[2]].shape;
+        si_attn_view op[4];
+        si_attention_operands(g, a, op);
+        const si_shape *q = &op[0].shape, *v = &op[2].shape;
         int nd = q->ndim;
         double mats = (double)(si_shape_numel(q) / (q->dims[nd - 1] * q->dims[nd - 2]));
         double s = mats * (double)q->dims[nd - 2] * (double)v->dims[nd - 2];
@@ -190,6 +195,10 @@ static void print_attention(const si_graph *g) {
     }
     if (!n) return;
     if (n > 4) printf("  ... %d nodes in all\n", n);
+    if (g->attention_views)
+        printf("  %d of %d operands read or written in place (the head split and merge copy "
+               "nothing)\n",
+               g->attention_views, 4 * n);
     printf(
         "  attention scratch: 0 bytes (unfused, the pattern writes %.1f MB of scores per image in "
         "float32)\n",

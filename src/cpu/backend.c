@@ -200,41 +200,61 @@ static void run_matmul(const op_args *a) {
         si_cpu_activation(a->y, total, n->act, a->y);
 }
 
+/* Matrix b's offsets (q, k, v, y, bias: nb each) from the views' batch strides. The bias's
+ * batch index on a dim is the matrix's modulo the bias's extent: 0 where it broadcasts, the
+ * window where a Swin mask tiles the windows of every image. */
+static int64_t *attention_offsets(const si_graph *g, const si_gnode *n, const si_attn_view *op,
+                                  int64_t nb, int64_t *bst) {
+    int nd = op[0].shape.ndim;
+    int64_t bd[SI_MAX_DIMS];
+    if (n->n_in > 3) {
+        int64_t acc = 1;
+        align_dims(&g->values[n->in[3]].shape, nd, bd);
+        for (int d = nd - 1; d >= 0; d--) {
+            bst[d] = bd[d] == 1 ? 0 : acc;
+            acc *= bd[d];
+        }
+    }
+    int64_t *off = si_xcalloc((size_t)(5 * (nb > 0 ? nb : 1)), sizeof *off);
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t rem = b;
+        for (int d = nd - 3; d >= 0; d--) {
+            int64_t r = rem % op[0].shape.dims[d];
+            rem /= op[0].shape.dims[d];
+            for (int i = 0; i < 4; i++) off[i * nb + b] += r * op[i].st[d];
+            if (n->n_in > 3) off[4 * nb + b] += r % bd[d] * bst[d];
+        }
+    }
+    return off;
+}
+
 static void run_attention(const op_args *a) {
     const si_gnode *n = a->n;
-    const si_shape *q = a->xs, *v = &a->g->values[n->in[2]].shape;
+    si_attn_view op[4];
+    si_attention_operands(a->g, n, op);
+    const si_shape *q = &op[0].shape, *v = &op[2].shape;
     int nd = q->ndim;
-    si_cpu_attn p = {.nb = dims_prod(q, 0, nd - 2),
+    int64_t nb = dims_prod(q, 0, nd - 2), bst[SI_MAX_DIMS];
+    int64_t *off = attention_offsets(a->g, n, op, nb, bst);
+    si_cpu_attn p = {.nb = nb,
                      .t = q->dims[nd - 2],
                      .s = v->dims[nd - 2],
                      .d = q->dims[nd - 1],
                      .dv = v->dims[nd - 1],
                      .scale = n->alpha,
                      .trans_b = n->trans_b};
-    int64_t *off = NULL;
-    if (n->n_in > 3) { /* the bias's offset per matrix and its strides, broadcast dims at 0 */
-        const si_shape *bs = &a->g->values[n->in[3]].shape;
-        int64_t bd[SI_MAX_DIMS], st[SI_MAX_DIMS], acc = 1;
-        align_dims(bs, nd, bd);
-        for (int dd = nd - 1; dd >= 0; dd--) {
-            st[dd] = bd[dd] == 1 ? 0 : acc;
-            acc *= bd[dd];
-        }
-        off = si_xmalloc(sizeof *off * (size_t)(p.nb > 0 ? p.nb : 1));
-        for (int64_t b = 0; b < p.nb; b++) {
-            int64_t rem = b, o = 0;
-            for (int dd = nd - 3; dd >= 0; dd--) {
-                o += rem % q->dims[dd] * st[dd];
-                rem /= q->dims[dd];
-            }
-            off[b] = o;
-        }
-        p.bias = ptr(a->e, n->in[3]);
-        p.bias_off = off;
-        p.bst_t = st[nd - 2];
-        p.bst_s = st[nd - 1];
+    for (int i = 0; i < 4; i++) {
+        p.off[i] = off + i * nb;
+        p.ld[i] = op[i].st[nd - 2];
     }
-    si_cpu_attention(&p, a->x, ptr(a->e, n->in[1]), ptr(a->e, n->in[2]), a->y);
+    if (n->n_in > 3) {
+        p.bias = ptr(a->e, n->in[3]);
+        p.bias_off = off + 4 * nb;
+        p.bst_t = bst[nd - 2];
+        p.bst_s = bst[nd - 1];
+    }
+    si_cpu_attention(&p, a->x + op[0].off, ptr(a->e, n->in[1]) + op[1].off,
+                     ptr(a->e, n->in[2]) + op[2].off, a->y + op[3].off);
     free(off);
 }
 

@@ -306,17 +306,16 @@ void si_cpu_attention(const si_cpu_attn *p, const float *q, const float *k, cons
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t b = 0; b < p->nb; b++) { /* the scores of one matrix, on the heap: T x S */
         float *sc = si_xmalloc(sizeof(float) * (size_t)(t * (s > 0 ? s : 1)));
-        const float *qb = q + b * t * d, *kb = k + b * s * d;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, p->trans_b ? CblasTrans : CblasNoTrans, (int)t,
-                    (int)s, (int)d, p->scale, qb, (int)d, kb, p->trans_b ? (int)d : (int)s, 0.f, sc,
-                    (int)s);
+                    (int)s, (int)d, p->scale, q + p->off[0][b], (int)p->ld[0], k + p->off[1][b],
+                    (int)p->ld[1], 0.f, sc, (int)s);
         if (p->bias)
             for (int64_t i = 0; i < t; i++)
                 for (int64_t j = 0; j < s; j++)
                     sc[i * s + j] += p->bias[p->bias_off[b] + i * p->bst_t + j * p->bst_s];
         si_cpu_softmax(sc, t, s, sc);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)t, (int)dv, (int)s, 1.f, sc,
-                    (int)s, v + b * s * dv, (int)dv, 0.f, y + b * t * dv, (int)dv);
+                    (int)s, v + p->off[2][b], (int)p->ld[2], 0.f, y + p->off[3][b], (int)p->ld[3]);
         free(sc);
     }
 }

@@ -81,21 +81,24 @@ void si_cpu_broadcast(int ndim, const int64_t *x_dims, const float *x, const int
 void si_cpu_gather(const float *x, int64_t outer, int64_t len, int64_t inner, const int64_t *idx,
                    int64_t n, float *y);
 
-/* numpy matmul on shapes already promoted to rank >= 2: a (..., M, K), b (..., K, N), batch
- * dims broadcast to y (..., M, N); all three padded to the same ndim. */
 /* Attention over nb matrices: y[b] = softmax(scale * q[b] k[b]^T + bias) v[b], q (t, d),
- * k (s, d) (trans_b) or k^T (d, s), v (s, dv), y (t, dv), all contiguous per matrix. bias: NULL
- * or read at bias_off[b] + i * bst_t + j * bst_s (broadcast strides may be 0). */
+ * k (s, d) (trans_b) or k^T (d, s), v (s, dv), y (t, dv). Matrix b of operand i (q, k, v, y)
+ * starts at off[i][b], its rows ld[i] apart (a row's elements adjacent). bias: NULL or read at
+ * bias_off[b] + i * bst_t + j * bst_s (broadcast strides may be 0). */
 typedef struct {
     int64_t nb, t, s, d, dv;
     float scale;
     int trans_b;
+    const int64_t *off[4];
+    int64_t ld[4];
     const float *bias;
     const int64_t *bias_off;
     int64_t bst_t, bst_s;
 } si_cpu_attn;
 void si_cpu_attention(const si_cpu_attn *p, const float *q, const float *k, const float *v,
                       float *y);
+/* numpy matmul on shapes already promoted to rank >= 2: a (..., M, K), b (..., K, N), batch
+ * dims broadcast to y (..., M, N); all three padded to the same ndim. */
 void si_cpu_matmul(int ndim, const int64_t *a_dims, const float *a, const int64_t *b_dims,
                    const float *b, const int64_t *y_dims, float *y);
 

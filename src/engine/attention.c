@@ -13,8 +13,15 @@
 /* Inputs: Q (..., T, D), K (..., S, D) or, with trans_b == 0, K^T (..., D, S), V (..., S, Dv),
  * and an optional bias broadcast to (..., T, S). alpha: the scale (0: 1/sqrt(D), resolved at
  * infer). Output (..., T, Dv). */
-static si_status infer_attention(si_graph *g, si_gnode *n, const si_shape *q, si_shape *y) {
-    const si_shape *k = &g->values[n->in[1]].shape, *v = &g->values[n->in[2]].shape;
+static si_status infer_attention(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
+    si_attn_view op[4];
+    if (n->aview) { /* strided operands (attention_views.c): their logical shapes */
+        si_status st = si_attention_view_shapes(g, n, op);
+        if (st != SI_OK) return st;
+    }
+    const si_shape *q = n->aview ? &op[0].shape : x;
+    const si_shape *k = n->aview ? &op[1].shape : &g->values[n->in[1]].shape;
+    const si_shape *v = n->aview ? &op[2].shape : &g->values[n->in[2]].shape;
     int nd = q->ndim;
     if (nd < 3 || k->ndim != nd || v->ndim != nd)
         return si_node_error(g, n, SI_ERR_FORMAT, "Q, K and V must have one rank of 3 or more");
@@ -27,12 +34,21 @@ static si_status infer_attention(si_graph *g, si_gnode *n, const si_shape *q, si
         return si_node_error(g, n, SI_ERR_FORMAT, "Q, K and V's sizes do not match");
     *y = *q;
     y->dims[nd - 1] = v->dims[nd - 1];
-    if (n->n_in > 3) {
-        si_shape sc = *q, out;
-        sc.dims[nd - 1] = s;
-        si_status st = si_imp_broadcast(g, n, &sc, &g->values[n->in[3]].shape, &out);
-        if (st != SI_OK) return st;
-        if (out.ndim != nd || memcmp(out.dims, sc.dims, sizeof(int64_t) * (size_t)nd) != 0)
+    if (n->aview) { /* Y is written into a value of another shape */
+        if (memcmp(y->dims, op[3].shape.dims, sizeof(int64_t) * (size_t)nd) != 0)
+            return si_node_error(g, n, SI_ERR_FORMAT, "Y no longer fits its strided view");
+        *y = op[3].src;
+    }
+    if (n->n_in > 3) { /* broadcast to the scores; a tiled bias's batch dims divide theirs */
+        const si_shape *b = &g->values[n->in[3]].shape;
+        bool ok = b->ndim <= nd;
+        for (int d = 0; d < b->ndim && ok; d++) {
+            int64_t bd = b->dims[d],
+                    sd = d + nd - b->ndim == nd - 1 ? s : q->dims[d + nd - b->ndim];
+            bool tiles = n->bias_tiles && d + nd - b->ndim < nd - 2 && bd > 0 && sd % bd == 0;
+            ok = bd == 1 || bd == sd || tiles;
+        }
+        if (!ok)
             return si_node_error(g, n, SI_ERR_FORMAT, "the mask does not broadcast to the scores");
     }
     if (n->host_f == 0.f) n->alpha = dq > 0 ? (float)(1.0 / sqrt((double)dq)) : 1.f;
@@ -123,8 +139,9 @@ static bool scaled(si_graph *g, int v, int *u, float *f) {
 
 /* What one matched pattern absorbs: the nodes that die, and the fused node's inputs. */
 typedef struct {
-    int dead[8], n_dead;
+    int dead[12], n_dead;
     int q, k, v, bias, trans_b;
+    int mask, windows; /* Swin's shifted-window mask (-1: none), tiled over `windows` */
     float scale;
 } match;
 
@@ -168,6 +185,88 @@ static bool match_scores(si_graph *g, int sv, match *m) {
     return g->values[m->q].kind == SI_VAL_RUNTIME && g->values[m->k].kind == SI_VAL_RUNTIME;
 }
 
+static bool is_const(const si_graph *g, int v) {
+    const si_value *c = &g->values[v];
+    return c->kind == SI_VAL_CONST && c->dtype == SI_DT_FLOAT && c->data;
+}
+
+/* Swin's shifted windows: x = Reshape(Reshape(y, (B_/W, W, H, T, S)) + mask, (B_, H, T, S)), the
+ * mask a constant (1, W, 1|H, T, S) for the W windows of an image. *x becomes y. */
+static bool match_window_mask(si_graph *g, int *x, match *m) {
+    si_gnode *r2 = producer(g, *x), *ad = r2 ? producer(g, r2->in[0]) : NULL;
+    if (!r2 || r2->op != SI_OP_VIEW || g->values[*x].uses != 1 || !ad || ad->op != SI_OP_BINARY ||
+        ad->binop != SI_BIN_ADD || ad->act.kind || g->values[r2->in[0]].uses != 1)
+        return false;
+    for (int side = 0; side < 2; side++) {
+        int r1v = ad->in[side], mk = ad->in[1 - side];
+        si_gnode *r1 = producer(g, r1v);
+        if (!r1 || r1->op != SI_OP_VIEW || g->values[r1v].uses != 1 || !is_const(g, mk)) continue;
+        const si_shape *y = &g->values[r1->in[0]].shape, *v5 = &g->values[r1v].shape,
+                       *ms = &g->values[mk].shape, *xs = &g->values[*x].shape;
+        if (y->ndim != 4 || v5->ndim != 5 || ms->ndim > 5 || xs->ndim != 4 ||
+            memcmp(xs->dims, y->dims, sizeof(int64_t) * 4) != 0 ||
+            v5->dims[0] * v5->dims[1] != y->dims[0] ||
+            memcmp(v5->dims + 2, y->dims + 1, sizeof(int64_t) * 3) != 0)
+            continue;
+        int64_t md[5];
+        for (int d = 0; d < 5; d++) md[d] = d < 5 - ms->ndim ? 1 : ms->dims[d - (5 - ms->ndim)];
+        if (md[0] != 1) continue; /* a mask per image is no window's */
+        bool fits = true;
+        for (int d = 1; d < 5; d++) fits = fits && (md[d] == 1 || md[d] == v5->dims[d]);
+        if (!fits) continue;
+        m->dead[m->n_dead++] = (int)(r2 - g->nodes);
+        m->dead[m->n_dead++] = (int)(ad - g->nodes);
+        m->dead[m->n_dead++] = (int)(r1 - g->nodes);
+        m->mask = mk;
+        m->windows = (int)v5->dims[1];
+        *x = r1->in[0];
+        return true;
+    }
+    return false;
+}
+
+/* Element (w, h, i, j) of value v read with numpy broadcasting against (W, H, T, S). */
+static float at4(const si_value *c, const int64_t *ix) {
+    const si_shape *s = &c->shape;
+    int64_t off = 0;
+    for (int d = 0; d < s->ndim; d++) {
+        int64_t i = ix[4 - s->ndim + d];
+        off = off * s->dims[d] + (s->dims[d] == 1 ? 0 : i);
+    }
+    return ((const float *)c->data)[off];
+}
+
+/* The window mask and the bias before it (Swin's relative positions, both constant) as one
+ * (W, H, T, S) constant whose batch dims tile the scores' (B_, H): window b % W. */
+static bool combine_mask(si_graph *g, match *m) {
+    if (m->bias >= 0 &&
+        (!is_const(g, m->bias) || g->values[m->bias].shape.ndim > 4 ||
+         (g->values[m->bias].shape.ndim == 4 && g->values[m->bias].shape.dims[0] != 1)))
+        return false;
+    const si_shape *q = &g->values[m->q].shape, *v = &g->values[m->v].shape;
+    int64_t s = v->dims[v->ndim - 2];
+    si_shape cs = {4, {m->windows, q->dims[1], q->dims[2], s}};
+    const si_value *mk = &g->values[m->mask];
+    si_value mk4 = *mk; /* the mask without its leading 1 (images) */
+    if (mk4.shape.ndim == 5) {
+        mk4.shape.ndim = 4;
+        memmove(mk4.shape.dims, mk4.shape.dims + 1, sizeof(int64_t) * 4);
+    }
+    float *c = si_xmalloc(sizeof(float) * (size_t)si_shape_numel(&cs));
+    int64_t ix[4], k = 0;
+    for (ix[0] = 0; ix[0] < cs.dims[0]; ix[0]++)
+        for (ix[1] = 0; ix[1] < cs.dims[1]; ix[1]++)
+            for (ix[2] = 0; ix[2] < cs.dims[2]; ix[2]++)
+                for (ix[3] = 0; ix[3] < cs.dims[3]; ix[3]++) {
+                    float b = m->bias >= 0 ? at4(&g->values[m->bias], ix) : 0.f;
+                    c[k++] = b + at4(&mk4, ix);
+                }
+    char name[96];
+    snprintf(name, sizeof name, "%.60s+window_mask", g->values[m->mask].name);
+    m->bias = si_graph_add_const(g, name, &cs, c);
+    return true;
+}
+
 /* Softmax node sm over the last axis, read by one MatMul as its A: walk back to the scores. */
 static bool match_at(si_graph *g, si_gnode *sm, si_gnode **out_mm, match *m) {
     const si_value *sv = &g->values[sm->out];
@@ -180,11 +279,12 @@ static bool match_at(si_graph *g, si_gnode *sm, si_gnode **out_mm, match *m) {
     if (!mm2 || mm2->bias >= 0 || mm2->residual >= 0 || mm2->act.kind) return false;
     memset(m, 0, sizeof *m);
     m->scale = 1.f;
-    m->bias = -1;
+    m->bias = m->mask = -1;
     m->dead[m->n_dead++] = (int)(sm - g->nodes);
     int x = sm->in[0], u;
     float f;
-    if (scaled(g, x, &u, &f)) { /* scale after the bias would scale the bias too: not fused */
+    if (!match_window_mask(g, &x, m) &&
+        scaled(g, x, &u, &f)) { /* scale after the bias would scale the bias too: not fused */
         kill_producer(g, m, x);
         m->scale *= f;
         x = u;
@@ -212,7 +312,8 @@ static bool match_at(si_graph *g, si_gnode *sm, si_gnode **out_mm, match *m) {
     }
     m->v = mm2->in[1];
     *out_mm = mm2;
-    return g->values[m->v].kind == SI_VAL_RUNTIME;
+    if (g->values[m->q].shape.ndim != 4 && m->mask >= 0) return false;
+    return g->values[m->v].kind == SI_VAL_RUNTIME && (m->mask < 0 || combine_mask(g, m));
 }
 
 /* The shapes the fused op needs (same batch dims, K and V agree), at the inferred batch. */
@@ -238,7 +339,10 @@ int si_fuse_attention(si_graph *g, const float *host_scalars_at_2) {
         if (sm->op != SI_OP_SOFTMAX || !match_at(g, sm, &mm2, &m) || !shapes_fit(g, &m)) continue;
         size_t len = strlen(mm2->op_type) + 64;
         char *type = si_xmalloc(len);
-        snprintf(type, len, "Attention(MatMul+%sSoftmax+MatMul)", m.bias >= 0 ? "Add+" : "");
+        snprintf(type, len, "Attention(MatMul+%sSoftmax+MatMul)",
+                 m.mask >= 0   ? "Add+Add(window mask)+"
+                 : m.bias >= 0 ? "Add+"
+                               : "");
         free(mm2->op_type);
         mm2->op_type = type;
         mm2->op = SI_OP_ATTENTION;
@@ -248,6 +352,7 @@ int si_fuse_attention(si_graph *g, const float *host_scalars_at_2) {
         si_node_add_input(mm2, m.v);
         if (m.bias >= 0) si_node_add_input(mm2, m.bias);
         mm2->trans_b = m.trans_b;
+        mm2->bias_tiles = m.mask >= 0;
         mm2->alpha = m.scale;
         mm2->host_f = m.scale; /* given: infer keeps it */
         for (int d = 0; d < m.n_dead; d++) g->nodes[m.dead[d]].op = -1;

@@ -229,6 +229,7 @@ static void free_node(si_gnode *n) {
     free(n->name);
     free(n->op_type);
     free(n->in);
+    free(n->aview);
     if (n->host_t) {
         si_tensor_free_data(n->host_t);
         free(n->host_t);
@@ -547,7 +548,7 @@ static void fuse_linear_bias(si_graph *g) {
 }
 
 /* A private copy of constant v (its own data and name), for a pass that rewrites it. */
-static int const_copy(si_graph *g, int v) {
+int si_graph_add_const(si_graph *g, const char *name, const si_shape *shape, float *data) {
     if (g->n_values == g->cap_values) {
         int cap = 2 * g->cap_values + 8;
         g->values = si_xrealloc(g->values, sizeof *g->values * (size_t)cap);
@@ -555,16 +556,25 @@ static int const_copy(si_graph *g, int v) {
         g->cap_values = cap;
     }
     int id = g->n_values++;
-    si_value *src = &g->values[v], *dst = &g->values[id];
-    *dst = *src;
-    size_t len = strlen(src->name) + 8,
-           bytes = (size_t)si_shape_numel(&src->shape) * (src->dtype == SI_DT_INT64 ? 8 : 4);
-    dst->name = si_xmalloc(len);
-    snprintf(dst->name, len, "%s/copy", src->name);
-    dst->data = si_xmalloc(bytes ? bytes : 1);
-    memcpy(dst->data, src->data, bytes);
-    dst->uses = 0;
-    dst->producer = -1;
+    g->values[id] = (si_value){.name = si_xstrdup(name),
+                               .kind = SI_VAL_CONST,
+                               .dtype = SI_DT_FLOAT,
+                               .shape = *shape,
+                               .data = data,
+                               .producer = -1};
+    return id;
+}
+
+static int const_copy(si_graph *g, int v) {
+    const si_value *src = &g->values[v];
+    SI_ASSERT(src->dtype == SI_DT_FLOAT);
+    size_t len = strlen(src->name) + 8, n = (size_t)si_shape_numel(&src->shape);
+    char *name = si_xmalloc(len);
+    snprintf(name, len, "%s/copy", src->name);
+    float *data = si_xmalloc(n ? n * sizeof(float) : 1);
+    memcpy(data, src->data, n * sizeof(float));
+    int id = si_graph_add_const(g, name, &src->shape, data);
+    free(name);
     return id;
 }
 
@@ -909,6 +919,31 @@ static si_status find_outputs(si_builder *b, const si_model_proto *m) {
     return SI_OK;
 }
 
+/* A Pad that adds nothing (Swin pads its windows to a multiple of 7 with sizes computed from
+ * shapes, zero at 224 x 224) would copy its input: it becomes an identity view. */
+static bool pads_nothing(const si_gnode *n) {
+    if (n->op != SI_OP_PAD) return false;
+    for (int d = 0; d < 2 * SI_MAX_DIMS; d++)
+        if (n->pads[d]) return false;
+    return true;
+}
+
+/* The Pads that add nothing at batch 2 (no_pad2) and at the batch inferred now. */
+static void drop_empty_pads(si_graph *g, const bool *no_pad2) {
+    for (int j = 0; j < g->n_nodes; j++) {
+        si_gnode *n = &g->nodes[j];
+        if (!no_pad2[j] || !pads_nothing(n)) continue;
+        n->op = SI_OP_VIEW;
+        n->view_kind = SI_VIEW_IDENTITY;
+        free(n->op_type);
+        n->op_type = si_xstrdup("Pad(empty: a view)");
+        n->n_in = 1;
+        for (int k = 0; k < 4; k++) n->pslot[k] = -1;
+        g->dropped_pads++;
+    }
+    count_uses(g);
+}
+
 /* Dead-node removal, then (unless opts->no_fusion) BatchNorm folding and the fusions. */
 static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
     count_uses(g);
@@ -920,7 +955,9 @@ static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
     /* residual first: Add then Relu becomes conv(+r) then relu, fused next */
     fuse_gelu(g);
     float *at2 = si_xmalloc(sizeof(float) * (size_t)(g->n_values + 1));
+    bool *no_pad2 = si_xcalloc((size_t)g->n_nodes + 1, sizeof *no_pad2);
     si_status st = si_graph_infer(g, 2);
+    for (int j = 0; j < g->n_nodes && st == SI_OK; j++) no_pad2[j] = pads_nothing(&g->nodes[j]);
     for (int v = 0; v < g->n_values && st == SI_OK; v++) {
         const si_value *h = &g->values[v];
         at2[v] = h->kind == SI_VAL_HOST && h->dtype == SI_DT_FLOAT && h->data &&
@@ -929,12 +966,20 @@ static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
                      : NAN;
     }
     if (st == SI_OK) st = si_graph_infer(g, 1);
+    if (st == SI_OK) drop_empty_pads(g, no_pad2);
+    free(no_pad2);
     if (st != SI_OK) {
         free(at2);
         return st;
     }
     g->fused_attention = si_fuse_attention(g, at2);
     free(at2);
+    if (g->fused_attention) { /* the layout ops the views replace die (not the model's dead) */
+        int removed = g->removed_nodes;
+        g->attention_views = si_fuse_attention_views(g);
+        remove_dead(g);
+        g->removed_nodes = removed;
+    }
     fuse_linear_bias(g);
     fold_linear_scale(g);
     fuse_residual(g);

@@ -81,6 +81,16 @@ typedef struct {
 
 #define SI_MAX_OUTPUTS 16
 
+/* One operand of a fused attention node as a strided view (attention_views.c): Q, K or V read
+ * from in[0..2], or Y written into out, at an element offset and strides, so the head split of
+ * a packed QKV projection and the head merge after it are never copied. Dim 0 of both shapes is
+ * the batch's (set at infer). */
+typedef struct {
+    si_shape shape; /* the operand's logical shape */
+    si_shape src;   /* the shape of the value read or written */
+    int64_t off, st[SI_MAX_DIMS];
+} si_attn_view;
+
 typedef enum { SI_PAD_NOTSET = 0, SI_PAD_SAME_UPPER, SI_PAD_SAME_LOWER, SI_PAD_VALID } si_auto_pad;
 
 typedef struct {
@@ -125,7 +135,10 @@ typedef struct {
     unsigned host_present; /* SI_OP_HOST: bit k set when ONNX input k is present */
     int64_t host_i[4];     /* host op integer attributes (Shape start/end, Cast to, axis, ...) */
     float host_f;
-    si_tensor *host_t; /* ConstantOfShape value */
+    si_tensor *host_t;   /* ConstantOfShape value */
+    si_attn_view *aview; /* Attention: Q, K, V, Y views (4, owned), NULL when all are row-major */
+    bool bias_tiles;     /* Attention: the bias's batch dims repeat (index mod extent): Swin's
+                            per-window mask over (images x windows) */
 } si_gnode;
 
 typedef struct si_graph {
@@ -138,6 +151,8 @@ typedef struct si_graph {
     int *outputs;    /* value ids of the graph outputs */
     int folded_bn, fused_act, fused_residual, fused_bias, fused_attention, folded_scale,
         folded_consts, removed_nodes;
+    int attention_views; /* attention operands read or written in place (no layout copy) */
+    int dropped_pads;    /* Pads that add nothing, made identity views */
     int inferred_batch;  /* batch size the shapes are inferred for, -1 if none yet */
     bool spatial_marked; /* si_value.spatial is set (at the first si_graph_infer) */
     si_meta_prop *meta;
@@ -174,6 +189,11 @@ bool si_model_input_is_param(const si_model_proto *m, const char *name);
 bool si_model_input_host_only(const si_model_proto *m, const char *name);
 
 const char *si_graph_meta(const si_graph *g, const char *key);
+
+/* A fused attention node's Q, K, V and Y at the inferred batch (attention_views.c): their
+ * logical shapes, and the offset and strides at which the backends read in[0..2] and write out
+ * (row-major unless the node has views). */
+void si_attention_operands(const si_graph *g, const si_gnode *n, si_attn_view op[4]);
 
 /* --- internal to the graph module (graph.c, import.c, ops_*.c) ------------------------------- */
 /* Evaluates a HOST node from its inputs' data; (re)allocates its outputs' data. */

@@ -57,7 +57,20 @@ void si_graph_compact(si_graph *g);
  * host_scalars_at_2[v]: one-element float HOST values at batch 2, NAN otherwise, so scales
  * computed from shapes count only when the batch does not change them); returns how many.
  * attention.c. */
+/* si_gnode.view_kind of SI_OP_VIEW: the ONNX op whose shape rule the view follows */
+enum { SI_VIEW_IDENTITY = 0, SI_VIEW_FLATTEN, SI_VIEW_RESHAPE, SI_VIEW_SQUEEZE, SI_VIEW_UNSQUEEZE };
+
+/* A new CONST float value of the given shape, taking ownership of data; its id. */
+int si_graph_add_const(si_graph *g, const char *name, const si_shape *shape, float *data);
 int si_fuse_attention(si_graph *g, const float *host_scalars_at_2);
+/* Lets fused attention read Q, K and V through the layout ops between them and the projection
+ * that made them (Reshape, Transpose, Split, Slice, Gather, Squeeze) and write Y through the
+ * Transpose after it, where strides can say it; the layout ops then die. Returns the operands
+ * rewired. */
+int si_fuse_attention_views(si_graph *g);
+/* The operands' shapes at the current batch from a node's views; an error when the values they
+ * read no longer have the shapes the views were made for. */
+si_status si_attention_view_shapes(const si_graph *g, const si_gnode *n, si_attn_view op[4]);
 
 /* Appends input value `id` to the node. */
 void si_node_add_input(si_gnode *gn, int id);

@@ -6,12 +6,10 @@
 
 #include "import.h"
 
-enum { VIEW_IDENTITY = 0, VIEW_FLATTEN, VIEW_RESHAPE, VIEW_SQUEEZE, VIEW_UNSQUEEZE };
-
 /* Identity, Dropout (without its mask) and Cast to float. */
 static bool convert_identity(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
     si_node_add_input(gn, x);
-    gn->view_kind = VIEW_IDENTITY;
+    gn->view_kind = SI_VIEW_IDENTITY;
     if (!strcmp(n->op_type, "Cast")) {
         int64_t to = si_attr_int(n, "to", SI_DT_FLOAT);
         if (to != SI_DT_FLOAT) {
@@ -29,7 +27,7 @@ static bool convert_identity(si_builder *b, const si_node_proto *n, si_gnode *gn
 static bool convert_flatten(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
     (void)b;
     si_node_add_input(gn, x);
-    gn->view_kind = VIEW_FLATTEN;
+    gn->view_kind = SI_VIEW_FLATTEN;
     gn->axis = (int)si_attr_int(n, "axis", 1);
     return true;
 }
@@ -43,7 +41,7 @@ static bool required_param(si_builder *b, const si_node_proto *n, si_gnode *gn, 
 
 static bool convert_reshape(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
     si_node_add_input(gn, x);
-    gn->view_kind = VIEW_RESHAPE;
+    gn->view_kind = SI_VIEW_RESHAPE;
     gn->win.count_include_pad = (int)si_attr_int(n, "allowzero", 0);
     if (b->m->opset < 5) return si_imp_store_attr_ints(b, n, gn, "shape");
     return required_param(b, n, gn, "the shape input is missing");
@@ -52,7 +50,7 @@ static bool convert_reshape(si_builder *b, const si_node_proto *n, si_gnode *gn,
 /* Squeeze, Unsqueeze: axes attribute before opset 13, input after. */
 static bool convert_squeeze(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
     si_node_add_input(gn, x);
-    gn->view_kind = n->op_type[0] == 'S' ? VIEW_SQUEEZE : VIEW_UNSQUEEZE;
+    gn->view_kind = n->op_type[0] == 'S' ? SI_VIEW_SQUEEZE : SI_VIEW_UNSQUEEZE;
     if (b->m->opset >= 13) return si_imp_add_param(b, n, gn, 1, &gn->pslot[0]);
     if (!si_imp_store_attr_ints(b, n, gn, "axes")) return false;
     gn->split_from_attr = si_node_attr_ints(n, "axes") != NULL;
@@ -223,10 +221,10 @@ static si_status infer_unsqueeze(si_graph *g, si_gnode *n, const si_shape *x, si
 
 static si_status infer_view(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
     switch (n->view_kind) {
-    case VIEW_FLATTEN: return infer_flatten(g, n, x, y);
-    case VIEW_RESHAPE: return infer_reshape(g, n, x, y);
-    case VIEW_SQUEEZE: return infer_squeeze(g, n, x, y);
-    case VIEW_UNSQUEEZE: return infer_unsqueeze(g, n, x, y);
+    case SI_VIEW_FLATTEN: return infer_flatten(g, n, x, y);
+    case SI_VIEW_RESHAPE: return infer_reshape(g, n, x, y);
+    case SI_VIEW_SQUEEZE: return infer_squeeze(g, n, x, y);
+    case SI_VIEW_UNSQUEEZE: return infer_unsqueeze(g, n, x, y);
     default: *y = *x; return SI_OK;
     }
 }

@@ -1,0 +1,391 @@
+/* Fused attention's operands read and written in place. Exporters split a packed QKV projection
+ * into heads with Reshape -> Transpose -> Split (or Slice) -> Squeeze, and merge the heads after
+ * attention with Transpose -> Reshape; run as written, each of those copies the whole activation
+ * (a fifth of ViT-B's time). Here the attention node reads Q, K and V straight from the
+ * projection's output through strides, and writes Y in the order the next layer reads, when the
+ * strides can say it; the layout ops then have no readers and die.
+ *
+ * A view is composed by walking from an operand back through layout ops to a value that is
+ * stored row-major. Each logical dim keeps the sub-dims it was built from (a CuTe-style
+ * hierarchical layout), so a Reshape that merges two axes whose strides do not chain (the
+ * dynamo exporter's (N * heads, T, D) for K) can still be split back by a later Reshape. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_internal.h"
+
+#define SUBS 16 /* sub-dims one view may carry */
+
+typedef struct {
+    int src, nd, nsub;
+    int64_t off;
+    int first[SI_MAX_DIMS + 1]; /* logical dim d: sub-dims first[d] .. first[d + 1] - 1 */
+    int64_t e[SUBS], s[SUBS];   /* sub-dim extents and strides, outermost first */
+} lview;
+
+static void row_major(const si_graph *g, int v, lview *w) {
+    const si_shape *sh = &g->values[v].shape;
+    *w = (lview){.src = v, .nd = sh->ndim, .nsub = sh->ndim};
+    int64_t acc = 1;
+    for (int d = sh->ndim - 1; d >= 0; d--) {
+        w->e[d] = sh->dims[d];
+        w->s[d] = acc;
+        acc = si_mul_sat(acc, sh->dims[d]);
+    }
+    for (int d = 0; d <= sh->ndim; d++) w->first[d] = d;
+}
+
+/* Logical dim d as one (extent, stride), when its sub-dims chain (outer stride = inner stride x
+ * inner extent); extent-1 sub-dims do not count. */
+static bool merged(const lview *w, int d, int64_t *e, int64_t *s) {
+    *e = 1;
+    *s = 0;
+    bool any = false;
+    for (int k = w->first[d]; k < w->first[d + 1]; k++) {
+        if (w->e[k] == 1) continue;
+        if (any && *s != w->s[k] * w->e[k]) return false;
+        *e = any ? *e * w->e[k] : w->e[k];
+        *s = w->s[k];
+        any = true;
+    }
+    return true;
+}
+
+static bool flat(const lview *w, int64_t *dims, int64_t *st) {
+    for (int d = 0; d < w->nd; d++)
+        if (!merged(w, d, &dims[d], &st[d])) return false;
+    return true;
+}
+
+/* The view covers its source's bytes in row-major order (the value viewed aliases them). */
+static bool covers_row_major(const si_graph *g, const lview *w) {
+    int64_t dims[SI_MAX_DIMS], st[SI_MAX_DIMS], acc = 1;
+    if (w->off != 0 || !flat(w, dims, st)) return false;
+    for (int d = w->nd - 1; d >= 0; d--) {
+        if (dims[d] != 1 && st[d] != acc) return false;
+        acc *= dims[d];
+    }
+    return acc == si_shape_numel(&g->values[w->src].shape);
+}
+
+static bool push(lview *w, int64_t e, int64_t s) {
+    if (w->nsub >= SUBS) return false;
+    w->e[w->nsub] = e;
+    w->s[w->nsub++] = s;
+    return true;
+}
+
+static bool lv_transpose(lview *w, const int *perm) {
+    lview t = *w;
+    t.nsub = 0;
+    for (int d = 0; d < w->nd; d++) {
+        t.first[d] = t.nsub;
+        for (int k = w->first[perm[d]]; k < w->first[perm[d] + 1]; k++) push(&t, w->e[k], w->s[k]);
+    }
+    t.first[w->nd] = t.nsub;
+    *w = t;
+    return true;
+}
+
+/* Regroups the sub-dims (extent-1 ones dropped) into the new dims, splitting a sub-dim where a
+ * new dim ends inside it (its extent must divide). */
+static bool lv_reshape(lview *w, const si_shape *to) {
+    int64_t e[SUBS], s[SUBS];
+    int n = 0, k = 0;
+    for (int j = 0; j < w->nsub; j++) {
+        if (w->e[j] <= 0) return false;
+        if (w->e[j] != 1) e[n] = w->e[j], s[n++] = w->s[j];
+    }
+    lview r = *w;
+    r.nd = to->ndim;
+    r.nsub = 0;
+    for (int d = 0; d < to->ndim; d++) {
+        r.first[d] = r.nsub;
+        int64_t want = to->dims[d], have = 1;
+        if (want <= 0) return false;
+        while (have < want) {
+            int64_t need = want / have;
+            if (k >= n) return false;
+            if (e[k] <= need) {
+                if (need % e[k] || !push(&r, e[k], s[k])) return false;
+                have *= e[k++];
+            } else {
+                if (e[k] % need || !push(&r, need, s[k] * (e[k] / need))) return false;
+                e[k] /= need;
+                have = want;
+            }
+        }
+    }
+    r.first[to->ndim] = r.nsub;
+    if (k != n) return false;
+    *w = r;
+    return true;
+}
+
+/* Logical dim a as a single sub-dim (for the ops that offset along it). */
+static bool single(lview *w, int a) {
+    int64_t e, s;
+    if (!merged(w, a, &e, &s)) return false;
+    lview t = *w;
+    t.nsub = 0;
+    for (int d = 0; d < w->nd; d++) {
+        t.first[d] = t.nsub;
+        if (d == a)
+            push(&t, e, s);
+        else
+            for (int k = w->first[d]; k < w->first[d + 1]; k++) push(&t, w->e[k], w->s[k]);
+    }
+    t.first[w->nd] = t.nsub;
+    *w = t;
+    return true;
+}
+
+/* Along axis a: skip `start` elements, keep `extent`, every `step`-th. */
+static bool lv_narrow(lview *w, int a, int64_t start, int64_t extent, int64_t step) {
+    if (a < 0 || a >= w->nd || step <= 0 || !single(w, a)) return false;
+    int k = w->first[a];
+    w->off += start * w->s[k];
+    w->e[k] = extent;
+    w->s[k] *= step;
+    return true;
+}
+
+static bool lv_split(const si_graph *g, const si_gnode *p, int x, lview *w) {
+    int64_t start = 0;
+    for (int o = 0; o < p->n_out; o++) {
+        const si_shape *os = &g->values[p->outs[o]].shape;
+        if (p->outs[o] == x) return lv_narrow(w, p->axis, start, os->dims[p->axis], 1);
+        start += os->dims[p->axis];
+    }
+    return false;
+}
+
+static bool lv_slice(const si_graph *g, const si_gnode *p, int x, lview *w) {
+    const si_shape *xs = &g->values[x].shape;
+    if (xs->ndim != w->nd) return false;
+    for (int d = 0; d < w->nd; d++) {
+        int64_t e, s;
+        bool whole =
+            p->starts[d] == 0 && p->steps[d] == 1 && merged(w, d, &e, &s) && e == xs->dims[d];
+        if (!whole && !lv_narrow(w, d, p->starts[d], xs->dims[d], p->steps[d])) return false;
+    }
+    return true;
+}
+
+/* Gather of one constant index: an offset, and the axis gone (or kept at 1 for a [1] index). */
+static bool lv_gather(const si_graph *g, const si_gnode *p, lview *w) {
+    const si_value *iv = &g->values[p->in[1]];
+    if (iv->kind == SI_VAL_RUNTIME || !iv->data || si_shape_numel(&iv->shape) != 1) return false;
+    int a = p->axis;
+    int64_t e, s, i = si_value_i64(iv, 0);
+    if (a < 0 || a >= w->nd || !merged(w, a, &e, &s)) return false;
+    if (i < 0) i += e;
+    if (!lv_narrow(w, a, i, 1, 1)) return false;
+    if (iv->shape.ndim > 0) return true;
+    for (int d = a; d < w->nd; d++) w->first[d] = w->first[d + 1];
+    w->nd--;
+    return true;
+}
+
+static bool layout_op(int op) {
+    return op == SI_OP_VIEW || op == SI_OP_TRANSPOSE || op == SI_OP_SPLIT || op == SI_OP_SLICE ||
+           op == SI_OP_GATHER;
+}
+
+/* x as a view of the nearest value up its layout ops that is stored row-major (x itself when
+ * its producer computes, or when a step cannot be said with strides). */
+static void walk(const si_graph *g, int x, lview *w, int depth) {
+    row_major(g, x, w);
+    int pj = g->values[x].producer;
+    if (pj < 0 || depth > 32) return;
+    const si_gnode *p = &g->nodes[pj];
+    if (!layout_op(p->op) || p->n_in < 1 || g->values[p->in[0]].kind != SI_VAL_RUNTIME) return;
+    lview in;
+    walk(g, p->in[0], &in, depth + 1);
+    bool ok = false;
+    switch (p->op) {
+    case SI_OP_VIEW:
+        if (covers_row_major(g, &in)) return; /* x aliases row-major bytes: x is the source */
+        ok = lv_reshape(&in, &g->values[x].shape);
+        break;
+    case SI_OP_TRANSPOSE: ok = lv_transpose(&in, p->perm); break;
+    case SI_OP_SPLIT: ok = lv_split(g, p, x, &in); break;
+    case SI_OP_SLICE: ok = lv_slice(g, p, x, &in); break;
+    case SI_OP_GATHER: ok = lv_gather(g, p, &in); break;
+    default: break;
+    }
+    if (ok) *w = in;
+}
+
+/* --- the per-node plan ----------------------------------------------------------------------- */
+/* An operand's strided form. A source of rank 4 is never taken: backends may store those
+ * channel-last. The batch axis must map straight through (same extent, the source's own
+ * stride), so the view holds at every batch size. */
+typedef struct {
+    bool taken, to_trans_b; /* to_trans_b: K^T viewed turns out to be K with rows of stride 1 */
+    int src, nd;
+    int64_t off, dims[SI_MAX_DIMS], st[SI_MAX_DIMS];
+} operand;
+
+static bool batch_straight(const si_shape *src, const operand *o) {
+    int64_t acc = 1;
+    for (int d = 1; d < src->ndim; d++) acc *= src->dims[d];
+    return src->ndim >= 1 && o->dims[0] == src->dims[0] && (o->st[0] == acc || o->dims[0] == 1);
+}
+
+static void plan_input(const si_graph *g, const si_gnode *n, int i, operand *o) {
+    memset(o, 0, sizeof *o);
+    lview w;
+    walk(g, n->in[i], &w, 0);
+    const si_shape *src = &g->values[w.src].shape;
+    if (w.src == n->in[i] || src->ndim == 4 || !flat(&w, o->dims, o->st)) return;
+    o->nd = w.nd;
+    int nd = w.nd;
+    if (i == 1 && !n->trans_b && o->st[nd - 2] == 1 && o->st[nd - 1] != 1) { /* K^T -> K */
+        int64_t t = o->dims[nd - 1], u = o->st[nd - 1];
+        o->dims[nd - 1] = o->dims[nd - 2], o->st[nd - 1] = o->st[nd - 2];
+        o->dims[nd - 2] = t, o->st[nd - 2] = u;
+        o->to_trans_b = true;
+    }
+    if (o->st[nd - 1] != 1 || !batch_straight(src, o)) return;
+    o->src = w.src;
+    o->off = w.off;
+    o->taken = true;
+}
+
+/* Y read once, by a Transpose that keeps the batch and the last axis in place, whose result
+ * only Reshape-like views read: Y is written straight into that result. */
+static void plan_output(const si_graph *g, const si_gnode *n, operand *o) {
+    memset(o, 0, sizeof *o);
+    const si_value *y = &g->values[n->out];
+    if (y->uses != 1) return;
+    const si_gnode *t = NULL;
+    for (int j = 0; j < g->n_nodes && !t; j++)
+        for (int k = 0; k < g->nodes[j].n_in; k++)
+            if (g->nodes[j].in[k] == n->out) t = &g->nodes[j];
+    int nd = y->shape.ndim;
+    if (!t || t->op != SI_OP_TRANSPOSE || t->perm[0] != 0 || t->perm[nd - 1] != nd - 1) return;
+    const si_value *w = &g->values[t->out];
+    for (int j = 0; j < g->n_nodes; j++)
+        for (int k = 0; k < g->nodes[j].n_in; k++)
+            if (g->nodes[j].in[k] == t->out && g->nodes[j].op != SI_OP_VIEW) return;
+    int64_t acc = 1, sw[SI_MAX_DIMS];
+    for (int d = nd - 1; d >= 0; d--) sw[d] = acc, acc *= w->shape.dims[d];
+    for (int d = 0; d < nd; d++) o->st[t->perm[d]] = sw[d];
+    memcpy(o->dims, y->shape.dims, sizeof(int64_t) * (size_t)nd);
+    o->nd = nd;
+    o->src = t->out;
+    o->taken = true;
+}
+
+typedef struct {
+    operand op[4];
+} plan;
+
+static void plan_node(const si_graph *g, const si_gnode *n, plan *p) {
+    for (int i = 0; i < 3; i++) plan_input(g, n, i, &p->op[i]);
+    plan_output(g, n, &p->op[3]);
+}
+
+/* The same view at batch 2 and 1, but for the batch's extent (and its stride, which an extent
+ * of 1 leaves unsaid: batch 2's is the one kept). */
+static bool same_plan(const operand *a, const operand *b) {
+    if (a->taken != b->taken || !a->taken) return a->taken == b->taken;
+    return a->src == b->src && a->nd == b->nd && a->off == b->off &&
+           a->to_trans_b == b->to_trans_b &&
+           memcmp(a->st + 1, b->st + 1, sizeof(int64_t) * (size_t)(a->nd - 1)) == 0 &&
+           memcmp(a->dims + 1, b->dims + 1, sizeof(int64_t) * (size_t)(a->nd - 1)) == 0;
+}
+
+static si_attn_view row_major_view(const si_shape *s) {
+    si_attn_view v = {.shape = *s, .src = *s};
+    int64_t acc = 1;
+    for (int d = s->ndim - 1; d >= 0; d--) v.st[d] = acc, acc *= s->dims[d];
+    return v;
+}
+
+/* Rewires node j by its plan: inputs to the sources, the output to the Transpose's result (the
+ * Transpose dies); operands not taken keep row-major views of their values. */
+static int apply(si_graph *g, int j, const plan *p) {
+    si_gnode *n = &g->nodes[j];
+    int taken = 0;
+    n->aview = si_xcalloc(4, sizeof *n->aview);
+    for (int i = 0; i < 4; i++) {
+        const operand *o = &p->op[i];
+        int v = i < 3 ? n->in[i] : n->out;
+        if (!o->taken) {
+            n->aview[i] = row_major_view(&g->values[v].shape);
+            continue;
+        }
+        si_attn_view *a = &n->aview[i];
+        a->shape.ndim = o->nd;
+        memcpy(a->shape.dims, o->dims, sizeof(int64_t) * (size_t)o->nd);
+        memcpy(a->st, o->st, sizeof(int64_t) * (size_t)o->nd);
+        a->src = g->values[o->src].shape;
+        a->off = o->off;
+        if (i < 3) {
+            n->in[i] = o->src;
+            if (o->to_trans_b) n->trans_b = 1;
+        } else {
+            g->nodes[g->values[o->src].producer].op = -1; /* the Transpose */
+            n->out = n->outs[0] = o->src;
+            g->values[o->src].producer = j;
+        }
+        taken++;
+    }
+    return taken;
+}
+
+int si_fuse_attention_views(si_graph *g) {
+    int n_att = 0;
+    for (int j = 0; j < g->n_nodes; j++) n_att += g->nodes[j].op == SI_OP_ATTENTION;
+    if (!n_att) return 0;
+    plan *at2 = si_xcalloc((size_t)g->n_nodes, sizeof *at2),
+         *at1 = si_xcalloc((size_t)g->n_nodes, sizeof *at1);
+    int taken = 0;
+    if (si_graph_infer(g, 2) == SI_OK) {
+        for (int j = 0; j < g->n_nodes; j++)
+            if (g->nodes[j].op == SI_OP_ATTENTION) plan_node(g, &g->nodes[j], &at2[j]);
+        if (si_graph_infer(g, 1) == SI_OK)
+            for (int j = 0; j < g->n_nodes; j++) {
+                if (g->nodes[j].op != SI_OP_ATTENTION) continue;
+                plan_node(g, &g->nodes[j], &at1[j]);
+                bool any = false;
+                for (int i = 0; i < 4; i++) {
+                    if (!same_plan(&at2[j].op[i], &at1[j].op[i])) at1[j].op[i].taken = false;
+                    at1[j].op[i].st[0] = at2[j].op[i].st[0];
+                    any |= at1[j].op[i].taken;
+                }
+                if (any) taken += apply(g, j, &at1[j]);
+            }
+    }
+    free(at2);
+    free(at1);
+    si_graph_compact(g);
+    g->inferred_batch = -1;
+    return taken;
+}
+
+si_status si_attention_view_shapes(const si_graph *g, const si_gnode *n, si_attn_view op[4]) {
+    int64_t nb = g->values[n->in[0]].shape.dims[0];
+    for (int i = 0; i < 4; i++) {
+        op[i] = n->aview[i];
+        if (i < 3) {
+            const si_shape *s = &g->values[n->in[i]].shape;
+            if (s->ndim != op[i].src.ndim || s->dims[0] != nb ||
+                memcmp(s->dims + 1, op[i].src.dims + 1, sizeof(int64_t) * (size_t)(s->ndim - 1)))
+                return si_node_error(g, n, SI_ERR_UNSUPPORTED,
+                                     "input %d no longer has the shape its strided view was made "
+                                     "for",
+                                     i);
+        }
+        op[i].shape.dims[0] = nb;
+        op[i].src.dims[0] = nb;
+    }
+    return SI_OK;
+}
+
+void si_attention_operands(const si_graph *g, const si_gnode *n, si_attn_view op[4]) {
+    if (n->aview && si_attention_view_shapes(g, n, op) == SI_OK) return;
+    for (int i = 0; i < 4; i++) op[i] = row_major_view(&g->values[i < 3 ? n->in[i] : n->out].shape);
+}
