@@ -75,6 +75,13 @@ __device__ inline void ldsm_x4_t(uint32_t r[4], const void *p) {
                  : "r"(a));
 }
 
+// 2^x in one MUFU instruction; results below 2^-126 flush to 0 (a probability that small is 0)
+__device__ inline float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // matrix b's offset in an operand whose batch dims have strides st: b decoded over the batch
 // dims; the bias's index on each dim modulo its own extent (bmod)
 __device__ inline int64_t batch_off(const si_k_attn &p, int64_t b, const int64_t *st,
@@ -104,19 +111,18 @@ template <int N> __device__ inline void cp_wait() {
 // rows x D tile of a (rows_total, D) matrix whose rows are ld apart into smem [rows][D + PAD]
 // (zeros beyond rows_total), asynchronously; rows start on 16 bytes (D and ld are multiples of 8)
 template <typename T, int D>
-__device__ inline void load_rows(T *sm, const T *g, int64_t ld, int64_t r0, int64_t rows_total,
-                                 int rows) {
-    constexpr int V = D / 8; // 16-byte chunks per row
+__device__ inline void load_rows(T *sm, const T *g, int ld, int r0, int rows_total, int rows) {
+    constexpr int V = D / 8; // 16-byte chunks per row; 32-bit offsets (flash_fits)
     for (int i = threadIdx.x; i < rows * V; i += blockDim.x) {
         int r = i / V, c = i % V;
         bool ok = r0 + r < rows_total;
-        cp16(sm + r * (D + PAD) + c * 8, ok ? g + (r0 + r) * ld + c * 8 : g, ok);
+        cp16(sm + r * (D + PAD) + c * 8, ok ? g + ((r0 + r) * ld + c * 8) : g, ok);
     }
 }
 
 // the same tile of K read from K^T (D, S), rows ld apart: element loads walking s, coalesced
 template <typename T, int D>
-__device__ inline void load_kt(T *sm, const T *kt, int64_t ld, int64_t s0, int64_t S) {
+__device__ inline void load_kt(T *sm, const T *kt, int ld, int s0, int S) {
     for (int i = threadIdx.x; i < BN * D; i += blockDim.x) {
         int d = i / BN, s = i % BN;
         sm[s * (D + PAD) + d] = s0 + s < S ? kt[d * ld + s0 + s] : fromf<T>(0.f);
@@ -127,7 +133,7 @@ __device__ inline void load_kt(T *sm, const T *kt, int64_t ld, int64_t s0, int64
 // i+1 loads while i computes. Scores are kept in the log2 domain (exp2). Key groups wholly
 // beyond S (the last tile's padding) are skipped.
 template <typename T, int D>
-__global__ void __launch_bounds__(256, 2)
+__global__ void __launch_bounds__(256, D <= 64 ? 2 : 1)
     k_flash(si_k_attn p, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
             const T *__restrict__ bias, T *__restrict__ y, int row_blocks) {
     constexpr int TILE = BN * (D + PAD);
@@ -140,16 +146,16 @@ __global__ void __launch_bounds__(256, 2)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
     const int mat = lane / 8, mr = lane % 8; // this lane's row address in ldmatrix
     const T *kb = k + batch_off(p, b, p.ost[1]), *vb = v + batch_off(p, b, p.ost[2]);
-    const int tiles = (S + BN - 1) / BN;
+    const int tiles = (S + BN - 1) / BN, ldk = (int)p.ld[1], ldv = (int)p.ld[2];
     auto load_tile = [&](int i) {
         T *kt = kv + (i & 1) * 2 * TILE, *vt = kt + TILE;
         if (p.trans_b)
-            load_rows<T, D>(kt, kb, p.ld[1], (int64_t)i * BN, S, BN);
+            load_rows<T, D>(kt, kb, ldk, i * BN, S, BN);
         else
-            load_kt<T, D>(kt, kb, p.ld[1], (int64_t)i * BN, S);
-        load_rows<T, D>(vt, vb, p.ld[2], (int64_t)i * BN, S, BN);
+            load_kt<T, D>(kt, kb, ldk, i * BN, S);
+        load_rows<T, D>(vt, vb, ldv, i * BN, S, BN);
     };
-    load_rows<T, D>(qs, q + batch_off(p, b, p.ost[0]), p.ld[0], q0, T_, M);
+    load_rows<T, D>(qs, q + batch_off(p, b, p.ost[0]), (int)p.ld[0], q0, T_, M);
     load_tile(0);
     cp_commit();
     uint32_t qa[D / 16][4];
@@ -193,18 +199,30 @@ __global__ void __launch_bounds__(256, 2)
                 mma<T>(sc[nt + 1], qa[kk], r[2], r[3]);
             }
         }
-        float mx[2] = {-INFINITY, -INFINITY};
+        // scores in the log2 domain are sc * k2 (k2 = 1 once scaled here); the exponent below is
+        // one FFMA, sc * k2 - max
+        float mx[2] = {-INFINITY, -INFINITY}, k2 = 1.f;
+        if (!bias && live == BN && sl2 > 0.f) { // a whole tile of keys: nothing to mask or add
 #pragma unroll
-        for (int nt = 0; nt < BN / 8; nt++)
+            for (int nt = 0; nt < BN / 8; nt++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int c = nt * 8 + 2 * t4 + (i & 1), r = row[i >> 1]; // key in the tile, query row
-                float x = sc[nt][i] * sl2;
-                if (bias && r < T_ && c < live)
-                    x += tof(bias[boff + r * p.bst_t + (int64_t)(s0 + c) * p.bst_s]) * LOG2E;
-                sc[nt][i] = c < live ? x : -INFINITY;
-                mx[i >> 1] = fmaxf(mx[i >> 1], sc[nt][i]);
-            }
+                for (int i = 0; i < 4; i++) mx[i >> 1] = fmaxf(mx[i >> 1], sc[nt][i]);
+            mx[0] *= sl2;
+            mx[1] *= sl2;
+            k2 = sl2;
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int c = nt * 8 + 2 * t4 + (i & 1), r = row[i >> 1]; // key in tile, query row
+                    float x = sc[nt][i] * sl2;
+                    if (bias && r < T_ && c < live)
+                        x += tof(bias[boff + r * p.bst_t + (int64_t)(s0 + c) * p.bst_s]) * LOG2E;
+                    sc[nt][i] = c < live ? x : -INFINITY;
+                    mx[i >> 1] = fmaxf(mx[i >> 1], sc[nt][i]);
+                }
+        }
         float corr[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -212,7 +230,7 @@ __global__ void __launch_bounds__(256, 2)
             mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 2));
             float mn = fmaxf(m[h], mx[h]);
             float use = mn == -INFINITY ? 0.f : mn;
-            corr[h] = exp2f(m[h] - use);
+            corr[h] = ex2(m[h] - use);
             m[h] = mn;
             mx[h] = use;
             l[h] *= corr[h];
@@ -221,7 +239,7 @@ __global__ void __launch_bounds__(256, 2)
         for (int nt = 0; nt < BN / 8; nt++)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                sc[nt][i] = exp2f(sc[nt][i] - mx[i >> 1]);
+                sc[nt][i] = ex2(fmaf(sc[nt][i], k2, -mx[i >> 1]));
                 l[i >> 1] += sc[nt][i];
             }
 #pragma unroll
@@ -327,7 +345,8 @@ __global__ void k_attn_rows(si_k_attn p, const T *__restrict__ q, const T *__res
 // Warps per block: 16 query rows each, at most 8; the row tiles of a matrix spread evenly over
 // its blocks, so a 197-token ViT runs 2 blocks of 7 warps (224 rows) rather than 2 of 8 (256),
 // and Swin's 49-token windows one block of 4. At most 128 registers a thread, so two blocks share
-// an SM (measured on the H100: 6% faster on ViT-B, 9% on DeiT-S than one block of 146).
+// an SM for head sizes up to 64 (measured on the H100: 6% faster on ViT-B, 9% on DeiT-S than
+// one block of 146); head size 128 keeps one block, as two would spill its accumulators.
 template <typename T, int D>
 cudaError_t launch_flash(cudaStream_t s, const si_k_attn &p, const void *q, const void *k,
                          const void *v, const void *bias, void *y) {
@@ -349,11 +368,12 @@ cudaError_t launch_flash(cudaStream_t s, const si_k_attn &p, const void *q, cons
 }
 
 // cp.async moves 16-byte chunks: every row and matrix of Q, K and V starts on 16 bytes; Y is
-// stored two elements at a time
+// stored two elements at a time; a matrix's rows are addressed with 32-bit offsets
 template <typename T>
-bool flash_aligned(const si_k_attn &p, const void *q, const void *k, const void *v, void *y) {
+bool flash_fits(const si_k_attn &p, const void *q, const void *k, const void *v, void *y) {
     const void *ptrs[4] = {q, k, v, y};
     for (int i = 0; i < 4; i++) {
+        if ((p.t + p.s + 128) * (p.ld[i] + 8) >= INT32_MAX) return false;
         size_t unit = i < 3 ? 16 : 2 * sizeof(T);
         if ((uintptr_t)ptrs[i] % unit || (p.ld[i] * sizeof(T)) % unit) return false;
         for (int d = 0; d < p.nbd; d++)
@@ -366,7 +386,7 @@ template <typename T>
 cudaError_t launch(cudaStream_t s, const si_k_attn &p, const void *q, const void *k, const void *v,
                    const void *bias, void *y) {
     if constexpr (sizeof(T) == 2) {
-        if (p.dv == p.d && flash_aligned<T>(p, q, k, v, y)) {
+        if (p.dv == p.d && flash_fits<T>(p, q, k, v, y)) {
             if (p.d == 64) return launch_flash<T, 64>(s, p, q, k, v, bias, y);
             if (p.d == 32) return launch_flash<T, 32>(s, p, q, k, v, bias, y);
             if (p.d == 128) return launch_flash<T, 128>(s, p, q, k, v, bias, y);
