@@ -187,6 +187,7 @@ static si_status run_slice(const op_ctx *c) {
 }
 
 static si_status run_transpose(const op_ctx *c) {
+    if (c->cs->plan.same_bytes[c->j]) return SI_OK; // NHWC <-> its row-major (N, H, W, C)
     si_tview vx = tv_of(c->xv), va = vx;
     for (int d = 0; d < vx.nd; d++) {
         va.dims[d] = vx.dims[c->n->perm[d]];

@@ -1168,6 +1168,29 @@ def c_attention_not_fused(c):
     c.output(c.node("MatMul", [p, v], ["attn"]))
 
 
+def c_convnext_block(c):
+    # ConvNeXt's block: depthwise 7x7, then to channels-last (N, H, W, C) for LayerNorm and the
+    # MLP, back to (N, C, H, W), LayerScale and the residual. On the GPU the image is stored
+    # NHWC, so both Transposes are the same bytes as their inputs and cost nothing
+    # (test_devplan holds that)
+    c.opset = 17
+    ch = 32
+    x = c.input("image", normal(c.rng, (2, ch, 6, 6)))
+    y = c.conv(x, "dw", ch, ch, 7, group=ch, pads=[3, 3, 3, 3])
+    y = c.node("Transpose", [y], ["to_nhwc"], perm=[0, 2, 3, 1])
+    y = c.node("LayerNormalization", [y, c.init("ln.w", uniform(c.rng, (ch,), 0.5, 1.5)),
+                                      c.init("ln.b", uniform(c.rng, (ch,), -0.2, 0.2))],
+               ["ln"], axis=-1, epsilon=1e-6)
+    y = c.node("MatMul", [y, c.init("fc1.w", normal(c.rng, (ch, 4 * ch), 1 / np.sqrt(ch)))], ["fc1"])
+    y = c.node("Add", [y, c.init("fc1.b", uniform(c.rng, (4 * ch,), -0.2, 0.2))], ["fc1b"])
+    y = c.node("Relu", [y], ["act"])
+    y = c.node("MatMul", [y, c.init("fc2.w", normal(c.rng, (4 * ch, ch), 0.5 / np.sqrt(ch)))], ["fc2"])
+    y = c.node("Add", [y, c.init("fc2.b", uniform(c.rng, (ch,), -0.2, 0.2))], ["fc2b"])
+    y = c.node("Transpose", [y], ["to_nchw"], perm=[0, 3, 1, 2])
+    y = c.node("Mul", [y, c.init("gamma", uniform(c.rng, (ch, 1, 1), 0.1, 1.0))], ["scaled"])
+    c.output(c.node("Add", [y, x], ["residual"]))
+
+
 def c_linear_layerscale(c):
     # DINOv2's blocks: x + gamma * (x W + b), the bias initializer shared by two layers (the
     # dynamo exporter merges equal initializers): gamma folds into each layer's own W and b

@@ -54,6 +54,31 @@ static bool view_copies(const si_graph *g, const si_gnode *n) {
     return true;
 }
 
+/* The order of v's dims in memory, outermost first: NHWC for an image-like 4-D value. */
+static void memory_order(const si_value *v, int *o) {
+    static const int nhwc[4] = {0, 2, 3, 1};
+    bool image = !si_devplan_rowmajor(v) && v->shape.ndim == 4;
+    for (int d = 0; d < v->shape.ndim; d++) o[d] = image ? nhwc[d] : d;
+}
+
+/* A Transpose whose input and output hold the same bytes: an NHWC-stored (N, C, H, W) read as
+ * its row-major (N, H, W, C) permutation and back (ConvNeXt's blocks, around their LayerNorm and
+ * MLP). The input dims of extent > 1 meet in the same memory order on both sides. */
+static bool transpose_same_bytes(const si_graph *g, const si_gnode *n) {
+    const si_value *x = &g->values[n->in[0]], *y = &g->values[n->out];
+    int nd = x->shape.ndim, ox[SI_MAX_DIMS], oy[SI_MAX_DIMS], a = 0, b = 0;
+    if (n->op != SI_OP_TRANSPOSE || x->kind != SI_VAL_RUNTIME || y->shape.ndim != nd) return false;
+    memory_order(x, ox);
+    memory_order(y, oy);
+    int sx[SI_MAX_DIMS], sy[SI_MAX_DIMS];
+    for (int i = 0; i < nd; i++) {
+        if (x->shape.dims[ox[i]] > 1) sx[a++] = ox[i];
+        int d = n->perm[oy[i]]; /* output dim oy[i] is input dim perm[oy[i]] */
+        if (x->shape.dims[d] > 1) sy[b++] = d;
+    }
+    return a == b && memcmp(sx, sy, sizeof(int) * (size_t)a) == 0;
+}
+
 bool si_devplan_patch_conv(const si_graph *g, const si_gnode *n) {
     if (n->op != SI_OP_CONV) return false;
     const si_conv_shape *s = &n->conv;
@@ -161,6 +186,7 @@ si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_
     p->elem = elem;
     p->pixels = pixels;
     p->copy_view = si_xcalloc((size_t)(g->n_nodes ? g->n_nodes : 1), 1);
+    p->same_bytes = si_xcalloc((size_t)(g->n_nodes ? g->n_nodes : 1), 1);
     p->const_off = si_xmalloc(sizeof(size_t) * (size_t)(g->n_values ? g->n_values : 1));
     p->aux_off = si_xmalloc(sizeof(size_t) * (size_t)(g->n_nodes ? g->n_nodes : 1));
     p->dw_off = si_xmalloc(sizeof(size_t) * (size_t)(g->n_nodes ? g->n_nodes : 1));
@@ -173,6 +199,9 @@ si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_
         p->aux_off[j] = SIZE_MAX;
         if (n->op == SI_OP_HOST) continue;
         if (n->op == SI_OP_VIEW) p->copy_view[j] = view_copies(g, n);
+        p->same_bytes[j] = n->op == SI_OP_VIEW
+                               ? g->values[n->in[0]].kind == SI_VAL_RUNTIME && !p->copy_view[j]
+                               : transpose_same_bytes(g, n);
         int64_t s = si_devplan_node_scratch(g, n, elem);
         if (s > scratch) scratch = s;
         for (int k = 0; k < n->n_in; k++) {
@@ -197,7 +226,7 @@ si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_
         }
     }
     p->weights = w;
-    si_memplan_build_ex(g, SI_DEV_ALIGN, elem, p->copy_view, &p->acts);
+    si_memplan_build_ex(g, SI_DEV_ALIGN, elem, p->same_bytes, &p->acts);
     p->activations = up(p->acts.arena_bytes);
     p->scratch = up((size_t)scratch * elem);
     p->workspace = up(workspace);
@@ -217,6 +246,7 @@ void si_devplan_free(si_devplan *p) {
     if (!p) return;
     si_memplan_free(&p->acts);
     free(p->copy_view);
+    free(p->same_bytes);
     free(p->const_off);
     free(p->aux_off);
     free(p->dw_off);

@@ -22,13 +22,14 @@ typedef struct {
 
 typedef struct {
     int batch, slots;
-    size_t elem;        /* bytes per activation element (4 FP32, 2 FP16/BF16) */
-    bool pixels;        /* input arrives as uint8 (B, H, W, 3) */
-    si_memplan acts;    /* one slot's activation arena */
-    uint8_t *copy_view; /* per node: a view that copies */
-    size_t *const_off;  /* per value: offset in the constant buffer, SIZE_MAX if not there */
-    size_t *aux_off;    /* per node: Gather's indices as int64 (SIZE_MAX if none) */
-    size_t *dw_off;     /* per node: a depthwise Conv's float weights as (kh, kw, C), or SIZE_MAX */
+    size_t elem;         /* bytes per activation element (4 FP32, 2 FP16/BF16) */
+    bool pixels;         /* input arrives as uint8 (B, H, W, 3) */
+    si_memplan acts;     /* one slot's activation arena */
+    uint8_t *copy_view;  /* per node: a view that copies */
+    uint8_t *same_bytes; /* per node: its output is its input's bytes (no storage, no kernel) */
+    size_t *const_off;   /* per value: offset in the constant buffer, SIZE_MAX if not there */
+    size_t *aux_off;     /* per node: Gather's indices as int64 (SIZE_MAX if none) */
+    size_t *dw_off; /* per node: a depthwise Conv's float weights as (kh, kw, C), or SIZE_MAX */
     /* bytes; per slot unless said otherwise */
     size_t weights;                    /* constants on the device (all slots share them) */
     size_t activations;                /* the arena */

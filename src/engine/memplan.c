@@ -25,7 +25,7 @@ void si_memplan_build(const si_graph *g, size_t align, si_memplan *p) {
     si_memplan_build_ex(g, align, sizeof(float), NULL, p);
 }
 
-void si_memplan_build_ex(const si_graph *g, size_t align, size_t elem, const uint8_t *copy_view,
+void si_memplan_build_ex(const si_graph *g, size_t align, size_t elem, const uint8_t *same_bytes,
                          si_memplan *p) {
     int nv = g->n_values;
     p->root = si_xmalloc(sizeof(int) * (size_t)nv);
@@ -41,9 +41,10 @@ void si_memplan_build_ex(const si_graph *g, size_t align, size_t elem, const uin
     for (int j = 0; j < g->n_nodes; j++) {
         const si_gnode *n = &g->nodes[j];
         if (n->op == SI_OP_HOST) continue;
-        if (n->op == SI_OP_VIEW && g->values[n->in[0]].kind == SI_VAL_RUNTIME &&
-            !(copy_view && copy_view[j]))
-            p->root[n->out] = p->root[n->in[0]];
+        bool shares = same_bytes
+                          ? same_bytes[j]
+                          : n->op == SI_OP_VIEW && g->values[n->in[0]].kind == SI_VAL_RUNTIME;
+        if (shares) p->root[n->out] = p->root[n->in[0]];
         for (int o = 0; o < n->n_out; o++)
             if (first[n->outs[o]] > j) first[n->outs[o]] = j;
         for (int i = 0; i < n->n_in; i++) last[p->root[n->in[i]]] = j;

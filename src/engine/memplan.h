@@ -17,10 +17,11 @@ typedef struct {
 /* Plans for the graph's current shapes (si_graph_infer first). align: offsets' alignment.
  * Caller frees with si_memplan_free. */
 void si_memplan_build(const si_graph *g, size_t align, si_memplan *p);
-/* The same with elem bytes per element (2 for FP16 activations) and, when copy_view is given,
- * the views whose node index is flagged there get storage of their own (a GPU backend copies
- * them where the layout differs). */
-void si_memplan_build_ex(const si_graph *g, size_t align, size_t elem, const uint8_t *copy_view,
+/* The same with elem bytes per element (2 for FP16 activations) and, when same_bytes is given,
+ * only the nodes flagged there share their input's storage (a GPU backend's views that need no
+ * copy, and Transposes between an NHWC tensor and its row-major (N, H, W, C) twin); without
+ * it every view of a computed value does. */
+void si_memplan_build_ex(const si_graph *g, size_t align, size_t elem, const uint8_t *same_bytes,
                          si_memplan *p);
 void si_memplan_free(si_memplan *p);
 
