@@ -145,13 +145,24 @@ static si_status run_concat(const op_ctx *c) {
     int64_t cum = 0;
     for (int i = 0; i < n->n_in; i++) {
         const si_value *iv = &c->g->values[n->in[i]];
+        si_tview vx = tv_of(iv); // an input read through its Slice: the part of in[i]
+        if (n->sview && n->sview[i].on) {
+            const si_slice_view *v = &n->sview[i];
+            si_shape ps;
+            si_concat_input_shape(c->g, n, i, &ps);
+            for (int d = 0; d < vx.nd; d++) {
+                vx.off += v->starts[d] * vx.st[d];
+                vx.st[d] *= v->steps[d];
+                vx.dims[d] = ps.dims[d];
+            }
+        }
         si_tview part = vy;
-        part.dims[a] = iv->shape.dims[a];
+        part.dims[a] = vx.dims[a];
         part.off = vy.off + cum * vy.st[a];
-        cum += iv->shape.dims[a];
+        cum += vx.dims[a];
         if (part.dims[a] == 0) continue;
         si_status st = map(c->s, SI_MAP_COPY, 0, no_act, c->t, c->y, part, c->t,
-                           vptr(c->cs, c->g, c->sl, n->in[i]), tv_of(iv));
+                           vptr(c->cs, c->g, c->sl, n->in[i]), vx);
         if (st != SI_OK) return st;
     }
     return SI_OK;

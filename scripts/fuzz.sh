@@ -13,7 +13,7 @@ out=$root/build-fuzz
 mkdir -p "$out/corpus-$target"
 case "$target" in
   model)
-    srcs=(src/base/common.c src/engine/onnx.c src/engine/graph.c src/engine/import.c src/engine/ops_conv.c src/engine/ops_tensor.c src/engine/ops_math.c src/engine/ops_norm.c src/engine/attention.c src/engine/attention_views.c src/engine/ops_host.c src/engine/memplan.c
+    srcs=(src/base/common.c src/engine/onnx.c src/engine/graph.c src/engine/import.c src/engine/ops_conv.c src/engine/ops_tensor.c src/engine/ops_math.c src/engine/ops_norm.c src/engine/attention.c src/engine/attention_views.c src/engine/concat_views.c src/engine/ops_host.c src/engine/memplan.c
           tests/fuzz/fuzz_model.c)
     find "$root/build/testdata" -name model.onnx -size -2M 2>/dev/null | head -400 |
       while read -r f; do cp "$f" "$out/corpus-$target/$(echo "$f" | md5sum | cut -c1-16).onnx"; done

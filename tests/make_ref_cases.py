@@ -365,6 +365,8 @@ def numpy_reference(model, feeds):
             for name, part in zip(nd.output, np.split(i[0], len(nd.output), axis=a.get("axis", 0))):
                 env[name] = part
             continue
+        elif op == "Concat":
+            y = np.concatenate(i, axis=a["axis"])
         elif op == "Squeeze":
             y = np.squeeze(i[0], axis=tuple(int(v) for v in i[1]))
         elif op == "Slice":
@@ -1189,6 +1191,23 @@ def c_convnext_block(c):
     y = c.node("Transpose", [y], ["to_nchw"], perm=[0, 3, 1, 2])
     y = c.node("Mul", [y, c.init("gamma", uniform(c.rng, (ch, 1, 1), 0.1, 1.0))], ["scaled"])
     c.output(c.node("Add", [y, x], ["residual"]))
+
+
+def c_roll_2d(c):
+    # torch.roll over H and W as the exporters write it (Swin's shifted windows): per axis two
+    # Slices and a Concat, which reads the Slices' input in place; then a crop that keeps
+    # everything (a view), and one Slice read twice (kept: its Concat reads the copy)
+    x = c.input("tokens", normal(c.rng, (2, 6, 7, 8)), dims=["N", 6, 7, 8])
+    def sl(v, start, end, axis, name):
+        return c.node("Slice", [v, c.init(name + "_s", np.array([start], np.int64)),
+                                c.init(name + "_e", np.array([end], np.int64)),
+                                c.init(name + "_a", np.array([axis], np.int64))], [name])
+    y = c.node("Concat", [sl(x, 3, 6, 1, "h_tail"), sl(x, 0, 3, 1, "h_head")], ["roll_h"], axis=1)
+    y = c.node("Concat", [sl(y, 2, 7, 2, "w_tail"), sl(y, 0, 2, 2, "w_head")], ["roll_w"], axis=2)
+    y = sl(y, 0, 6, 1, "crop")
+    twice = sl(x, 0, 4, 3, "channels")
+    z = c.node("Concat", [twice, twice], ["doubled"], axis=3)
+    c.output(c.node("Add", [y, z], ["out"]))
 
 
 def c_linear_layerscale(c):

@@ -144,9 +144,11 @@ static void print_io(const si_graph *g) {
     printf("passes: %d constants folded, %d dead nodes removed, %d BatchNorms folded into Conv, "
            "%d activations fused, %d residual Adds fused, %d bias Adds fused into MatMul, "
            "%d attention patterns fused, %d attention operands in place, %d scales folded into "
-           "MatMul, %d empty Pads made views\n",
+           "MatMul, %d Pads/Slices that move nothing made views, %d Concat inputs read through "
+           "their Slice\n",
            g->folded_consts, g->removed_nodes, g->folded_bn, g->fused_act, g->fused_residual,
-           g->fused_bias, g->fused_attention, g->attention_views, g->folded_scale, g->dropped_pads);
+           g->fused_bias, g->fused_attention, g->attention_views, g->folded_scale,
+           g->dropped_copies, g->concat_slices);
 }
 
 /* Engine nodes by (fused) type, then parameters and FLOPs at batch 1. */

@@ -284,9 +284,29 @@ static void run_view(const op_args *a) {
         memcpy(a->y, a->x, sizeof(float) * (size_t)si_shape_numel(a->ys));
 }
 
+/* Inputs read through their Slice go straight into their place in y. */
+static void run_concat_slices(const op_args *a, int ax) {
+    const si_gnode *n = a->n;
+    int64_t at = 0, zero[SI_MAX_DIMS] = {0}, one[SI_MAX_DIMS];
+    for (int d = 0; d < SI_MAX_DIMS; d++) one[d] = 1;
+    for (int i = 0; i < n->n_in; i++) {
+        const si_slice_view *v = &n->sview[i];
+        const si_shape *x = &a->g->values[n->in[i]].shape;
+        si_shape part;
+        si_concat_input_shape(a->g, n, i, &part);
+        si_cpu_slice_into(x->ndim, x->dims, ptr(a->e, n->in[i]), v->on ? v->starts : zero,
+                          v->on ? v->steps : one, part.dims, ax, at, a->ys->dims, a->y);
+        at += part.dims[ax];
+    }
+}
+
 static void run_concat(const op_args *a) {
     const si_gnode *n = a->n;
     int ax = (int)(n->axis < 0 ? n->axis + a->ys->ndim : n->axis);
+    if (n->sview) {
+        run_concat_slices(a, ax);
+        return;
+    }
     int64_t outer = dims_prod(a->ys, 0, ax), inner = dims_prod(a->ys, ax + 1, a->ys->ndim);
     for (int i = 0; i < n->n_in; i++) {
         a->s->cat_in[i] = ptr(a->e, n->in[i]);

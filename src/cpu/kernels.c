@@ -468,6 +468,31 @@ static int64_t strides_of(int ndim, const int64_t *dims, int64_t *st) {
     return s;
 }
 
+void si_cpu_slice_into(int ndim, const int64_t *x_dims, const float *x, const int64_t *starts,
+                       const int64_t *steps, const int64_t *part_dims, int axis, int64_t at,
+                       const int64_t *y_dims, float *y) {
+    SI_ASSERT(ndim >= 1 && ndim <= MAXD && axis >= 0 && axis < ndim);
+    int64_t xs[MAXD], ys[MAXD], ps[MAXD];
+    strides_of(ndim, x_dims, xs);
+    strides_of(ndim, y_dims, ys);
+    int64_t total = strides_of(ndim, part_dims, ps);
+    if (total == 0) return;
+    int64_t xbase = 0, inner = part_dims[ndim - 1], rows = total / inner;
+    for (int d = 0; d < ndim; d++) xbase += starts[d] * xs[d];
+    const int64_t ybase = at * ys[axis], step = steps[ndim - 1];
+#pragma omp parallel for schedule(static) if (total > PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t rem = r, xo = xbase, yo = ybase;
+        for (int d = ndim - 2; d >= 0; d--) {
+            int64_t i = rem % part_dims[d];
+            rem /= part_dims[d];
+            xo += i * steps[d] * xs[d];
+            yo += i * ys[d];
+        }
+        for (int64_t k = 0; k < inner; k++) y[yo + k] = x[xo + k * step];
+    }
+}
+
 void si_cpu_slice(int ndim, const int64_t *x_dims, const float *x, const int64_t *starts,
                   const int64_t *steps, const int64_t *y_dims, float *y) {
     SI_ASSERT(ndim >= 0 && ndim <= MAXD);

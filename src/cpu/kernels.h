@@ -102,6 +102,12 @@ void si_cpu_attention(const si_cpu_attn *p, const float *q, const float *k, cons
 void si_cpu_matmul(int ndim, const int64_t *a_dims, const float *a, const int64_t *b_dims,
                    const float *b, const int64_t *y_dims, float *y);
 
+/* The part of x at starts, every steps, of part_dims, written into y (whole dims y_dims) from
+ * index `at` along `axis`: one input of a Concat, straight from the Slice's input. */
+void si_cpu_slice_into(int ndim, const int64_t *x_dims, const float *x, const int64_t *starts,
+                       const int64_t *steps, const int64_t *part_dims, int axis, int64_t at,
+                       const int64_t *y_dims, float *y);
+
 /* pads: begin[ndim] then end[ndim], negative values crop. */
 void si_cpu_pad(int mode, int ndim, const int64_t *x_dims, const float *x, const int64_t *pads,
                 float value, const int64_t *y_dims, float *y);

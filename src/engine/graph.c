@@ -230,6 +230,7 @@ static void free_node(si_gnode *n) {
     free(n->op_type);
     free(n->in);
     free(n->aview);
+    free(n->sview);
     if (n->host_t) {
         si_tensor_free_data(n->host_t);
         free(n->host_t);
@@ -920,26 +921,35 @@ static si_status find_outputs(si_builder *b, const si_model_proto *m) {
 }
 
 /* A Pad that adds nothing (Swin pads its windows to a multiple of 7 with sizes computed from
- * shapes, zero at 224 x 224) would copy its input: it becomes an identity view. */
-static bool pads_nothing(const si_gnode *n) {
-    if (n->op != SI_OP_PAD) return false;
-    for (int d = 0; d < 2 * SI_MAX_DIMS; d++)
-        if (n->pads[d]) return false;
+ * shapes, zero at 224 x 224) or a Slice that keeps everything (its crop back) would copy its
+ * input: it becomes an identity view. */
+static bool copies_nothing(const si_graph *g, const si_gnode *n) {
+    if (n->op == SI_OP_PAD) {
+        for (int d = 0; d < 2 * SI_MAX_DIMS; d++)
+            if (n->pads[d]) return false;
+        return true;
+    }
+    if (n->op != SI_OP_SLICE) return false;
+    const si_shape *x = &g->values[n->in[0]].shape, *y = &g->values[n->out].shape;
+    if (x->ndim != y->ndim) return false;
+    for (int d = 0; d < x->ndim; d++)
+        if (n->starts[d] != 0 || n->steps[d] != 1 || x->dims[d] != y->dims[d]) return false;
     return true;
 }
 
-/* The Pads that add nothing at batch 2 (no_pad2) and at the batch inferred now. */
-static void drop_empty_pads(si_graph *g, const bool *no_pad2) {
+/* The Pads and Slices that move nothing at batch 2 (none2) and at the batch inferred now. */
+static void drop_identity_copies(si_graph *g, const bool *none2) {
     for (int j = 0; j < g->n_nodes; j++) {
         si_gnode *n = &g->nodes[j];
-        if (!no_pad2[j] || !pads_nothing(n)) continue;
+        if (!none2[j] || !copies_nothing(g, n)) continue;
+        const char *what = n->op == SI_OP_PAD ? "Pad(empty: a view)" : "Slice(whole: a view)";
         n->op = SI_OP_VIEW;
         n->view_kind = SI_VIEW_IDENTITY;
         free(n->op_type);
-        n->op_type = si_xstrdup("Pad(empty: a view)");
+        n->op_type = si_xstrdup(what);
         n->n_in = 1;
         for (int k = 0; k < 4; k++) n->pslot[k] = -1;
-        g->dropped_pads++;
+        g->dropped_copies++;
     }
     count_uses(g);
 }
@@ -955,9 +965,9 @@ static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
     /* residual first: Add then Relu becomes conv(+r) then relu, fused next */
     fuse_gelu(g);
     float *at2 = si_xmalloc(sizeof(float) * (size_t)(g->n_values + 1));
-    bool *no_pad2 = si_xcalloc((size_t)g->n_nodes + 1, sizeof *no_pad2);
+    bool *none2 = si_xcalloc((size_t)g->n_nodes + 1, sizeof *none2);
     si_status st = si_graph_infer(g, 2);
-    for (int j = 0; j < g->n_nodes && st == SI_OK; j++) no_pad2[j] = pads_nothing(&g->nodes[j]);
+    for (int j = 0; j < g->n_nodes && st == SI_OK; j++) none2[j] = copies_nothing(g, &g->nodes[j]);
     for (int v = 0; v < g->n_values && st == SI_OK; v++) {
         const si_value *h = &g->values[v];
         at2[v] = h->kind == SI_VAL_HOST && h->dtype == SI_DT_FLOAT && h->data &&
@@ -966,20 +976,19 @@ static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
                      : NAN;
     }
     if (st == SI_OK) st = si_graph_infer(g, 1);
-    if (st == SI_OK) drop_empty_pads(g, no_pad2);
-    free(no_pad2);
+    if (st == SI_OK) drop_identity_copies(g, none2);
+    free(none2);
     if (st != SI_OK) {
         free(at2);
         return st;
     }
     g->fused_attention = si_fuse_attention(g, at2);
     free(at2);
-    if (g->fused_attention) { /* the layout ops the views replace die (not the model's dead) */
-        int removed = g->removed_nodes;
-        g->attention_views = si_fuse_attention_views(g);
-        remove_dead(g);
-        g->removed_nodes = removed;
-    }
+    int removed = g->removed_nodes; /* the layout ops the views replace die (not the model's) */
+    if (g->fused_attention) g->attention_views = si_fuse_attention_views(g);
+    g->concat_slices = si_fuse_concat_slices(g);
+    if (g->attention_views || g->concat_slices) remove_dead(g);
+    g->removed_nodes = removed;
     fuse_linear_bias(g);
     fold_linear_scale(g);
     fuse_residual(g);

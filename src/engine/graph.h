@@ -81,6 +81,16 @@ typedef struct {
 
 #define SI_MAX_OUTPUTS 16
 
+/* One input of a Concat read through the Slice that made it (concat_views.c): the part at
+ * `starts` every `steps` of in[i], so the Slice's copy is never made (Swin's torch.roll is two
+ * Slices and a Concat per axis). Dim 0 of both shapes is the batch's (set at infer). */
+typedef struct {
+    bool on;
+    si_shape src;   /* in[i]'s shape */
+    si_shape shape; /* the part read */
+    int64_t starts[SI_MAX_DIMS], steps[SI_MAX_DIMS];
+} si_slice_view;
+
 /* One operand of a fused attention node as a strided view (attention_views.c): Q, K or V read
  * from in[0..2], or Y written into out, at an element offset and strides, so the head split of
  * a packed QKV projection and the head merge after it are never copied. Dim 0 of both shapes is
@@ -135,10 +145,11 @@ typedef struct {
     unsigned host_present; /* SI_OP_HOST: bit k set when ONNX input k is present */
     int64_t host_i[4];     /* host op integer attributes (Shape start/end, Cast to, axis, ...) */
     float host_f;
-    si_tensor *host_t;   /* ConstantOfShape value */
-    si_attn_view *aview; /* Attention: Q, K, V, Y views (4, owned), NULL when all are row-major */
-    bool bias_tiles;     /* Attention: the bias's batch dims repeat (index mod extent): Swin's
-                            per-window mask over (images x windows) */
+    si_tensor *host_t;    /* ConstantOfShape value */
+    si_attn_view *aview;  /* Attention: Q, K, V, Y views (4, owned), NULL when all are row-major */
+    si_slice_view *sview; /* Concat: per input (n_in, owned), NULL when none reads a Slice */
+    bool bias_tiles;      /* Attention: the bias's batch dims repeat (index mod extent): Swin's
+                             per-window mask over (images x windows) */
 } si_gnode;
 
 typedef struct si_graph {
@@ -152,7 +163,8 @@ typedef struct si_graph {
     int folded_bn, fused_act, fused_residual, fused_bias, fused_attention, folded_scale,
         folded_consts, removed_nodes;
     int attention_views; /* attention operands read or written in place (no layout copy) */
-    int dropped_pads;    /* Pads that add nothing, made identity views */
+    int dropped_copies;  /* Pads that add nothing and Slices that keep all, made identity views */
+    int concat_slices;   /* Concat inputs read through their Slice (the Slice gone) */
     int inferred_batch;  /* batch size the shapes are inferred for, -1 if none yet */
     bool spatial_marked; /* si_value.spatial is set (at the first si_graph_infer) */
     si_meta_prop *meta;
@@ -194,6 +206,9 @@ const char *si_graph_meta(const si_graph *g, const char *key);
  * logical shapes, and the offset and strides at which the backends read in[0..2] and write out
  * (row-major unless the node has views). */
 void si_attention_operands(const si_graph *g, const si_gnode *n, si_attn_view op[4]);
+/* The shape of Concat input i at the inferred batch: its part when read through a Slice
+ * (sview; concat_views.c); an error when in[i] no longer has the shape the view was made for. */
+si_status si_concat_input_shape(const si_graph *g, const si_gnode *n, int i, si_shape *s);
 
 /* --- internal to the graph module (graph.c, import.c, ops_*.c) ------------------------------- */
 /* Evaluates a HOST node from its inputs' data; (re)allocates its outputs' data. */

@@ -68,6 +68,9 @@ int si_fuse_attention(si_graph *g, const float *host_scalars_at_2);
  * Transpose after it, where strides can say it; the layout ops then die. Returns the operands
  * rewired. */
 int si_fuse_attention_views(si_graph *g);
+/* Lets a Concat read each input made by a Slice of a computed value through that Slice (starts
+ * and steps), when they are the same at batch 1 and 2; the Slices die. Returns the inputs. */
+int si_fuse_concat_slices(si_graph *g);
 /* The operands' shapes at the current batch from a node's views; an error when the values they
  * read no longer have the shapes the views were made for. */
 si_status si_attention_view_shapes(const si_graph *g, const si_gnode *n, si_attn_view op[4]);

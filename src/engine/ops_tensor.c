@@ -229,18 +229,23 @@ static si_status infer_view(si_graph *g, si_gnode *n, const si_shape *x, si_shap
     }
 }
 
-static si_status infer_concat(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
-    int a = si_imp_norm_axis(n->axis, x->ndim);
-    if (a < 0 || a >= x->ndim)
+/* Inputs read through a Slice (concat_views.c) count as their parts. */
+static si_status infer_concat(si_graph *g, si_gnode *n, const si_shape *x0, si_shape *y) {
+    si_shape x, s;
+    si_status st = si_concat_input_shape(g, n, 0, &x);
+    if (st != SI_OK) return st;
+    (void)x0;
+    int a = si_imp_norm_axis(n->axis, x.ndim);
+    if (a < 0 || a >= x.ndim)
         return si_node_error(g, n, SI_ERR_FORMAT, "axis %d out of range", n->axis);
-    *y = *x;
+    *y = x;
     y->dims[a] = 0;
     for (int i = 0; i < n->n_in; i++) {
-        const si_shape *s = &g->values[n->in[i]].shape;
-        bool ok = s->ndim == x->ndim;
-        for (int d = 0; ok && d < s->ndim; d++) ok = d == a || s->dims[d] == x->dims[d];
+        if ((st = si_concat_input_shape(g, n, i, &s)) != SI_OK) return st;
+        bool ok = s.ndim == x.ndim;
+        for (int d = 0; ok && d < s.ndim; d++) ok = d == a || s.dims[d] == x.dims[d];
         if (!ok) return si_node_error(g, n, SI_ERR_FORMAT, "input %d's shape does not match", i);
-        y->dims[a] += s->dims[a];
+        y->dims[a] += s.dims[a];
     }
     return SI_OK;
 }
