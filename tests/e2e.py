@@ -20,6 +20,7 @@ Usage: e2e.py --shardinfer BIN --dir WORK SUBCOMMAND [...]
 """
 
 import argparse
+import glob
 import os
 import shutil
 import subprocess
@@ -172,6 +173,8 @@ def bad_inputs(a):
     exists = os.path.join(bad, "exists.h5")
     open(exists, "w").write("x")
     out = os.path.join(bad, "out.h5")
+    outdir = os.path.join(bad, "a_directory")
+    os.makedirs(outdir, exist_ok=True)
     run = lambda model, inp, output=out, extra=(): ["mpirun", "-np", "2", a.shardinfer, "run",
                                                     "--model", model, "--input", inp,
                                                     "--output", output, *extra]
@@ -187,6 +190,12 @@ def bad_inputs(a):
         ("bad flag value", run(tiny, sset, out, ["--batch", "zero"]), 2, "--batch"),
         ("output directory missing", run(tiny, sset, os.path.join(bad, "no", "dir", "o.h5")), 1,
          "no/dir"),
+        # found before the first image, not at the final rename (issue 15): no .partial is made
+        ("output empty", run(tiny, sset, ""), 1, "--output is empty"),
+        ("output is a directory", run(tiny, sset, outdir), 1, "is a directory"),
+        ("output is a directory, --overwrite", run(tiny, sset, outdir, ["--overwrite"]), 1,
+         "is a directory"),
+        ("output names a directory", run(tiny, sset, outdir + "/"), 1, "names a directory"),
     ]
     failures = 0
     for name, cmd, rc, must_name in cases:
@@ -202,6 +211,8 @@ def bad_inputs(a):
         failures += not (ok and own_rc)
         if os.path.exists(out):
             sys.exit(f"FAIL: {name}: an output file was left behind")
+        if glob.glob(os.path.join(bad, "*.partial")) + glob.glob(os.path.join(bad, "*.journal")):
+            sys.exit(f"FAIL: {name}: work started before the output was checked")
     # a model with an unsupported op: every such node named at once
     import onnx
     from onnx import helper, TensorProto
@@ -218,6 +229,14 @@ def bad_inputs(a):
     good = p.returncode == 1 and "norm_1" in err and "hardmax_2" in err and "2 unsupported" in err
     print(f"{'ok  ' if good else 'FAIL'} unsupported ops listed together: rc={p.returncode}")
     failures += not good
+    # --topk above the class count: kept at the count, and said once (not per rank)
+    p = sh(run(tiny, sset, out, ["--topk", "100000", "--overwrite"]), expect_rc=None, timeout=60)
+    said = [l for l in p.stderr.splitlines() if "--topk 100000 is more than" in l]
+    good = p.returncode == 0 and len(said) == 1
+    print(f"{'ok  ' if good else 'FAIL'} --topk above the classes: rc={p.returncode} {said}")
+    failures += not good
+    if os.path.exists(out):
+        os.remove(out)
     # --max-errors: the set has 2 failing images of 23
     for limit, rc in (("1", 5), ("2", 0), ("5%", 5), ("10%", 0)):
         p = sh(run(tiny, sset, out, ["--max-errors", limit, "--overwrite"]), expect_rc=None,
@@ -230,7 +249,7 @@ def bad_inputs(a):
             os.remove(out)
     if failures:
         sys.exit(f"FAIL: {failures} bad-input cases misbehaved")
-    print(f"bad-inputs: OK: {len(cases) + 5} cases")
+    print(f"bad-inputs: OK: {len(cases) + 6} cases")
 
 
 def hostile(a):

@@ -74,9 +74,33 @@ static si_status model_norm(si_job_state *J) {
     return SI_OK;
 }
 
+/* The output path itself: named, and a regular file or nothing (a directory or a device found
+ * only at the final rename would cost the whole run). */
+static si_status check_output_path(const char *out) {
+    struct stat sb;
+    size_t len = strlen(out);
+    if (len == 0) return si_error(SI_ERR_ARG, "--output is empty: name the result file");
+    if (out[len - 1] == '/')
+        return si_error(SI_ERR_ARG, "%s: --output names a directory; give a file name", out);
+    if (stat(out, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return si_error(SI_ERR_ARG, "%s: is a directory; --output must name a file", out);
+    if (stat(out, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return si_error(SI_ERR_ARG, "%s: exists and is not a regular file", out);
+    char *side[2] = {si_result_partial_path(out), si_result_journal_path(out)};
+    si_status st = SI_OK;
+    for (int i = 0; i < 2 && st == SI_OK; i++)
+        if (stat(side[i], &sb) == 0 && !S_ISREG(sb.st_mode))
+            st = si_error(SI_ERR_ARG, "%s: exists and is not a regular file", side[i]);
+    free(side[0]);
+    free(side[1]);
+    return st;
+}
+
 /* Rank 0 checks the output can be written before any work is done. */
 static si_status check_output(const si_job_config *a) {
     struct stat sb;
+    si_status pst = check_output_path(a->output);
+    if (pst != SI_OK) return pst;
     char *partial = si_result_partial_path(a->output);
     bool have_partial = stat(partial, &sb) == 0;
     free(partial);
@@ -128,6 +152,10 @@ static si_status open_inputs(si_job_state *J) {
     si_status st = si_graph_load(J->cfg->model, NULL, &J->g);
     if (st == SI_OK) st = model_norm(J);
     if (st == SI_OK) st = si_pipeline_check_model(J->g, &J->pc);
+    if (st == SI_OK && m->rank == 0 && J->pc.post.kind == SI_POST_CLASSIFY &&
+        J->pc.post.topk > J->pc.plan.topk) /* said once, not silently clamped */
+        si_log_warn("--topk %d is more than the model's %d classes: keeping all %d",
+                    J->pc.post.topk, J->pc.plan.topk, J->pc.plan.topk);
     /* every op the backend cannot run, listed at once, before anything is set up */
     if (st == SI_OK) st = si_engine_check(J->g, J->cfg->backend, &J->eo);
     if ((st = si_mpi_agree(m, st)) != SI_OK) return st;
