@@ -254,6 +254,15 @@ static int next_record(si_result *r, off_t *pos, si_bytes *b, si_tail *t) {
     return 1;
 }
 
+/* Whether the record at pos that did not check out is whole and followed by more bytes: a
+ * damaged record (a fault of the storage), not the torn last one of a killed run. */
+static bool record_complete(si_result *r, off_t pos, off_t size) {
+    uint32_t rh[2];
+    uint64_t len;
+    if (pread(r->jfd, rh, 8, pos) != 8 || pread(r->jfd, &len, 8, pos + 8) != 8) return false;
+    return len <= RECORD_MAX && pos + 16 + (off_t)len < size;
+}
+
 /* Reads the journal's records into r->done, truncating a torn tail. */
 static si_status read_journal(si_result *r, const si_result_meta *meta) {
     journal_header h;
@@ -271,7 +280,9 @@ static si_status read_journal(si_result *r, const si_result_meta *meta) {
     si_status st = SI_OK;
     si_tail t;
     int got;
+    uint64_t n_records = 0;
     while ((got = next_record(r, &pos, &b, &t)) == 1) {
+        n_records++;
         if (!bit(r->done, t.id)) {
             r->done[t.id / 8] |= (uint8_t)(1u << (t.id % 8));
             r->chunks_done++;
@@ -283,9 +294,16 @@ static si_status read_journal(si_result *r, const si_result_meta *meta) {
     if (st != SI_OK) return st;
     struct stat sb;
     if (fstat(r->jfd, &sb) == 0 && sb.st_size > pos) {
-        si_log_warn("%s: dropping %lld bytes of an incomplete last record (the run was killed "
-                    "while writing it); its chunk is computed again",
-                    r->journal, (long long)(sb.st_size - pos));
+        if (record_complete(r, pos, sb.st_size))
+            si_log_warn("%s: record %llu at byte %lld is damaged (it does not check out, yet the "
+                        "file goes on after it): dropping it and the %lld bytes after it; their "
+                        "chunks are computed again",
+                        r->journal, (unsigned long long)n_records, (long long)pos,
+                        (long long)(sb.st_size - pos));
+        else
+            si_log_warn("%s: dropping %lld bytes of an incomplete last record (the run was "
+                        "killed while writing it); its chunk is computed again",
+                        r->journal, (long long)(sb.st_size - pos));
         if (ftruncate(r->jfd, pos) != 0)
             return si_error(SI_ERR_IO, "%s: cannot truncate: %s", r->journal, strerror(errno));
     }
