@@ -600,6 +600,57 @@ static si_status place_record(si_result *r, const si_tail *t, void *ctx) {
 }
 
 /* /ids copied from the input, and /index = 0..N-1, in blocks. */
+/* Bytes of the valid UTF-8 sequence at s (n bytes left), 0 when there is none. */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    size_t k = c < 0x80                 ? 1
+               : c >= 0xC2 && c <= 0xDF ? 2
+               : c >= 0xE0 && c <= 0xEF ? 3
+               : c >= 0xF0 && c <= 0xF4 ? 4
+                                        : 0;
+    if (!k || k > n) return 0;
+    for (size_t i = 1; i < k; i++)
+        if ((s[i] & 0xC0) != 0x80) return 0;
+    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+        (c == 0xF4 && s[1] > 0x8F))
+        return 0; /* overlong, surrogate, beyond U+10FFFF */
+    return k;
+}
+
+/* An id that is not UTF-8, made so (docs/output-format.md): each byte outside a valid sequence
+ * as \xNN and each backslash doubled; NULL when id is UTF-8 already. */
+static char *escape_id(const char *id) {
+    const unsigned char *s = (const unsigned char *)id;
+    size_t n = strlen(id), i = 0;
+    while (i < n && utf8_seq(s + i, n - i)) i += utf8_seq(s + i, n - i);
+    if (i == n) return NULL;
+    char *e = si_xmalloc(4 * n + 1), *o = e;
+    for (i = 0; i < n;) {
+        size_t k = utf8_seq(s + i, n - i);
+        if (k == 1 && s[i] == '\\') {
+            *o++ = '\\', *o++ = '\\', i++;
+        } else if (k) {
+            memcpy(o, s + i, k), o += k, i += k;
+        } else {
+            o += sprintf(o, "\\x%02x", s[i]), i++;
+        }
+    }
+    *o = 0;
+    return e;
+}
+
+/* The rows whose ids escape_id changed, as /ids_escaped (only when there are any). */
+static si_status write_escaped_rows(si_result *r, const uint64_t *rows, uint64_t n) {
+    if (!n) return SI_OK;
+    hid_t ds = make_col(r->file, "ids_escaped", H5T_STD_U64LE, n, 0);
+    herr_t e = ds < 0 ? -1 : write_rows(ds, H5T_NATIVE_UINT64, 0, 0, (uint32_t)n, rows);
+    if (ds >= 0) H5Dclose(ds);
+    si_log_warn("%s: %llu ids are not UTF-8: written with \\xNN escapes, their rows listed in "
+                "/ids_escaped",
+                r->path, (unsigned long long)n);
+    return e < 0 ? si_error(SI_ERR_IO, "%s: cannot write /ids_escaped", r->partial) : SI_OK;
+}
+
 static si_status write_ids(si_result *r, si_source *input, hid_t strtype) {
     hid_t ids = make_col(r->file, "ids", strtype, r->n, 0);
     hid_t index = make_col(r->file, "index", H5T_STD_U64LE, r->n, 0);
@@ -607,15 +658,27 @@ static si_status write_ids(si_result *r, si_source *input, hid_t strtype) {
         ids < 0 || index < 0 ? si_error(SI_ERR_IO, "%s: cannot create /ids", r->partial) : SI_OK;
     char **block = si_xcalloc(ID_BLOCK, sizeof *block);
     uint64_t *ix = si_xmalloc(sizeof *ix * ID_BLOCK);
+    uint64_t *esc = NULL, n_esc = 0, cap_esc = 0;
     for (uint64_t r0 = 0; st == SI_OK && r0 < r->n; r0 += ID_BLOCK) {
         uint32_t m = (uint32_t)(r->n - r0 < ID_BLOCK ? r->n - r0 : ID_BLOCK);
         if ((st = si_source_read_ids(input, r0, m, block)) != SI_OK) break;
-        for (uint32_t j = 0; j < m; j++) ix[j] = r0 + j;
+        for (uint32_t j = 0; j < m; j++) {
+            ix[j] = r0 + j;
+            char *e = block[j] ? escape_id(block[j]) : NULL;
+            if (!e) continue;
+            free(block[j]); /* si_source_free_ids frees each id with free() */
+            block[j] = e;
+            if (n_esc == cap_esc)
+                esc = si_xrealloc(esc, sizeof *esc * (cap_esc = 2 * cap_esc + 64));
+            esc[n_esc++] = r0 + j;
+        }
         herr_t e = write_rows(ids, strtype, 0, r0, m, block);
         if (e >= 0) e = write_rows(index, H5T_NATIVE_UINT64, 0, r0, m, ix);
         si_source_free_ids(block, m);
         if (e < 0) st = si_error(SI_ERR_IO, "%s: cannot write /ids (disk full?)", r->partial);
     }
+    if (st == SI_OK) st = write_escaped_rows(r, esc, n_esc);
+    free(esc);
     free(block);
     free(ix);
     if (ids >= 0) H5Dclose(ids);

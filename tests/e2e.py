@@ -44,7 +44,8 @@ def mpi_env():
 def sh(cmd, expect_rc=0, timeout=TIMEOUT):
     print("$", " ".join(cmd), flush=True)
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=mpi_env())
+        p = subprocess.run(cmd, capture_output=True, text=True, errors="backslashreplace",
+                           timeout=timeout, env=mpi_env())
     except subprocess.TimeoutExpired:
         sys.exit(f"FAIL: timed out after {timeout} s (a rank hangs?): {' '.join(cmd)}")
     sys.stdout.write(p.stdout)
@@ -374,6 +375,60 @@ def layouts(a):
     print("layouts: OK: every encoded layout and every dense layout gives the same results")
 
 
+def unescape_id(s):
+    """docs/output-format.md: an id listed in /ids_escaped has \\xNN for each byte that was not
+    UTF-8 and \\\\ for each backslash."""
+    out, i, raw = bytearray(), 0, s.encode()
+    while i < len(raw):
+        if raw[i:i + 2] == b"\\\\":
+            out += b"\\"
+            i += 2
+        elif raw[i:i + 2] == b"\\x":
+            out.append(int(raw[i + 2:i + 4], 16))
+            i += 4
+        else:
+            out.append(raw[i])
+            i += 1
+    return bytes(out)
+
+
+def odd_ids(a):
+    """Ids that are not UTF-8 (file names in Latin-1) come out readable by h5py, escaped and
+    listed in /ids_escaped so that the bytes can be had back; UTF-8 ids stay as they are."""
+    import h5py
+    import numpy as np
+    d = os.path.join(a.dir, "odd_ids")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    photo = np.frombuffer(open(os.path.join(a.dir, "images", "photo_00.jpg"), "rb").read(),
+                          np.uint8)
+    # ids as bytes in the vlen layout (h5py writes them unchecked; `pack` refuses such names)
+    names = [b"plain.jpg", b"caf\xe9.jpg", b"back\\slash.jpg", "na\u00efve.jpg".encode()]
+    sset, out = os.path.join(d, "set.h5"), os.path.join(d, "out.h5")
+    with h5py.File(sset, "w") as f:
+        g = f.create_group("images")
+        j = g.create_dataset("jpeg", (len(names),), dtype=h5py.vlen_dtype(np.uint8))
+        for i in range(len(names)):
+            j[i] = photo
+        g.create_dataset("ids", data=np.array(names, dtype=object),
+                         dtype=h5py.string_dtype(encoding="ascii"))
+    p = sh([a.shardinfer, "run", "--model", os.path.join(a.dir, "tiny.onnx"), "--input", sset,
+            "--output", out, "--overwrite"])
+    with h5py.File(out, "r") as f:
+        ids = list(f["ids"].asstr()[:])  # fails on bytes that are not UTF-8
+        esc = list(f["ids_escaped"][:]) if "ids_escaped" in f else []
+        status = f["status"][:]
+    got = sorted(unescape_id(ids[i]) if i in esc else ids[i].encode() for i in range(len(ids)))
+    want = sorted(names)
+    escaped = [ids[i] for i in esc]
+    ok = (got == want and escaped == ["caf\\xe9.jpg"] and (status == 0).all()
+          and "not UTF-8" in p.stderr)
+    print(f"{'ok  ' if ok else 'FAIL'} odd ids: {ids} escaped rows {esc}")
+    if not ok:
+        sys.exit("FAIL: ids that are not UTF-8")
+    print("odd-ids: OK")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shardinfer", required=True)
@@ -393,10 +448,11 @@ def main():
     h = sub.add_parser("hostile")
     h.add_argument("--io-dir", required=True, help="tests/io_ref.py's output directory")
     sub.add_parser("gpu-resize")
+    sub.add_parser("odd-ids")
     a = ap.parse_args()
     {"prepare": prepare, "run": run, "compare": compare, "demo": demo,
      "bad-inputs": bad_inputs, "hostile": hostile, "layouts": layouts,
-     "gpu-resize": gpu_resize}[a.cmd](a)
+     "gpu-resize": gpu_resize, "odd-ids": odd_ids}[a.cmd](a)
 
 
 if __name__ == "__main__":
