@@ -13,6 +13,7 @@
 #include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define BLOCK 65536
@@ -174,12 +175,70 @@ typedef struct {
     walk w;                         /* the first part's datasets */
     char *key0;                     /* the first part's key */
     uint64_t total, total_err, total_det, failed;
-    int ranks;
+    int ranks, merged; /* merged: the original parts in all (a merged part counts its own) */
+    char **inputs;     /* every original part's input, in order */
+    int *input_part;   /* which of our parts each came from */
+    int n_inputs;
 } merge;
+
+/* The same input written two ways ("./a/b.h5", "a//b.h5") compares equal. */
+static void normalize_path(char *p) {
+    char *o = p;
+    for (const char *s = p; *s;) {
+        if (s[0] == '.' && s[1] == '/' && (s == p || s[-1] == '/')) {
+            s += 2;
+        } else if (s[0] == '/' && s[1] == '/') {
+            s++;
+        } else {
+            *o++ = *s++;
+        }
+    }
+    *o = 0;
+}
+
+/* Part p's original inputs (a merge lists its parts' in merged_inputs, one per line), each
+ * refused when an earlier part covered it already: overlapping parts would count images
+ * twice. */
+static si_status add_inputs(merge *m, int p) {
+    char *list = si_h5_attr_read_str(m->f[p], "merged_inputs");
+    if (!list) list = si_h5_attr_read_str(m->f[p], "input");
+    if (!list) return si_error(SI_ERR_FORMAT, "%s: no input attribute", m->parts[p]);
+    si_status st = SI_OK;
+    char *save = NULL;
+    for (char *in = strtok_r(list, "\n", &save); in && st == SI_OK;
+         in = strtok_r(NULL, "\n", &save)) {
+        normalize_path(in);
+        for (int k = 0; k < m->n_inputs && st == SI_OK; k++)
+            if (!strcmp(m->inputs[k], in))
+                st = si_error(SI_ERR_ARG,
+                              "%s and %s overlap: both hold the results of %s; each input may "
+                              "be merged once",
+                              m->parts[m->input_part[k]], m->parts[p], in);
+        m->inputs = si_xrealloc(m->inputs, sizeof *m->inputs * (size_t)(m->n_inputs + 1));
+        m->input_part = si_xrealloc(m->input_part, sizeof(int) * (size_t)(m->n_inputs + 1));
+        m->inputs[m->n_inputs] = si_xstrdup(in);
+        m->input_part[m->n_inputs++] = p;
+    }
+    free(list);
+    return st;
+}
+
+/* The same file given twice (by any path) is refused before its inputs are even compared. */
+static si_status same_file(const merge *m, int p) {
+    struct stat a, b;
+    if (stat(m->parts[p], &a) != 0) return SI_OK;
+    for (int k = 0; k < p; k++)
+        if (stat(m->parts[k], &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+            return si_error(SI_ERR_ARG, "%s and %s are the same file: each part may be merged once",
+                            m->parts[k], m->parts[p]);
+    return SI_OK;
+}
 
 /* Opens part p, checks that it is a result made like the first, and adds up its sizes. */
 static si_status open_part(merge *m, int p) {
     const char *path = m->parts[p];
+    si_status dup = same_file(m, p);
+    if (dup != SI_OK) return dup;
     m->f[p] = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (m->f[p] < 0) return si_error(SI_ERR_FORMAT, "%s: missing or not an HDF5 file", path);
     char *key = part_key(m->f[p]);
@@ -208,10 +267,15 @@ static si_status open_part(merge *m, int p) {
     m->total_err += m->errs[p];
     m->total_det += m->dets[p];
     m->failed += m->errs[p];
-    int r = 0;
+    int r = 0, mp = 1;
     hid_t a = H5Aexists(m->f[p], "ranks") > 0 ? H5Aopen(m->f[p], "ranks", H5P_DEFAULT) : -1;
     if (a >= 0 && H5Aread(a, H5T_NATIVE_INT, &r) >= 0) m->ranks += r;
     if (a >= 0) H5Aclose(a);
+    a = H5Aexists(m->f[p], "merged_parts") > 0 ? H5Aopen(m->f[p], "merged_parts", H5P_DEFAULT) : -1;
+    if (a >= 0 && H5Aread(a, H5T_NATIVE_INT, &mp) < 0) mp = 1;
+    if (a >= 0) H5Aclose(a);
+    m->merged += mp;
+    if (st == SI_OK) st = add_inputs(m, p);
     return st;
 }
 
@@ -244,15 +308,30 @@ static si_status merge_dataset(const merge *m, hid_t out, const dset *d) {
     return st;
 }
 
-/* The first part's attributes, with images, failed and ranks summed and merged_parts added. */
+/* The first part's attributes, with images, failed and ranks summed, merged_parts the original
+ * parts in all and merged_inputs their inputs (a merged part's own are replaced, not kept). */
 static si_status merge_attrs(const merge *m, hid_t out, const char *tmp) {
     H5Aiterate2(m->f[0], H5_INDEX_NAME, H5_ITER_NATIVE, NULL, copy_attr, &out);
     herr_t e = set_u64(out, "images", m->total);
     if (e >= 0) e = set_u64(out, "failed", m->failed);
-    if (e >= 0 && H5Aexists(out, "ranks") > 0) H5Adelete(out, "ranks");
+    static const char *const replaced[] = {"ranks", "merged_parts", "merged_inputs"};
+    for (int k = 0; k < 3 && e >= 0; k++)
+        if (H5Aexists(out, replaced[k]) > 0) e = H5Adelete(out, replaced[k]);
     if (e >= 0) e = si_h5_attr(out, "ranks", H5T_STD_I32LE, H5T_NATIVE_INT, &m->ranks);
-    int np = m->n_parts;
-    if (e >= 0) e = si_h5_attr(out, "merged_parts", H5T_STD_I32LE, H5T_NATIVE_INT, &np);
+    if (e >= 0) e = si_h5_attr(out, "merged_parts", H5T_STD_I32LE, H5T_NATIVE_INT, &m->merged);
+    size_t len = 1;
+    for (int k = 0; k < m->n_inputs; k++) len += strlen(m->inputs[k]) + 1;
+    char *all = si_xcalloc(1, len);
+    for (int k = 0; k < m->n_inputs; k++) {
+        if (k) strcat(all, "\n");
+        strcat(all, m->inputs[k]);
+    }
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    if (e >= 0) e = si_h5_attr_str(out, "merged_inputs", t, all);
+    H5Tclose(t);
+    free(all);
     if (e < 0) return si_error(SI_ERR_IO, "%s: cannot write the attributes", tmp);
     return SI_OK;
 }
@@ -284,6 +363,9 @@ si_status si_result_merge(const char *output, char *const *parts, int n_parts, b
     for (int p = 0; p < n_parts; p++)
         if (m.f[p] >= 0) H5Fclose(m.f[p]);
     free(tmp);
+    for (int k = 0; k < m.n_inputs; k++) free(m.inputs[k]);
+    free(m.inputs);
+    free(m.input_part);
     free(m.key0);
     free(m.f);
     free(m.images);

@@ -462,6 +462,25 @@ def merge(a):
                 fail(f"{name}: attribute {k}: {ma[k]!r}, one run has {wa[k]!r}")
         if int(ma["merged_parts"]) != 4:
             fail("merged_parts is not 4")
+        # merges of merges give the same file; the same part twice, or parts that overlap
+        # (a merge and one of its parts), are refused naming both (issue 15, item 7)
+        halves = []
+        for k, pair in enumerate((parts[:2], parts[2:])):
+            halves.append(os.path.join(a.dir, f"half{k}_{name}.h5"))
+            sh([a.shardinfer, "merge", "--output", halves[-1], "--overwrite", *pair])
+        again = os.path.join(a.dir, f"merged2_{name}.h5")
+        sh([a.shardinfer, "merge", "--output", again, "--overwrite", *halves])
+        ad, aa = read_all(again)
+        same_datasets(wd, ad, f"{name}: a merge of two merges vs one run over the set")
+        if int(aa["merged_parts"]) != 4 or len(str(aa["merged_inputs"]).split("\n")) != 4:
+            fail(f"{name}: a merge of merges counts {aa['merged_parts']} parts")
+        refused = os.path.join(a.dir, "refused.h5")
+        for bad, why in (([parts[0], parts[1], parts[0]], "same file"),
+                         ([halves[0], parts[1]], "overlap")):
+            p = sh([a.shardinfer, "merge", "--output", refused, "--overwrite", *bad], expect_rc=1)
+            named = os.path.basename(bad[0]) in p.stderr and os.path.basename(bad[-1]) in p.stderr
+            if why not in p.stderr or not named or os.path.exists(refused):
+                fail(f"{name}: {why}: not refused with both parts named: {p.stderr.strip()}")
         extra_info = ""
         if name == "detect":
             extra_info = f", {len(md['detections/scores'])} detections"
