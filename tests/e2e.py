@@ -429,6 +429,45 @@ def odd_ids(a):
     print("odd-ids: OK")
 
 
+def output_lock(a):
+    """A second run on the output a running job writes, with --overwrite, plainly or with
+    --resume, is refused naming the job (host, pid) and touches nothing: the first job finishes
+    its file (issue 15, item 3)."""
+    import time
+    d = os.path.join(a.dir, "lock")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    out, sset = os.path.join(d, "out.h5"), os.path.join(a.dir, "set.h5")
+    first = ["mpirun", "-np", "1", a.shardinfer, "run", "--model", os.path.join(a.dir, "tiny.onnx"),
+             "--input", sset, "--output", out, "--batch", "1", "--flush-interval", "0.05",
+             "--progress", "none", "--test-slow-rank", "0:400"]
+    p1 = subprocess.Popen(first, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=mpi_env())
+    t0 = time.time()
+    while not os.path.exists(out + ".journal") and time.time() - t0 < 60:
+        time.sleep(0.05)
+    failures = 0
+    for extra in (["--overwrite"], [], ["--resume"]):
+        p = sh(["mpirun", "-np", "2", a.shardinfer, "run", "--model",
+                os.path.join(a.dir, "tiny.onnx"), "--input", sset, "--output", out, *extra],
+               expect_rc=None, timeout=60)
+        msgs = [l for l in p.stderr.splitlines() if l.startswith("shardinfer")]
+        ok = (p.returncode == 1 and len(msgs) == 1 and "another job is writing it" in msgs[0]
+              and "pid " in msgs[0] and p1.poll() is None
+              and os.path.exists(out + ".partial") and os.path.exists(out + ".journal"))
+        print(f"{'ok  ' if ok else 'FAIL'} second run {extra}: rc={p.returncode} {msgs}")
+        failures += not ok
+    still = p1.poll() is None
+    o, e = p1.communicate(timeout=120)
+    ok = p1.returncode == 0 and os.path.exists(out) and not os.path.exists(out + ".lock")
+    print(f"{'ok  ' if ok and still else 'FAIL'} the first job: rc={p1.returncode}, "
+          f"running while refused: {still}, result written, lock removed: {ok}")
+    failures += not (ok and still)
+    if failures:
+        sys.stdout.write(o.decode(errors="replace") + e.decode(errors="replace"))
+        sys.exit(f"FAIL: {failures} lock cases misbehaved")
+    print("output-lock: OK")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shardinfer", required=True)
@@ -449,10 +488,11 @@ def main():
     h.add_argument("--io-dir", required=True, help="tests/io_ref.py's output directory")
     sub.add_parser("gpu-resize")
     sub.add_parser("odd-ids")
+    sub.add_parser("output-lock")
     a = ap.parse_args()
     {"prepare": prepare, "run": run, "compare": compare, "demo": demo,
      "bad-inputs": bad_inputs, "hostile": hostile, "layouts": layouts,
-     "gpu-resize": gpu_resize, "odd-ids": odd_ids}[a.cmd](a)
+     "gpu-resize": gpu_resize, "odd-ids": odd_ids, "output-lock": output_lock}[a.cmd](a)
 
 
 if __name__ == "__main__":

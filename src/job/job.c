@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/parse.h"
+#include "io/lock.h"
 #include "job_internal.h"
 #ifdef SI_HAVE_CUDA
 #include "cuda/cuda.h"
@@ -162,8 +163,10 @@ static si_status open_inputs(si_job_state *J) {
     if ((st = si_mpi_agree(m, si_source_open(J->cfg->input, &J->cfg->src, &J->set))) != SI_OK)
         return st;
     st = SI_OK;
-    if (m->rank == 0) {
-        st = check_output(J->cfg);
+    if (m->rank == 0) { /* the output's lock first: nothing is read or removed without it */
+        st = check_output_path(J->cfg->output);
+        if (st == SI_OK) st = si_lock_take(J->cfg->output, &J->lock);
+        if (st == SI_OK) st = check_output(J->cfg);
         if (st == SI_OK) st = si_sha256_file(J->cfg->model, J->sha);
     }
     J->n = si_source_count(J->set);
@@ -352,6 +355,7 @@ static void job_free(si_job_state *J) {
     si_engine_free(J->e);
     si_graph_free(J->g);
     si_source_close(J->set);
+    si_lock_release(J->lock); /* last: the result is renamed or left resumable by now */
 }
 
 int si_job_run(const si_job_config *cfg, const si_mpi *m) {

@@ -26,7 +26,8 @@ typedef struct {
     char sha[65], pre[512], post_params[256];
     char *key;
     si_result_meta meta;
-    si_result *res; /* rank 0 */
+    si_result *res;       /* rank 0 */
+    struct si_lock *lock; /* rank 0: the output's lock, held for the whole job */
     si_sched *sched;
     si_gather *gather;
     si_pwriter *pwrite;        /* --writer parallel */
