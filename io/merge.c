@@ -3,7 +3,8 @@
  * dimension = the part's images) is concatenated in part order; /index is renumbered,
  * /errors/index shifted, /detections/offsets rebased; the attributes come from the first part
  * with images, failed and ranks summed. Parts must agree on the model, preprocessing and
- * postprocessing (their resume keys without the input and image count). Rows are copied in
+ * postprocessing (their resume keys without the input, its fingerprint and the image count).
+ * Rows are copied in
  * blocks, in the file's own types, so memory does not grow with the number of images. */
 #include "io/merge.h"
 
@@ -58,11 +59,11 @@ static herr_t visit(hid_t loc, const char *name, const H5O_info_t *info, void *a
 static char *part_key(hid_t file) {
     char *key = si_h5_attr_read_str(file, "resume_key");
     if (!key) return NULL;
-    /* drop the input=...; and images=...; items */
+    /* drop the input=...;, input_fp=...; and images=...; items */
     char *out = si_xcalloc(strlen(key) + 1, 1);
     for (char *p = key; *p;) {
         size_t l = strcspn(p, ";");
-        if (strncmp(p, "input=", 6) && strncmp(p, "images=", 7)) {
+        if (strncmp(p, "input=", 6) && strncmp(p, "input_fp=", 9) && strncmp(p, "images=", 7)) {
             strncat(out, p, l);
             strcat(out, ";");
         }

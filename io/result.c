@@ -368,6 +368,11 @@ si_status si_result_resume(const char *path, const si_result_schema *schema, uin
         key_difference(key, meta->resume_key, diff, sizeof diff);
         H5Fclose(file);
         free(key);
+        if (strstr(diff, "'input_fp=")) /* same path and count, other content */
+            return si_error(SI_ERR_ARG,
+                            "--resume: the input is not the one %s was started on: its ids and "
+                            "images differ (%s); restore it, or pass --overwrite to start again",
+                            path, diff);
         return si_error(SI_ERR_ARG,
                         "--resume: %s was started with different settings (%s); resume with the "
                         "same ones, or pass --overwrite instead of --resume to start again",

@@ -60,6 +60,11 @@ bool si_source_pixel_shape(const si_source *s, int *h, int *w, int *c);
  * image by image). Caller owns buf and off. */
 si_status si_source_read(si_source *s, uint64_t first, uint32_t n, si_bytes *buf, uint64_t *off);
 
+/* A cheap but sure fingerprint of the set's content (a resumed run must read the set the
+ * interrupted one did): the image count, and the ids and bytes of 64 images spread evenly over
+ * it, FNV-1a hashed. A record that cannot be read counts as its error message. */
+uint64_t si_source_fingerprint(si_source *s);
+
 /* Reads ids [first, first+n); each string malloc'ed, caller frees with si_source_free_ids. */
 si_status si_source_read_ids(si_source *s, uint64_t first, uint32_t n, char **ids);
 void si_source_free_ids(char **ids, uint32_t n);

@@ -290,3 +290,27 @@ si_status si_source_read_ids(si_source *s, uint64_t first, uint32_t n, char **id
 void si_source_free_ids(char **ids, uint32_t n) {
     si_imageset_free_ids(ids, n); /* the same strings, however they were read */
 }
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+uint64_t si_source_fingerprint(si_source *s) {
+    uint64_t n = si_source_count(s), h = fnv1a(0xcbf29ce484222325ULL, &n, sizeof n);
+    const uint64_t samples = n < 64 ? n : 64;
+    si_bytes buf = {0};
+    for (uint64_t k = 0; k < samples; k++) {
+        uint64_t i = samples > 1 ? k * (n - 1) / (samples - 1) : 0, off[2];
+        char *id = NULL;
+        if (si_source_read_ids(s, i, 1, &id) == SI_OK && id) h = fnv1a(h, id, strlen(id) + 1);
+        si_source_free_ids(&id, 1);
+        if (si_source_read(s, i, 1, &buf, off) == SI_OK)
+            h = fnv1a(h, buf.data + off[0], (size_t)(off[1] - off[0]));
+        else
+            h = fnv1a(h, si_error_msg(), strlen(si_error_msg()));
+    }
+    si_bytes_free(&buf);
+    return h;
+}

@@ -27,6 +27,7 @@ Usage: cluster.py --shardinfer BIN --dir WORK --e2e-dir E2E SUBCOMMAND
 import argparse
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -499,6 +500,42 @@ def merge(a):
     print("merge: OK")
 
 
+def restaged(a):
+    """--resume after the input was re-staged with other images of the same count under the
+    same name is refused, naming the change; the same file given as ./set.h5 is the same input
+    (issue 15, item 4)."""
+    staged = os.path.join(a.dir, "set2000.h5")
+    keep = os.path.join(a.dir, "set2000.keep.h5")
+    shutil.copyfile(staged, keep)
+    out = os.path.join(a.dir, "restaged.h5")
+    rc, so, se = interrupted_run(a, out, 2, "sigterm")
+    if rc != 6:
+        fail(f"the interrupted run should exit 6, got {rc}")
+    try:
+        with h5py.File(staged, "r+") as f:  # other images, same count: the order reversed
+            off = f["/images/offsets"][:]
+            data = f["/images/data"][:]
+            ids = list(f["/images/ids"][:])
+            blobs = [data[off[i]:off[i + 1]] for i in range(len(ids))][::-1]
+            f["/images/data"][:] = np.concatenate(blobs)
+            lens = np.array([len(b) for b in blobs], dtype=np.uint64)
+            f["/images/offsets"][:] = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint64)
+            f["/images/ids"][:] = ids[::-1]
+        p = sh(run_cmd(a, 2, out, 2000, "--resume"), expect_rc=1)
+        if "the input is not the one" not in p.stderr or "input_fp" not in p.stderr:
+            fail(f"a re-staged input is not refused by name: {p.stderr.strip()}")
+    finally:
+        shutil.copyfile(keep, staged)
+        os.remove(keep)
+    # the same set spelt ./set2000.h5 (relative, from its folder) resumes
+    cmd = run_cmd(a, 2, out, 2000, "--resume")
+    cmd[cmd.index("--input") + 1] = "./set2000.h5"
+    p = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), cwd=a.dir)
+    if p.returncode != 0 or "[resumed]" not in p.stdout:
+        fail(f"./set2000.h5 is not taken for the same input: {p.stderr.strip()}")
+    print("restaged: OK: another set under the same name is refused; ./set2000.h5 resumes")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardinfer", required=True)
@@ -506,11 +543,12 @@ def main():
     ap.add_argument("--e2e-dir", required=True)
     ap.add_argument("--detect-model", help="merge: also merge detections of this YOLO-style model")
     ap.add_argument("cmd", choices=["prepare", "schedules", "slow-rank", "sigterm", "sigusr1",
-                                    "kill", "memory", "writers", "merge"])
+                                    "kill", "memory", "writers", "merge", "restaged"])
     a = ap.parse_args()
     {"prepare": prepare, "schedules": schedules, "slow-rank": slow_rank,
      "sigterm": lambda a: signals(a, "sigterm"), "sigusr1": lambda a: signals(a, "sigusr1"),
-     "kill": kill, "memory": memory, "writers": writers, "merge": merge}[a.cmd](a)
+     "kill": kill, "memory": memory, "writers": writers, "merge": merge,
+     "restaged": restaged}[a.cmd](a)
 
 
 if __name__ == "__main__":

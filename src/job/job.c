@@ -243,10 +243,19 @@ static void make_meta(si_job_state *J) {
                  si_interp_name(pc->pre.interp));
     }
     si_post_params(&pc->post, &pc->plan, J->post_params, sizeof J->post_params);
-    if (asprintf(&J->key, "model_sha256=%s;input=%s;images=%llu;preprocess=%s;post=%s;batch=%d",
-                 J->sha, si_source_spec(J->set), (unsigned long long)J->n, J->pre, J->post_params,
-                 pc->batch) < 0)
+    /* the input by its real path ("./set.h5" and "set.h5" are one input) and by its content
+     * (a different set re-staged under the same name is not resumed into); rank 0's key is
+     * the one the result keeps */
+    const char *spec = si_source_spec(J->set);
+    char *real = realpath(spec, NULL);
+    uint64_t fp = J->m->rank == 0 ? si_source_fingerprint(J->set) : 0;
+    if (asprintf(&J->key,
+                 "model_sha256=%s;input=%s;input_fp=%016llx;images=%llu;preprocess=%s;post=%s;"
+                 "batch=%d",
+                 J->sha, real ? real : spec, (unsigned long long)fp, (unsigned long long)J->n,
+                 J->pre, J->post_params, pc->batch) < 0)
         si_fatal(__FILE__, __LINE__, "asprintf", "no memory");
+    free(real);
     J->meta = (si_result_meta){.model_path = J->cfg->model,
                                .model_sha256 = J->sha,
                                .input_path = J->cfg->input,
