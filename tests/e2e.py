@@ -412,8 +412,8 @@ def odd_ids(a):
             j[i] = photo
         g.create_dataset("ids", data=np.array(names, dtype=object),
                          dtype=h5py.string_dtype(encoding="ascii"))
-    p = sh([a.shardinfer, "run", "--model", os.path.join(a.dir, "tiny.onnx"), "--input", sset,
-            "--output", out, "--overwrite"])
+    p = sh(["mpirun", "-np", "1", a.shardinfer, "run", "--model", os.path.join(a.dir, "tiny.onnx"),
+            "--input", sset, "--output", out, "--overwrite"])
     with h5py.File(out, "r") as f:
         ids = list(f["ids"].asstr()[:])  # fails on bytes that are not UTF-8
         esc = list(f["ids_escaped"][:]) if "ids_escaped" in f else []

@@ -500,9 +500,9 @@ static void fold_batchnorm(si_graph *g) {
 /* A Linear layer: MatMul of a runtime tensor by a constant (K, N) matrix, one GEMM of all its
  * rows on a GPU; bias, residual and activation can ride along. */
 static bool is_linear(const si_graph *g, const si_gnode *p) {
+    if (p->op != SI_OP_MATMUL || p->n_in < 2) return false; /* in[1] exists only then */
     const si_value *w = &g->values[p->in[1]];
-    return p->op == SI_OP_MATMUL && w->kind == SI_VAL_CONST && w->shape.ndim == 2 &&
-           g->values[p->in[0]].shape.ndim >= 2;
+    return w->kind == SI_VAL_CONST && w->shape.ndim == 2 && g->values[p->in[0]].shape.ndim >= 2;
 }
 
 static bool fusable_producer(const si_graph *g, const si_gnode *p) {
