@@ -468,6 +468,34 @@ def output_lock(a):
     print("output-lock: OK")
 
 
+def thread_counts(a):
+    """The same run with 1, 2 and 4 threads, on 1 and 2 ranks, at batch 8 and at batch 1 (where a
+    convolution's GEMM is shared among the threads) gives the same file bit for bit: the CPU's
+    arithmetic does not depend on how many threads share it (issue 15, item 8)."""
+    import h5py
+    import numpy as np
+    sset, outs = os.path.join(a.dir, "set.h5"), {}
+    for batch in ("8", "1"):
+        for np_, threads in ((1, "1"), (1, "2"), (1, "4"), (2, "1")):
+            out = os.path.join(a.dir, f"threads_b{batch}_np{np_}_t{threads}.h5")
+            sh(["mpirun", "-np", str(np_), a.shardinfer, "run", "--model", a.model, "--input", sset,
+                "--output", out, "--overwrite", "--post", "raw", "--batch", batch, "--threads",
+                threads, "-q"])
+            with h5py.File(out, "r") as f:
+                outs[(batch, np_, threads)] = (f["raw/logits"][:], f["status"][:])
+        base = outs[(batch, 1, "1")]
+        for key, (logits, status) in outs.items():
+            if key[0] != batch:
+                continue
+            same = np.array_equal(logits, base[0], equal_nan=True) and np.array_equal(status,
+                                                                                      base[1])
+            print(f"{'ok  ' if same else 'FAIL'} batch {batch}, {key[1]} rank(s) x {key[2]} "
+                  f"thread(s) vs 1 x 1: max |diff| {np.nanmax(np.abs(logits - base[0])):.3g}")
+            if not same:
+                sys.exit("FAIL: the result depends on the thread or rank count")
+    print("thread-counts: OK: bit for bit across threads and ranks")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shardinfer", required=True)
@@ -489,10 +517,13 @@ def main():
     sub.add_parser("gpu-resize")
     sub.add_parser("odd-ids")
     sub.add_parser("output-lock")
+    tc = sub.add_parser("thread-counts")
+    tc.add_argument("--model", required=True)
     a = ap.parse_args()
     {"prepare": prepare, "run": run, "compare": compare, "demo": demo,
      "bad-inputs": bad_inputs, "hostile": hostile, "layouts": layouts,
-     "gpu-resize": gpu_resize, "odd-ids": odd_ids, "output-lock": output_lock}[a.cmd](a)
+     "gpu-resize": gpu_resize, "odd-ids": odd_ids, "output-lock": output_lock,
+     "thread-counts": thread_counts}[a.cmd](a)
 
 
 if __name__ == "__main__":

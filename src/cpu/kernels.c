@@ -1,6 +1,6 @@
 /* CPU kernels. Parallelism: an outer OpenMP loop over independent (image, group) or (image,
- * channel) planes; OpenBLAS (its OpenMP build) runs single-threaded inside those regions and
- * threads by itself when there are too few planes to share out (batch 1, no groups). */
+ * channel) planes, or over fixed blocks of a GEMM's output columns; OpenBLAS (its OpenMP build)
+ * runs single-threaded inside those regions, so no result depends on the thread count. */
 #include "kernels.h"
 
 #include "base/common.h"
@@ -13,6 +13,11 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Threads share a GEMM by blocks of its output columns, each a single-threaded sgemm, never by
+ * rows: OpenBLAS's own threaded split moves the last bits of a row with the thread count, while
+ * a column's value is the same whichever block holds it (e2e_thread_counts holds this). */
+enum { GEMM_COLS = 256, GEMM_ROWS = 128 };
 
 /* SI_MAX_DIMS (onnx.h): the most dims a tensor has, so index arrays can live on the stack. */
 #define MAXD 8
@@ -116,6 +121,22 @@ depthwise_plane(const si_conv_shape *s, const float *x, const float *w, float b,
     }
 }
 
+/* y (m, n) = w (m, k) x col (k, n) in fixed GEMM_ROWS x GEMM_COLS blocks, a single-threaded sgemm
+ * each; par: the blocks shared by this function's threads (the caller is not in a parallel
+ * region), else taken in turn by the calling thread. */
+static void group_gemm(const float *w, int m, int k, int64_t n, const float *col, float *y,
+                       bool par) {
+    const int64_t rb = (m + GEMM_ROWS - 1) / GEMM_ROWS, cb = (n + GEMM_COLS - 1) / GEMM_COLS;
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+    for (int64_t b = 0; b < rb * cb; b++) {
+        int64_t i0 = b / cb * GEMM_ROWS, j0 = b % cb * GEMM_COLS;
+        int64_t h = m - i0 < GEMM_ROWS ? m - i0 : GEMM_ROWS,
+                wd = n - j0 < GEMM_COLS ? n - j0 : GEMM_COLS;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)h, (int)wd, k, 1.f, w + i0 * k,
+                    k, col + j0, (int)n, 0.f, y + i0 * n + j0, (int)n);
+    }
+}
+
 void si_cpu_conv2d(const si_conv_shape *s, const float *x, const float *w, const float *bias,
                    si_act act, float *y, float *scratch) {
     int g = s->group, cg = s->c / g, mg = s->m / g;
@@ -133,9 +154,8 @@ void si_cpu_conv2d(const si_conv_shape *s, const float *x, const float *w, const
         return;
     }
     /* y(ni, gi) = w(gi) * col: (M/g, kdim) x (kdim, oh*ow) */
-#define GROUP_GEMM(gi, col, yg)                                                                    \
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mg, (int)ohw, kdim, 1.f,                \
-                w + (size_t)(gi)*mg * kdim, kdim, (col), (int)ohw, 0.f, (yg), (int)ohw)
+#define GROUP_GEMM(gi, col, yg, par)                                                               \
+    group_gemm(w + (size_t)(gi)*mg * kdim, mg, kdim, ohw, (col), (yg), (par))
     int64_t tasks = (int64_t)s->n * g;
     if (tasks >= omp_get_max_threads()) {
         /* enough independent (image, group) tasks: one per thread, single-threaded BLAS inside */
@@ -150,16 +170,14 @@ void si_cpu_conv2d(const si_conv_shape *s, const float *x, const float *w, const
                 im2col(s, xg, mine);
                 col = mine;
             }
-            GROUP_GEMM(gi, col, yg);
+            GROUP_GEMM(gi, col, yg, 0);
             for (int mi = 0; mi < mg; mi++)
                 bias_act(yg + mi * ohw, ohw, bias ? bias[gi * mg + mi] : 0.f, act);
         }
         return;
     }
-    /* Few tasks (batch 1): BLAS threads each GEMM itself. It must be called from sequential
-     * code: inside even an inactive parallel region, OpenBLAS opens a nested team while the
-     * top-level pool spins, and two threads ran slower than one. im2col and the epilogue get
-     * their own top-level parallel loops. */
+    /* Few tasks (batch 1): the threads share each GEMM's column blocks (the same blocks as
+     * above, so a result does not depend on the thread count), im2col and the epilogue. */
     for (int64_t t = 0; t < tasks; t++) {
         int64_t ni = t / g, gi = t % g;
         const float *xg = x + (ni * s->c + gi * cg) * ihw;
@@ -176,7 +194,7 @@ void si_cpu_conv2d(const si_conv_shape *s, const float *x, const float *w, const
             }
             col = scratch;
         }
-        GROUP_GEMM(gi, col, yg);
+        GROUP_GEMM(gi, col, yg, 1);
 #pragma omp parallel for schedule(static)
         for (int mi = 0; mi < mg; mi++)
             bias_act(yg + mi * ohw, ohw, bias ? bias[gi * mg + mi] : 0.f, act);
@@ -231,9 +249,16 @@ void si_cpu_gemm(int trans_a, int trans_b, int m, int n, int k, float alpha, con
         for (size_t i = 0; i < (size_t)m * n; i++) y[i] *= beta;
         return;
     }
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, trans_a ? m : k, b,
-                trans_b ? k : n, beta, y, n);
+    /* columns in fixed blocks, one single-threaded sgemm each: how OpenBLAS would split the
+     * product among threads would otherwise change the last bits with the thread count */
+    const int nb = (n + GEMM_COLS - 1) / GEMM_COLS;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int j = 0; j < nb; j++) {
+        int j0 = j * GEMM_COLS, w = n - j0 < GEMM_COLS ? n - j0 : GEMM_COLS;
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                    trans_b ? CblasTrans : CblasNoTrans, m, w, k, alpha, a, trans_a ? m : k,
+                    trans_b ? b + (size_t)j0 * k : b + j0, trans_b ? k : n, beta, y + j0, n);
+    }
 }
 
 void si_cpu_binary(si_binop op, int ndim, const int64_t *ad, const float *a, const int64_t *bd,
@@ -683,24 +708,31 @@ void si_cpu_matmul(int ndim, const int64_t *a_dims, const float *a, const int64_
         memset(y, 0, sizeof(float) * (size_t)(batch * m * n));
         return;
     }
-    if (b_shared && a_full) { /* one b for every a: a's batches stack into rows */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(batch * m), (int)n, (int)k,
-                    1.f, a, (int)k, b, (int)n, 0.f, y, (int)n);
+    if (b_shared && a_full) { /* one b for every a: a's batches stack into rows, and the
+                               * columns go in fixed blocks (as in si_cpu_gemm) */
+        const int64_t blocks = (n + GEMM_COLS - 1) / GEMM_COLS;
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int64_t j = 0; j < blocks; j++) {
+            int64_t j0 = j * GEMM_COLS, w = n - j0 < GEMM_COLS ? n - j0 : GEMM_COLS;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(batch * m), (int)w, (int)k,
+                        1.f, a, (int)k, b + j0, (int)n, 0.f, y + j0, (int)n);
+        }
         return;
     }
-    /* enough products: one per thread, single-threaded BLAS inside */
-    bool outer = batch >= omp_get_max_threads();
-#pragma omp parallel for schedule(dynamic, 1) if (outer)
-    for (int64_t t = 0; t < batch; t++) {
-        int64_t rem = t, ao = 0, bo = 0;
+    /* every product's column blocks, a single-threaded sgemm each, shared by the threads */
+    const int64_t blocks = (n + GEMM_COLS - 1) / GEMM_COLS;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t tj = 0; tj < batch * blocks; tj++) {
+        int64_t t = tj / blocks, j0 = tj % blocks * GEMM_COLS;
+        int64_t wd = n - j0 < GEMM_COLS ? n - j0 : GEMM_COLS, rem = t, ao = 0, bo = 0;
         for (int d = nb - 1; d >= 0; d--) {
             int64_t idx = rem % y_dims[d];
             rem /= y_dims[d];
             ao += idx * as[d];
             bo += idx * bs[d];
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.f, a + ao,
-                    (int)k, b + bo, (int)n, 0.f, y + t * m * n, (int)n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)wd, (int)k, 1.f, a + ao,
+                    (int)k, b + bo + j0, (int)n, 0.f, y + t * m * n + j0, (int)n);
     }
 }
 
