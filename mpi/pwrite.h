@@ -17,8 +17,10 @@ typedef struct si_pwriter si_pwriter;
  * in the partial file (n_cols + 1 values), broadcast from there. */
 si_status si_pwriter_open(const si_mpi *m, const char *partial, const si_post_plan *plan,
                           const uint64_t *offsets, si_pwriter **w);
-/* Writes chunk c's statuses and rows at their places; independent (a rank writes when its chunk
- * is done, without waiting for the others). */
+/* Writes chunk c's statuses and rows at their places and syncs them to disk; independent (a rank
+ * writes when its chunk is done, without waiting for the others). Every piece's transferred
+ * count is checked: SI_OK means every byte is written and synced, so the chunk may be journaled;
+ * otherwise the message names the file and the OS error (a full disk: "No space left on device"). */
 si_status si_pwriter_put(si_pwriter *w, const si_chunk *c);
 uint64_t si_pwriter_bytes(const si_pwriter *w);
 /* Collective. */
