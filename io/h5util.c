@@ -97,3 +97,7 @@ static void vlen_free(void *p, void *info) {
 herr_t si_h5_malloc_vlen(hid_t dxpl) {
     return H5Pset_vlen_mem_manager(dxpl, vlen_alloc, NULL, vlen_free, NULL);
 }
+
+void si_h5_init(void) {
+    H5dont_atexit();
+}

@@ -28,4 +28,10 @@ hid_t si_h5_create_chunked(hid_t loc, const char *name, hid_t ftype, int ndim, c
  * strings and buffers HDF5 hands back are plain malloc'ed memory the caller can free(). */
 herr_t si_h5_malloc_vlen(hid_t dxpl);
 
+/* Before any other HDF5 call (the CLI's main): no HDF5 exit handler. HDF5 1.10 keeps a file
+ * whose H5Fclose failed (a full disk) half closed, and its exit handler then crashes closing it
+ * again (SIGSEGV in H5F__close_cb); every file here is closed explicitly, and a failed final
+ * step is undone from its undo record (io/result.h), so nothing needs that handler. */
+void si_h5_init(void);
+
 #endif

@@ -3,6 +3,7 @@
 
 #include "io/h5util.h"
 #include "io/tail.h"
+#include "io/undo.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,7 +31,7 @@ typedef struct {
 } journal_header;
 
 struct si_result {
-    char *path, *partial, *journal;
+    char *path, *partial, *journal, *undo;
     hid_t file, status_ds, col_ds[SI_RESULT_MAX_COLS];
     hid_t f16; /* the half type when a column is F16 (si_h5_f16_type), else invalid */
     si_result_schema schema;
@@ -54,6 +55,9 @@ char *si_result_partial_path(const char *path) {
 }
 char *si_result_journal_path(const char *path) {
     return suffixed(path, ".journal");
+}
+char *si_result_undo_path(const char *path) {
+    return suffixed(path, ".undo");
 }
 
 /* A half column has one type in memory and in the file, so HDF5 copies its bits unconverted:
@@ -99,6 +103,7 @@ static void result_free(si_result *r) {
     free(r->path);
     free(r->partial);
     free(r->journal);
+    free(r->undo);
     free(r);
 }
 
@@ -108,6 +113,7 @@ static si_result *result_new(const char *path, const si_result_schema *schema, u
     r->path = si_xstrdup(path);
     r->partial = si_result_partial_path(path);
     r->journal = si_result_journal_path(path);
+    r->undo = si_result_undo_path(path);
     r->file = r->status_ds = r->f16 = H5I_INVALID_HID;
     for (int c = 0; c < SI_RESULT_MAX_COLS; c++) r->col_ds[c] = H5I_INVALID_HID;
     for (int c = 0; c < schema->n_cols; c++)
@@ -149,6 +155,40 @@ static hid_t file_access(void) {
     return fapl;
 }
 
+bool si_result_started(const char *path) {
+    char *j = si_result_journal_path(path);
+    struct stat sb;
+    bool started = stat(j, &sb) == 0 && sb.st_size >= (off_t)sizeof(journal_header);
+    free(j);
+    return started;
+}
+
+/* The partial file's HDF5 state on disk: flushed and synced. */
+static si_status sync_partial(si_result *r) {
+    void *h = NULL;
+    if (H5Fflush(r->file, H5F_SCOPE_GLOBAL) < 0)
+        return si_error(SI_ERR_IO, "%s: cannot flush (disk full?)", r->partial);
+    if (H5Fget_vfd_handle(r->file, H5P_DEFAULT, &h) >= 0 && h && fsync(*(int *)h) != 0)
+        return si_error(SI_ERR_IO, "%s: cannot sync: %s", r->partial, strerror(errno));
+    return SI_OK;
+}
+
+/* Before HDF5 metadata of the partial file changes (the final step, a resume's run count): the
+ * undo record of every byte outside the rows, which no such change touches (io/undo.h). */
+static si_status save_undo(si_result *r) {
+    si_status st = sync_partial(r);
+    if (st != SI_OK) return st;
+    si_span rows[SI_RESULT_MAX_COLS + 1];
+    int n = 0;
+    for (int c = -1; c < r->schema.n_cols; c++) {
+        hid_t ds = c < 0 ? r->status_ds : r->col_ds[c];
+        haddr_t a = H5Dget_offset(ds);
+        hsize_t len = H5Dget_storage_size(ds);
+        if (a != HADDR_UNDEF && len) rows[n++] = (si_span){(uint64_t)a, (uint64_t)len};
+    }
+    return si_undo_save(r->partial, r->undo, rows, n);
+}
+
 static si_status write_header(si_result *r, const si_result_meta *meta) {
     journal_header h = {
         .n_images = r->n,
@@ -168,6 +208,7 @@ si_status si_result_create(const char *path, const si_result_schema *schema, uin
     SI_ASSERT(chunk > 0 && meta->resume_key);
     si_result *r = result_new(path, schema, n, chunk, meta);
     unlink(r->journal); /* a journal without its partial file is meaningless */
+    si_undo_drop(r->undo);
     hid_t fapl = file_access();
     r->file = H5Fcreate(r->partial, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
@@ -347,6 +388,19 @@ si_status si_result_resume(const char *path, const si_result_schema *schema, uin
         free(partial);
         return st;
     }
+    /* a final step cut short: the partial file back to where it began, to be made again */
+    char *undo = si_result_undo_path(path);
+    bool restored = false;
+    si_status ust = si_undo_restore(partial, undo, &restored);
+    free(undo);
+    if (ust != SI_OK) {
+        free(partial);
+        return ust;
+    }
+    if (restored)
+        si_log_warn("%s: the final step of an earlier run was cut short; the partial result is "
+                    "restored to where that step began, and the step is made again",
+                    path);
     hid_t fapl = file_access();
     hid_t file = H5Fopen(partial, H5F_ACC_RDWR, fapl);
     H5Pclose(fapl);
@@ -386,6 +440,7 @@ si_status si_result_resume(const char *path, const si_result_schema *schema, uin
     if (r->status_ds < 0)
         st = si_error(SI_ERR_FORMAT, "--resume: %s has no dataset status", r->partial);
     if (st == SI_OK) st = open_columns(r);
+    if (st == SI_OK) st = save_undo(r); /* around the run count's update */
     if (st == SI_OK) {
         int runs = 0;
         read_attr(file, "runs", H5T_NATIVE_INT, &runs);
@@ -394,6 +449,8 @@ si_status si_result_resume(const char *path, const si_result_schema *schema, uin
         if (a < 0 || H5Awrite(a, H5T_NATIVE_INT, &runs) < 0 || H5Fflush(file, H5F_SCOPE_GLOBAL) < 0)
             st = si_error(SI_ERR_IO, "%s: cannot update it", r->partial);
         if (a >= 0) H5Aclose(a);
+        if (st == SI_OK) st = sync_partial(r);
+        if (st == SI_OK) si_undo_drop(r->undo);
     }
     if (st == SI_OK) {
         r->jfd = open(r->journal, O_RDWR | O_APPEND | O_CLOEXEC);
@@ -471,10 +528,8 @@ si_status si_result_flush(si_result *r, bool force) {
     if (!force && now - r->last_flush < r->interval) return SI_OK;
     r->last_flush = now;
     if (r->pending.len == 0) return SI_OK;
-    void *h = NULL;
-    if (H5Fflush(r->file, H5F_SCOPE_GLOBAL) < 0)
-        return si_error(SI_ERR_IO, "%s: cannot flush (disk full?)", r->partial);
-    if (H5Fget_vfd_handle(r->file, H5P_DEFAULT, &h) >= 0 && h) fsync(*(int *)h);
+    si_status st = sync_partial(r);
+    if (st != SI_OK) return st;
     for (size_t o = 0; o < r->pending.len;) {
         ssize_t w = write(r->jfd, r->pending.data + o, r->pending.len - o);
         if (w <= 0)
@@ -741,7 +796,8 @@ static si_status write_attrs(si_result *r, const si_result_meta *meta, uint64_t 
     return SI_OK;
 }
 
-/* Closes the complete partial file, renames it to PATH and removes the journal. */
+/* Closes the complete partial file, syncs it, renames it to PATH and removes the journal and
+ * the undo record, each step durable before the next. */
 static si_status publish(si_result *r) {
     for (int c = 0; c < r->schema.n_cols; c++) H5Dclose(r->col_ds[c]), r->col_ds[c] = -1;
     H5Dclose(r->status_ds);
@@ -749,11 +805,35 @@ static si_status publish(si_result *r) {
     herr_t e = H5Fclose(r->file);
     r->file = -1;
     if (e < 0) return si_error(SI_ERR_IO, "%s: cannot close (disk full?)", r->partial);
+    si_test_point("finish:closed");
+    int fd = open(r->partial, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+        si_status st = si_error(SI_ERR_IO, "%s: cannot sync: %s", r->partial, strerror(errno));
+        if (fd >= 0) close(fd);
+        return st;
+    }
+    close(fd);
     if (rename(r->partial, r->path) != 0)
         return si_error(SI_ERR_IO, "%s: cannot rename %s to it: %s", r->path, r->partial,
                         strerror(errno));
+    si_status st = si_sync_dir_of(r->path);
+    if (st != SI_OK) return st;
+    si_test_point("finish:renamed");
+    /* from here PATH is whole: a leftover journal or undo record is removed by --resume */
     unlink(r->journal);
+    si_undo_drop(r->undo);
     return SI_OK;
+}
+
+/* The final step failed before PATH was in place: the partial file back to where the step
+ * began (HDF5 has closed it), so that the next --resume finds what it expects. */
+static void undo_finish(const char *path, const char *partial, const char *undo) {
+    bool restored = false;
+    si_status st = si_undo_restore(partial, undo, &restored);
+    if (st != SI_OK)
+        si_log_warn("%s; --resume tries again", si_error_msg());
+    else if (restored)
+        si_log_info("%s: the partial result is back to where the final step began", path);
 }
 
 si_status si_result_finish(si_result *r, si_source *input, const si_result_meta *meta,
@@ -763,20 +843,26 @@ si_status si_result_finish(si_result *r, si_source *input, const si_result_meta 
         st = si_error(SI_ERR_VERIFY, "%s: %llu of %llu chunks are missing", r->partial,
                       (unsigned long long)(r->n_chunks - r->chunks_done),
                       (unsigned long long)r->n_chunks);
+    si_test_point("finish:begin");
+    if (st == SI_OK) st = save_undo(r);
     if (st != SI_OK) {
         result_free(r);
         return st;
     }
+    si_test_point("finish:undo");
     finish_ctx f = {.err_base = si_xcalloc(r->n_chunks + 1, sizeof(uint64_t)),
                     .det_base = si_xcalloc(r->n_chunks + 1, sizeof(uint64_t)),
                     .strtype = si_h5_utf8_type()};
     f.ei = f.em = f.boxes = f.scores = f.classes = f.offsets = H5I_INVALID_HID;
     st = create_lists(r, &f);
+    if (st == SI_OK) si_test_point("finish:lists");
     if (st == SI_OK) st = each_record(r, place_record, &f);
     if (st == SI_OK && f.offsets >= 0 &&
         write_rows(f.offsets, H5T_NATIVE_UINT64, 0, r->n, 1, &f.n_det) < 0)
         st = si_error(SI_ERR_IO, "%s: cannot write /detections/offsets", r->partial);
+    if (st == SI_OK) si_test_point("finish:records");
     if (st == SI_OK) st = write_ids(r, input, f.strtype);
+    if (st == SI_OK) si_test_point("finish:ids");
     if (st == SI_OK) st = write_attrs(r, meta, f.n_err, f.strtype);
     hid_t hs[6] = {f.ei, f.em, f.boxes, f.scores, f.classes, f.offsets};
     for (int i = 0; i < 6; i++)
@@ -786,6 +872,22 @@ si_status si_result_finish(si_result *r, si_source *input, const si_result_meta 
     free(f.det_base);
     *failed = f.n_err;
     if (st == SI_OK) st = publish(r);
+    bool in_place = st == SI_OK || access(r->path, F_OK) == 0;
+    char *path = si_xstrdup(r->path), *partial = si_xstrdup(r->partial),
+         *undo = si_xstrdup(r->undo);
     result_free(r);
+    if (!in_place) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", si_error_msg());
+        undo_finish(path, partial, undo);
+        st = si_error(st,
+                      "the final step failed: %s. Every image's result is kept (%s and its "
+                      "journal): make room or fix the cause, then run the same command with "
+                      "--resume to make the step again",
+                      why, partial);
+    }
+    free(path);
+    free(partial);
+    free(undo);
     return st;
 }

@@ -12,7 +12,11 @@
  * Flushing (HDF5 flush + fsync, then the pending records + fsync) happens every
  * flush_interval seconds and at the end. When every chunk is there, finish adds /ids, /index,
  * /errors and /detections and the attributes, and renames PATH.partial to PATH. Final layout:
- * docs/output-format.md. */
+ * docs/output-format.md.
+ * The final step changes HDF5 metadata in place, so it first saves PATH.undo: every byte of the
+ * partial file outside the rows (io/undo.h). Cut short at any instant (a kill, a full disk, a
+ * failed rename), it leaves either PATH whole or the partial file, the complete journal and
+ * the undo record, from which --resume restores the partial file and makes the step again. */
 #ifndef SI_RESULT_H
 #define SI_RESULT_H
 
@@ -67,6 +71,9 @@ typedef struct si_result si_result;
 si_status si_result_create(const char *path, const si_result_schema *schema, uint64_t n,
                            uint32_t chunk, const si_result_meta *meta, si_result **out);
 
+/* Whether a run at PATH got as far as its journal's header: before that (killed while creating
+ * PATH.partial) nothing can have been journaled, and a resume starts afresh. */
+bool si_result_started(const char *path);
 /* Opens the partial run at PATH to continue it: the resume key, image count and column layout
  * must match (SI_ERR_ARG naming what differs otherwise). *chunk gets the run's chunk size and
  * *done (allocated here, caller frees) a bitmap of the chunks complete (bit c of byte c/8).
@@ -104,5 +111,6 @@ si_status si_result_close(si_result *r);
 /* "PATH.partial" / "PATH.journal" (caller frees). */
 char *si_result_partial_path(const char *path);
 char *si_result_journal_path(const char *path);
+char *si_result_undo_path(const char *path);
 
 #endif

@@ -94,6 +94,11 @@ void si_bytes_free(si_bytes *b);
 
 double si_now(void); /* monotonic seconds */
 
+/* Fault tests' hook: with SI_TEST_KILL_AT=NAME in the environment, the process kills itself
+ * (SIGKILL: nothing is cleaned up, as with the OOM killer or a node failure) on reaching the
+ * point NAME; with SI_TEST_KILL_AT unset, nothing. Points: docs/architecture.md. */
+void si_test_point(const char *name);
+
 /* Lowercase hex sha256 of a file into out[65]. */
 si_status si_sha256_file(const char *path, char out[65]);
 

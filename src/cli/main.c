@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "base/common.h"
+#include "io/h5util.h"
 
 /* `bench decode` times the decoder, `bench` alone the engine */
 static int bench(int argc, char **argv) {
@@ -73,6 +74,7 @@ int main(int argc, char **argv) {
         printf("shardinfer %s\n", SI_VERSION);
         return SI_EXIT_OK;
     }
+    si_h5_init();
     for (int i = 0; i < n_commands; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].entry(argc - 1, argv + 1);
     fprintf(stderr, "shardinfer: unknown command '%s' (commands: ", argv[1]);

@@ -97,8 +97,9 @@ static si_status check_output_path(const char *out) {
     return st;
 }
 
-/* Rank 0 checks the output can be written before any work is done. */
-static si_status check_output(const si_job_config *a) {
+/* Rank 0 checks the output can be written before any work is done. *complete: --resume of a
+ * run whose result is whole already (nothing to do). */
+static si_status check_output(const si_job_config *a, bool *complete) {
     struct stat sb;
     si_status pst = check_output_path(a->output);
     if (pst != SI_OK) return pst;
@@ -112,9 +113,16 @@ static si_status check_output(const si_job_config *a) {
                         a->output);
     if (!a->resume && stat(a->output, &sb) == 0 && !a->overwrite)
         return si_error(SI_ERR_ARG, "%s: exists; pass --overwrite to replace it", a->output);
-    if (a->resume && stat(a->output, &sb) == 0 && !have_partial)
-        return si_error(SI_ERR_ARG, "--resume: %s is complete already; nothing to resume",
-                        a->output);
+    if (a->resume && stat(a->output, &sb) == 0 && !have_partial) {
+        /* the final step's last instants (after the rename) leave these behind */
+        char *left[2] = {si_result_journal_path(a->output), si_result_undo_path(a->output)};
+        for (int i = 0; i < 2; i++) {
+            if (unlink(left[i]) == 0) si_log_info("%s: removed, left by a finished run", left[i]);
+            free(left[i]);
+        }
+        *complete = true;
+        return SI_OK;
+    }
     char *copy = si_xstrdup(a->output);
     const char *dir = dirname(copy);
     si_status st = SI_OK;
@@ -166,11 +174,17 @@ static si_status open_inputs(si_job_state *J) {
     if (m->rank == 0) { /* the output's lock first: nothing is read or removed without it */
         st = check_output_path(J->cfg->output);
         if (st == SI_OK) st = si_lock_take(J->cfg->output, &J->lock);
-        if (st == SI_OK) st = check_output(J->cfg);
+        if (st == SI_OK) st = check_output(J->cfg, &J->complete);
         if (st == SI_OK) st = si_sha256_file(J->cfg->model, J->sha);
     }
     J->n = si_source_count(J->set);
-    return si_mpi_agree(m, st);
+    if ((st = si_mpi_agree(m, st)) != SI_OK) return st;
+    int complete = J->complete;
+    mpiCheck(MPI_Bcast(&complete, 1, MPI_INT, 0, m->comm));
+    J->complete = complete;
+    if (complete && m->rank == 0)
+        si_log_info("--resume: %s is complete already; nothing to do", J->cfg->output);
+    return SI_OK;
 }
 
 /* --backend cuda: one GPU per rank, by node-local rank (the launcher's, else MPI's), and the
@@ -280,7 +294,19 @@ static si_status open_result(si_job_state *J) {
     if (J->m->rank == 0) {
         si_result_schema schema;
         si_post_schema(plan, &schema);
-        if (cfg->resume)
+        /* --resume of a run killed before it recorded anything (or before it began): the same
+         * command starts it, so that a requeued job step never needs another command line */
+        char *partial = si_result_partial_path(cfg->output);
+        bool begun = access(partial, F_OK) == 0;
+        bool fresh = cfg->resume && !si_result_started(cfg->output);
+        free(partial);
+        if (fresh)
+            si_log_warn(begun
+                            ? "--resume: the interrupted run of %s was stopped while it created "
+                              "its result, before any image was recorded: starting it afresh"
+                            : "--resume: no run of %s to resume (no partial result): starting one",
+                        cfg->output);
+        if (cfg->resume && !fresh)
             st =
                 si_result_resume(cfg->output, &schema, J->n, &J->meta, &chunk32, &J->done, &J->res);
         else
@@ -372,6 +398,10 @@ int si_job_run(const si_job_config *cfg, const si_mpi *m) {
     J.t_start = cfg->t_start > 0 ? cfg->t_start : si_now();
     set_threads(&J);
     si_status st = open_inputs(&J);
+    if (st == SI_OK && J.complete) {
+        job_free(&J);
+        return SI_EXIT_OK;
+    }
     if (st == SI_OK) st = select_gpu(&J);
     if (st == SI_OK) st = create_engine(&J);
     if (st == SI_OK) {

@@ -38,6 +38,7 @@ typedef struct {
     si_rank_stats *final; /* rank 0: every rank's final statistics */
     si_rank_stats mine;   /* this rank's, once the pipeline is done */
     bool stop_seen, flushed_on_signal;
+    bool complete; /* --resume of a whole result: nothing to do */
     int gpu; /* --backend cuda: this rank's device */
 } si_job_state;
 
