@@ -15,7 +15,7 @@ fi
 "$root/scripts/setup.sh"
 "$root/scripts/setup_torch.sh"   # PyTorch for the real-export tests (slow label)
 "$root/scripts/build.sh"
-(cd "$root/build" && ctest --output-on-failure -j2)
+(cd "$root/build" && ctest --output-on-failure -j2 -LE long)
 SI_BUILD_DIR="$root/build-asan" "$root/scripts/build.sh" -DSI_SANITIZE=ON -DSI_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=Debug
 (cd "$root/build-asan" && ctest --output-on-failure -L unit)
