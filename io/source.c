@@ -289,6 +289,29 @@ void src_evict(si_source *s, const src_file *keep) {
     }
 }
 
+si_status src_check_unchanged(const src_file *f) {
+    struct stat now;
+    const struct stat *was = &f->id;
+    char what[160];
+    if (stat(f->path, &now) != 0)
+        snprintf(what, sizeof what, "it is gone (%s)", strerror(errno));
+    else if (now.st_dev != was->st_dev || now.st_ino != was->st_ino)
+        snprintf(what, sizeof what, "another file was put in its place (inode %llu, was %llu)",
+                 (unsigned long long)now.st_ino, (unsigned long long)was->st_ino);
+    else if (now.st_size != was->st_size)
+        snprintf(what, sizeof what, "its size changed from %lld to %lld bytes",
+                 (long long)was->st_size, (long long)now.st_size);
+    else if (now.st_mtim.tv_sec != was->st_mtim.tv_sec ||
+             now.st_mtim.tv_nsec != was->st_mtim.tv_nsec)
+        snprintf(what, sizeof what, "it was modified while the run read it");
+    else
+        return SI_OK;
+    return si_error(SI_ERR_FAULT,
+                    "%s: the input changed under the run: %s (a fault of the storage, not of "
+                    "its images: nothing read since is kept; restore the file)",
+                    f->path, what);
+}
+
 /* Makes sure f is open (reopening it if evicted). */
 si_status src_touch(si_source *s, src_file *f) {
     if (f->is_open) {
@@ -335,6 +358,8 @@ static si_status add_file(si_source *s, int i, const si_source_opts *o) {
     src_file *f = &s->files[i];
     int layout = o->layout;
     hsize_t dd[4] = {0};
+    if (stat(f->path, &f->id) != 0)
+        return si_error(SI_ERR_IO, "%s: cannot stat: %s", f->path, strerror(errno));
     si_status st = src_probe(s, f, o, &layout, dd);
     if (st != SI_OK) {
         src_close_handles(s, f);

@@ -10,6 +10,7 @@
 #include "io/source.h"
 
 #include <hdf5.h>
+#include <sys/stat.h>
 
 /* HDF5's default (sec2) driver holds one file descriptor per open file, and a set split into
  * thousands of files would exceed the usual limit of 1024 descriptors. Files beyond this many
@@ -48,6 +49,7 @@ typedef struct {
     si_imageset *set;
     hid_t file, data, offsets, ids;
     uint64_t last_use;
+    struct stat id; /* the file as first opened: a read checks it is still that file */
 } src_file;
 
 struct si_source {
@@ -103,6 +105,10 @@ si_status src_open_handles(si_source *s, src_file *f, int layout, uint64_t n_exp
 void src_evict(si_source *s, const src_file *keep);
 /* Makes sure f is open (reopening it if evicted). */
 si_status src_touch(si_source *s, src_file *f);
+/* SI_ERR_FAULT, naming what changed, when f's path is no longer the file first opened (another
+ * size, inode or modification time: truncated, replaced, rewritten). After every read, so that
+ * bytes read from a changed file never reach an image's status. */
+si_status src_check_unchanged(const src_file *f);
 
 /* --- source_paths.c: the files a spec names --- */
 

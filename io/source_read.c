@@ -2,6 +2,7 @@
  * ids, across the files of a source, reopening evicted files as they are met. */
 #include "io/source_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,6 +202,15 @@ si_status si_source_read(si_source *s, uint64_t first, uint32_t n, si_bytes *buf
         case SI_LAYOUT_VLEN: st = read_vlen(s, f, lo, m, buf, off + done); break;
         default: st = read_dense(s, f, lo, m, buf, off + done); break;
         }
+        /* a changed file explains any failure, and a read that "worked" may hold its zeros */
+        si_status id = src_check_unchanged(f);
+        if (id != SI_OK) return id;
+        if (st == SI_ERR_NOMEM) { /* the machine's fault, not the images' */
+            char why[512];
+            snprintf(why, sizeof why, "%s", si_error_msg());
+            return si_error(SI_ERR_FAULT, "%s: out of memory reading images %llu..%llu (%s)",
+                            f->path, (unsigned long long)i, (unsigned long long)(i + m - 1), why);
+        }
         if (st != SI_OK) return st;
         done += m;
     }
@@ -279,7 +289,10 @@ si_status si_source_read_ids(si_source *s, uint64_t first, uint32_t n, char **id
         uint64_t lo = i - f->start, avail = f->n - lo;
         uint32_t m = avail < n - done ? (uint32_t)avail : n - done;
         if (f->ids_kind != IDS_INDEX && (st = src_touch(s, f)) != SI_OK) break;
-        if ((st = read_ids_file(s, f, lo, m, ids + done)) != SI_OK) break;
+        st = read_ids_file(s, f, lo, m, ids + done);
+        si_status id = src_check_unchanged(f);
+        if (id != SI_OK) st = id;
+        if (st != SI_OK) break;
         done += m;
     }
     if (st != SI_OK) si_source_free_ids(ids, n);

@@ -19,6 +19,10 @@ Usage: faults.py --shardinfer BIN --dir CLUSTER_DIR --e2e-dir E2E SUBCOMMAND [--
   final-step  rank 0 killed at each instant of the final step, and the final rename failing:
               --resume (on another rank count) gives the uninterrupted file; --resume of a
               finished result says so and exits 0
+  storage     the input truncated, and replaced by another file, while a run reads it, and memory
+              running out while an image is read: the run stops naming the file and the fault,
+              no image gets a status for it, and --resume (the file restored, or the memory
+              there) gives the uninterrupted file
   chaos       N seeded jobs, each interrupted one to three times (SIGTERM or SIGKILL, to one rank
               or all, at a random instant of the run or of its final step, or a full disk), then
               resumed until done; reports the interruptions and instants covered
@@ -224,6 +228,99 @@ def final_step(a):
           "the uninterrupted file")
 
 
+def storage(a):
+    import resource
+    import shutil
+    import h5py
+    import numpy as np
+    tiny = os.path.join(a.e2e_dir, "tiny.onnx")
+    staged = os.path.join(a.dir, "faults_input.h5")
+    keep = os.path.join(a.dir, "faults_input.keep.h5")
+    other = os.path.join(a.dir, "faults_input.other.h5")
+    shutil.copyfile(os.path.join(a.dir, "set2000.h5"), staged)
+    shutil.copyfile(staged, keep)
+    with h5py.File(other, "w") as f:  # the same images in another order: another set
+        with h5py.File(keep, "r") as g:
+            off, data, ids = g["/images/offsets"][:], g["/images/data"][:], g["/images/ids"][:]
+        blobs = [data[off[i]:off[i + 1]] for i in range(len(ids))][::-1]
+        f["/images/data"] = np.concatenate(blobs)
+        lens = np.array([len(b) for b in blobs], dtype=np.uint64)
+        f["/images/offsets"] = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint64)
+        f.create_dataset("/images/ids", data=list(ids[::-1]), dtype=h5py.string_dtype())
+
+    def cmd(np_, out, *extra):
+        c = job(a, np_, out, 2000, tiny, *extra)
+        c[c.index("--input") + 1] = staged
+        return c
+    ref = os.path.join(a.dir, "faults_ref_storage.h5")
+    clean(ref)
+    p = run(cmd(2, ref))
+    if p.returncode != 0:
+        fail(f"the reference run failed: {lines(p.stderr)}")
+    out = os.path.join(a.dir, "faults_storage.h5")
+    for how in ("truncated", "replaced"):
+        clean(out)
+        shutil.copyfile(keep, staged)
+        c = cmd(2, out, "--schedule", "static", "--test-slow-rank", "0:20", "--flush-interval",
+                "0.05")
+        pr = subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              errors="backslashreplace", env=cluster.mpi_env())
+        t0 = time.time()
+        while cluster.chunks_journaled(out) < 2000 and time.time() - t0 < 60:
+            time.sleep(0.02)
+        if how == "truncated":  # a tenth left: HDF5 reads zeros past the end
+            os.truncate(staged, os.path.getsize(staged) // 10)
+        else:
+            os.rename(other, staged)
+        so, se = pr.communicate(timeout=300)
+        wait_ranks_gone(out)
+        print(f"input {how} mid-run: exit {pr.returncode}\n{lines(se)}")
+        want = "its size changed" if how == "truncated" else "another file was put in its place"
+        if pr.returncode == 0 or "the input changed under the run" not in se or want not in se \
+                or staged not in se:
+            fail(f"input {how}: the run must stop naming the file and the change ('{want}')")
+        if "not_jpeg" in se or "read error" in se:
+            fail(f"input {how}: images were charged with the storage's fault")
+        if how == "replaced":
+            os.rename(staged, other)
+        shutil.copyfile(keep, staged)
+        p = run(cmd(3, out, "--resume"))
+        if p.returncode != 0:
+            fail(f"input {how}, restored: --resume exited {p.returncode}: {lines(p.stderr)}")
+        same_files(ref, out)
+    # memory: a record of 3 GiB (an unallocated chunked dataset: no disk) under a 2.5 GB
+    # address-space limit; without the limit the record is read, and is an image's not_jpeg
+    huge = os.path.join(a.dir, "faults_huge.h5")
+    with h5py.File(keep, "r") as g:
+        off, data, ids = g["/images/offsets"][:41], g["/images/data"][:], g["/images/ids"][:40]
+    with h5py.File(huge, "w") as f:
+        total = int(off[40]) + (3 << 30)
+        d = f.create_dataset("/images/data", shape=(total,), dtype=np.uint8, chunks=(1 << 20,))
+        d[:off[40]] = data[:off[40]]
+        f["/images/offsets"] = np.concatenate([off[:41], [total]]).astype(np.uint64)
+        f.create_dataset("/images/ids", data=list(ids) + [b"huge"], dtype=h5py.string_dtype())
+    out = os.path.join(a.dir, "faults_huge_out.h5")
+    clean(out)
+    c = [a.shardinfer, "run", "--model", tiny, "--input", huge, "--output", out, "--batch", "4",
+         "--chunk", "8", "--quiet"]
+    limit = 2_500_000_000
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    p = subprocess.run(c, capture_output=True, text=True, errors="backslashreplace", timeout=300,
+                       env=dict(cluster.mpi_env(), OMP_NUM_THREADS="1"), preexec_fn=cap)
+    print(f"out of memory reading a 3 GiB record: exit {p.returncode}\n{lines(p.stderr)}")
+    if p.returncode == 0 or "out of memory reading images 40..40" not in p.stderr:
+        fail("running out of memory while reading must stop the run, naming it")
+    if "read error" in p.stderr:
+        fail("the image was charged with the machine's fault")
+    for f in (huge, keep, other):
+        if os.path.exists(f):
+            os.remove(f)
+    print("storage: OK: a truncated or replaced input and exhausted memory stop the run naming "
+          "them; after the fix --resume gives the uninterrupted file")
+
+
 def chaos(a):
     rng = random.Random(a.seed)
     pixels = os.path.join(a.dir, "pixels.onnx")
@@ -345,9 +442,9 @@ def main():
     ap.add_argument("--e2e-dir", required=True)
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--seed", type=int, default=15)
-    ap.add_argument("cmd", choices=["disk-full", "final-step", "chaos"])
+    ap.add_argument("cmd", choices=["disk-full", "final-step", "storage", "chaos"])
     a = ap.parse_args()
-    {"disk-full": disk_full, "final-step": final_step, "chaos": chaos}[a.cmd](a)
+    {"disk-full": disk_full, "final-step": final_step, "storage": storage, "chaos": chaos}[a.cmd](a)
 
 
 if __name__ == "__main__":

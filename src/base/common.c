@@ -28,6 +28,7 @@ const char *si_status_name(si_status s) {
     case SI_ERR_LIMIT: return "too many failed images";
     case SI_ERR_INTERRUPTED: return "interrupted";
     case SI_ERR_INTERNAL: return "internal error";
+    case SI_ERR_FAULT: return "storage or machine fault";
     }
     return "unknown";
 }

@@ -25,7 +25,9 @@ typedef enum {
     SI_ERR_VERIFY,      /* a consistency check of results failed */
     SI_ERR_LIMIT,       /* more images failed than --max-errors allows */
     SI_ERR_INTERRUPTED, /* a signal stopped the run before every image was done */
-    SI_ERR_INTERNAL     /* library call failed unexpectedly */
+    SI_ERR_INTERNAL,    /* library call failed unexpectedly */
+    SI_ERR_FAULT        /* a fault of the storage or the machine (an input file changed while
+                           read, memory exhausted): never an image's status; the run stops */
 } si_status;
 
 /* Per-image outcome, stored in the output's /status. Values are part of the file format. */

@@ -221,7 +221,7 @@ static si_status service(si_pipe *R) {
 
 typedef bool (*ready_fn)(const si_pipe *R);
 static bool have_read(const si_pipe *R) {
-    return R->r_filled > 0 || R->reader_done;
+    return R->r_filled > 0 || R->reader_done || R->fault;
 }
 static bool have_chunk(const si_pipe *R) {
     return R->n_free > 0;
@@ -397,7 +397,10 @@ static si_status batch_loop(si_pipe *R, feed *F) {
         if (st != SI_OK) return st;
         pipe_lock(R);
         bool end = R->r_filled == 0;
+        si_status fault = R->fault;
         pipe_unlock(R);
+        if (fault) /* the chunk being read never finishes: nothing of it is journaled */
+            return si_error(fault, "%s", R->fault_msg);
         if (end) return SI_OK;
         const si_read_slot *sl = &R->rs[F->k % READ_SLOTS];
         if (sl->chunk_start && (st = start_chunk(R, F, sl)) != SI_OK) return st;

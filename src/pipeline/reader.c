@@ -1,5 +1,6 @@
 /* The pipeline's reader thread: one hyperslab read per batch into a ring of READ_SLOTS slots,
  * ahead of the main thread's decode, from the chunks the main thread claims for it. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,10 +26,12 @@ void si_reader_free(si_pipe *R) {
 }
 
 /* Reads a batch; if the one large read fails, reads image by image so that one bad record
- * costs only itself. */
-static void read_batch(si_source *set, uint64_t b0, uint32_t n, si_bytes *buf, uint64_t *off,
-                       int32_t *status, char (*msg)[SI_MSG_LEN], si_bytes *one) {
-    if (si_source_read(set, b0, n, buf, off) == SI_OK) return;
+ * costs only itself. SI_ERR_FAULT (message set) for a fault of the storage or the machine,
+ * which no image is charged with. */
+static si_status read_batch(si_source *set, uint64_t b0, uint32_t n, si_bytes *buf, uint64_t *off,
+                            int32_t *status, char (*msg)[SI_MSG_LEN], si_bytes *one) {
+    si_status st = si_source_read(set, b0, n, buf, off);
+    if (st == SI_OK || st == SI_ERR_FAULT) return st;
     si_log_warn("%s: batch read of images %llu..%llu failed (%s); reading them one by one",
                 si_source_spec(set), (unsigned long long)b0, (unsigned long long)(b0 + n - 1),
                 si_error_msg());
@@ -37,8 +40,15 @@ static void read_batch(si_source *set, uint64_t b0, uint32_t n, si_bytes *buf, u
     for (uint32_t j = 0; j < n; j++) {
         uint64_t o[2];
         off[j + 1] = off[j];
-        if (si_source_read(set, b0 + j, 1, one, o) != SI_OK ||
-            si_bytes_reserve(buf, off[j] + (o[1] - o[0])) != SI_OK) {
+        st = si_source_read(set, b0 + j, 1, one, o);
+        if (st == SI_ERR_FAULT) return st;
+        if (st == SI_OK && si_bytes_reserve(buf, off[j] + (o[1] - o[0])) != SI_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", si_error_msg());
+            return si_error(SI_ERR_FAULT, "out of memory reading image %llu: %s",
+                            (unsigned long long)(b0 + j), why);
+        }
+        if (st != SI_OK) {
             status[j] = SI_IMG_READ_ERROR;
             snprintf(msg[j], SI_MSG_LEN, "read error: %s", si_error_msg());
             si_log_error("image %llu: %s", (unsigned long long)(b0 + j), msg[j]);
@@ -47,6 +57,7 @@ static void read_batch(si_source *set, uint64_t b0, uint32_t n, si_bytes *buf, u
         memcpy(buf->data + off[j], one->data + o[0], o[1] - o[0]);
         off[j + 1] = off[j] + (o[1] - o[0]);
     }
+    return SI_OK;
 }
 
 /* The next claimed chunk into *chunk; false when the claims are closed and taken, or at abort. */
@@ -84,8 +95,17 @@ static bool read_chunk(si_pipe *R, uint64_t chunk, uint64_t *k, si_bytes *one) {
         for (uint32_t j = 0; j < sl->n; j++) sl->status[j] = SI_IMG_OK;
         si_trace_push("read");
         double t = si_now();
-        read_batch(R->set, sl->first, sl->n, &sl->buf, sl->off, sl->status, sl->msg, one);
+        si_status st =
+            read_batch(R->set, sl->first, sl->n, &sl->buf, sl->off, sl->status, sl->msg, one);
         si_trace_pop();
+        if (st != SI_OK) { /* the main thread stops the run; this batch is never handed on */
+            pipe_lock(R);
+            R->fault = st;
+            snprintf(R->fault_msg, sizeof R->fault_msg, "%s", si_error_msg());
+            pipe_signal(R);
+            pipe_unlock(R);
+            return false;
+        }
         double t1 = si_now();
         si_timeline_add(R->cfg->timeline, SI_TL_READ, (int64_t)*k, t, t1);
         done += sl->n;

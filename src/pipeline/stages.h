@@ -59,6 +59,10 @@ typedef struct {
     si_chunk *free_c[CHUNK_SLOTS], *done_c[CHUNK_SLOTS];
     int n_free, d_head, d_count;
     bool abort; /* the main thread gave up: the threads leave */
+    /* a fault of the storage or the machine met by the reader (SI_ERR_FAULT), and its message:
+     * the run stops with it */
+    si_status fault;
+    char fault_msg[1024];
     /* the post pool's buffers */
     uint8_t *scratch;   /* [post_threads * scratch_bytes] */
     si_detection *dets; /* [B * max_dets] */
