@@ -12,6 +12,8 @@ extern "C" {
 
 /* Number of usable devices; 0 when there is no driver or no device (never an error). */
 int si_cuda_device_count(void);
+/* The same, and with none, why not (the CUDA runtime's reason, CUDA_VISIBLE_DEVICES) in why. */
+int si_cuda_device_probe(char *why, size_t cap);
 /* A one-line description of device `dev` (name, memory, compute capability) into buf. */
 si_status si_cuda_device_info(int dev, char *buf, size_t cap);
 

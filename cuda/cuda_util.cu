@@ -14,6 +14,20 @@ extern "C" int si_cuda_device_count(void) {
     return n;
 }
 
+extern "C" int si_cuda_device_probe(char *why, size_t cap) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        n = 0;
+    }
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (n == 0)
+        snprintf(why, cap, "%s%s%s%s", e != cudaSuccess ? cudaGetErrorString(e) : "no device",
+                 vis ? ", CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", "");
+    return n;
+}
+
 extern "C" si_status si_cuda_device_info(int dev, char *buf, size_t cap) {
     cudaDeviceProp p;
     cudaCheck(cudaGetDeviceProperties(&p, dev));

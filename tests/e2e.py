@@ -238,6 +238,27 @@ def bad_inputs(a):
     failures += not good
     if os.path.exists(out):
         os.remove(out)
+    # --backend auto, the default: the GPU when every rank sees one, the CPU otherwise, said in
+    # the first info line with the reason; CUDA-only options under an auto that chose the CPU
+    # are refused naming why (issue 16, item 7)
+    want = "backend cuda (auto: every rank sees a CUDA device)" if cuda_devices() else \
+        "backend cpu (auto: "
+    p = sh(run(tiny, sset, out, ["--overwrite"]), expect_rc=None, timeout=120)
+    good = p.returncode == 0 and want in p.stderr
+    print(f"{'ok  ' if good else 'FAIL'} --backend auto: rc={p.returncode} "
+          f"{[l for l in p.stderr.splitlines() if 'backend' in l][:1]}")
+    failures += not good
+    if os.path.exists(out):
+        os.remove(out)
+    if not cuda_devices():
+        p = sh(run(tiny, sset, out, ["--precision", "fp16"]), expect_rc=None, timeout=60)
+        good = p.returncode == 2 and "--backend auto chose cpu" in p.stderr
+        print(f"{'ok  ' if good else 'FAIL'} cuda options, auto chose cpu: rc={p.returncode}")
+        failures += not good
+    p = sh(run(tiny, sset, out, ["--backend", "gpu"]), expect_rc=None, timeout=60)
+    good = p.returncode == 2 and "--backend 'gpu'" in p.stderr
+    print(f"{'ok  ' if good else 'FAIL'} --backend gpu (no such backend): rc={p.returncode}")
+    failures += not good
     # --max-errors: the set has 2 failing images of 23
     for limit, rc in (("1", 5), ("2", 0), ("5%", 5), ("10%", 0)):
         p = sh(run(tiny, sset, out, ["--max-errors", limit, "--overwrite"]), expect_rc=None,
@@ -250,7 +271,7 @@ def bad_inputs(a):
             os.remove(out)
     if failures:
         sys.exit(f"FAIL: {failures} bad-input cases misbehaved")
-    print(f"bad-inputs: OK: {len(cases) + 6} cases")
+    print(f"bad-inputs: OK: {len(cases) + 9} cases")
 
 
 def hostile(a):

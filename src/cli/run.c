@@ -9,6 +9,10 @@
 #include <string.h>
 
 #include "job/job.h"
+#include "mpi/ranks.h"
+#ifdef SI_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 static const char run_usage[] =
     "usage: [mpirun -np R] shardinfer run --model M.onnx --input SET --output RESULT.h5\n"
@@ -52,9 +56,12 @@ static const char run_usage[] =
     "  --progress-interval S  seconds between progress lines (default 5)\n"
     "  --max-errors N|F%  fail the run (exit 5) when more than N images, or F percent of them,\n"
     "                     fail; the result is still written (default: no limit)\n"
-    "  --backend NAME     cpu (default) or cuda: one GPU per rank, chosen by the node-local\n"
-    "                     rank (SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, or MPI's shared-memory\n"
-    "                     communicator) among the devices CUDA_VISIBLE_DEVICES leaves visible\n"
+    "  --backend NAME     auto (default: cuda when every rank sees a CUDA device, else cpu; the\n"
+    "                     first info line says which and why), cpu, or cuda: one GPU per rank,\n"
+    "                     chosen by the node-local rank (SLURM_LOCALID, "
+    "OMPI_COMM_WORLD_LOCAL_RANK,\n"
+    "                     or MPI's shared-memory communicator) among the devices\n"
+    "                     CUDA_VISIBLE_DEVICES leaves visible\n"
     "  --precision P      fp16 (cuda default), bf16 or fp32 (the cpu runs fp32)\n"
     "  --slots S          cuda: batches in flight, each with its stream and buffers (default 3)\n"
     "  --workspace MB     cuda: cuDNN/cuBLASLt workspace per slot (default 256)\n"
@@ -75,6 +82,7 @@ static const char run_usage[] =
  * (resolved once every option is read). */
 typedef struct {
     si_job_config job;
+    const si_mpi *m;
     const char *precision;
     int resize_on; /* -1: the default, 0: cpu, 1: gpu */
 } run_args;
@@ -420,21 +428,61 @@ static const char *opt_cuda(int c, const char *arg, run_args *a, char *buf, size
 typedef const char *(*opt_fn)(int c, const char *arg, run_args *a, char *buf, size_t cap);
 static const opt_fn opt_groups[] = {opt_plain, opt_input, opt_post, opt_running, opt_cuda};
 
+/* --backend auto: cuda when every rank sees a CUDA device, the CPU otherwise (one choice for
+ * the whole job: collective), with why in j->backend_why. */
+static void resolve_auto(run_args *a) {
+    si_job_config *j = &a->job;
+#ifndef SI_HAVE_CUDA
+    j->backend = "cpu";
+    snprintf(j->backend_why, sizeof j->backend_why, "auto: this build has no CUDA");
+#else
+    char why[200] = "";
+    struct {
+        int seen, rank;
+    } mine = {si_cuda_device_probe(why, sizeof why) > 0, a->m->rank}, least;
+    mpiCheck(MPI_Allreduce(&mine, &least, 1, MPI_2INT, MPI_MINLOC, a->m->comm));
+    j->backend = least.seen ? "cuda" : "cpu";
+    if (least.seen)
+        snprintf(j->backend_why, sizeof j->backend_why, "auto: every rank sees a CUDA device");
+    else if (a->m->size > 1)
+        snprintf(j->backend_why, sizeof j->backend_why, "auto: rank %d sees no CUDA device%s%s",
+                 least.rank, least.rank == a->m->rank && why[0] ? ": " : "",
+                 least.rank == a->m->rank ? why : "");
+    else
+        snprintf(j->backend_why, sizeof j->backend_why, "auto: no CUDA device: %s", why);
+#endif
+}
+
 /* The backend and what depends on it: the precision's default, the CUDA-only options, where
  * the resize runs. */
 static const char *check_backend(run_args *a, char *buf, size_t cap) {
     si_job_config *j = &a->job;
+    bool automatic = !strcmp(j->backend, "auto");
+    if (automatic) resolve_auto(a);
     bool cuda = !strcmp(j->backend, "cuda");
 #ifdef SI_HAVE_CUDA
     if (strcmp(j->backend, "cpu") && !cuda)
-        return usage_error(buf, cap, "--backend '%s': available backends: cpu, cuda", j->backend);
+        return usage_error(buf, cap, "--backend '%s': available backends: auto, cpu, cuda",
+                           j->backend);
 #else
     if (strcmp(j->backend, "cpu"))
         return usage_error(buf, cap,
                            "--backend '%s': this build has the cpu backend only (CUDA was not "
-                           "found when it was built)",
+                           "found when it was built); auto or cpu run here",
                            j->backend);
 #endif
+    if (automatic && !cuda &&
+        (a->precision || j->eo.slots || j->eo.workspace_bytes || j->eo.no_graphs ||
+         a->resize_on == 1 || j->pack_kb)) {
+        /* the CUDA-only options say the user meant a GPU: say why there is none */
+        if (!(a->precision && !strcmp(a->precision, "fp32"))) {
+            snprintf(buf, cap,
+                     "options for the cuda backend were given, but --backend auto chose cpu "
+                     "(%s); pass --backend cuda to insist or drop them",
+                     j->backend_why);
+            return buf;
+        }
+    }
     j->eo.precision = a->precision ? si_precision_parse(a->precision)
                       : cuda       ? SI_PREC_FP16
                                    : SI_PREC_FP32;
@@ -488,7 +536,8 @@ int si_cli_run(int argc, char **argv) {
     si_mpi m;
     double t_start = si_now();
     si_mpi_init(&argc, &argv, &m);
-    run_args a = {.job = si_job_config_default(), .resize_on = -1};
+    run_args a = {.job = si_job_config_default(), .m = &m, .resize_on = -1};
+    a.job.backend = "auto"; /* the library's default is the CPU; the command's is the GPU if any */
     char buf[512];
     const char *problem = parse_run(argc, argv, &a, buf, sizeof buf);
     if (problem) {

@@ -358,11 +358,13 @@ static void log_start(const si_job_state *J) {
     int size = J->m->size, threads = J->threads;
     if (J->m->rank == 0)
         si_log_info("%llu images from %s on %d rank%s, batch %d, chunks of %u (%s), input %dx%d "
-                    "(resize %d), post %s, %d thread%s + %d post per rank%s",
+                    "(resize %d), post %s, backend %s%s%s%s, %d thread%s + %d post per rank%s",
                     (unsigned long long)J->n, cfg->input, size, size > 1 ? "s" : "", pc->batch,
                     J->chunk, cfg->schedule == SI_SCHED_STATIC ? "static" : "dynamic",
-                    pc->pre.crop_h, pc->pre.crop_w, pc->pre.resize, J->post_params, threads,
-                    threads > 1 ? "s" : "", pc->post_threads, J->done_before ? " (resuming)" : "");
+                    pc->pre.crop_h, pc->pre.crop_w, pc->pre.resize, J->post_params, cfg->backend,
+                    cfg->backend_why[0] ? " (" : "", cfg->backend_why,
+                    cfg->backend_why[0] ? ")" : "", threads, threads > 1 ? "s" : "",
+                    pc->post_threads, J->done_before ? " (resuming)" : "");
 }
 
 static int exit_code(si_status st) {

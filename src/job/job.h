@@ -22,6 +22,7 @@
 typedef struct {
     const char *model, *input, *output; /* paths; output is RESULT.h5 */
     const char *backend;                /* "cpu" or "cuda" */
+    char backend_why[256];              /* how --backend auto chose it; "" when named */
     /* batch, preprocessing, post, gpu_resize (the caller's choice: the CLI resolves --resize-on);
      * the job fills the plan, chunk, threads and timeline */
     si_pipeline_config pc;
