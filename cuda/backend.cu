@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/autotune.cuh"
 #include "cuda/backend_internal.cuh"
 #include "cuda/cuda.h"
 #include "cuda/resize.cuh"
@@ -218,6 +219,9 @@ static si_status init_nodes(si_engine *e, cuda_state *cs) {
     cs->conv = (conv_x *)si_xcalloc((size_t)g->n_nodes + 1, sizeof(conv_x));
     cs->gemm = (gemm_x *)si_xcalloc((size_t)g->n_nodes + 1, sizeof(gemm_x));
     algo_memo *memo = si_cuda_memo_new();
+    int dev = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    si_cuda_autotune_load(memo, e->opts.autotune_dir, dev, cs->plan.workspace);
     const char *dw_env = getenv("SI_CUDNN_DEPTHWISE"); // read once: the A/B switch
     cs->dw_cudnn = dw_env && *dw_env && strcmp(dw_env, "0") != 0;
     for (int j = 0; j < g->n_nodes && st == SI_OK; j++) {
@@ -229,6 +233,9 @@ static si_status init_nodes(si_engine *e, cuda_state *cs) {
         else if (op == SI_OP_MATMUL)
             st = si_cuda_matmul_init(e, cs, j);
     }
+    if (st == SI_OK) si_cuda_autotune_save(memo);
+    e->mem.convs_tuned = memo->asked;
+    e->mem.convs_cached = memo->hits;
     si_cuda_memo_free(memo);
     return st;
 }

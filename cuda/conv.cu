@@ -5,25 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/autotune.cuh"
 #include "cuda/backend_internal.cuh"
 #include "cuda/dwconv.cuh"
-
-// cuDNN's choice per conv shape: the key is what the descriptors are made of (the shape, the
-// type and the padded channels); the math type is part of the choice
-typedef struct {
-    si_conv_shape s;
-    int t, cpad;
-    cudnnConvolutionFwdAlgo_t algo;
-    cudnnMathType_t math;
-    size_t ws;
-    float ms;
-} memo_entry;
-
-#define MEMO_CAP 512
-struct algo_memo {
-    memo_entry e[MEMO_CAP];
-    int n;
-};
 
 algo_memo *si_cuda_memo_new(void) {
     return (algo_memo *)si_xcalloc(1, sizeof(algo_memo));
@@ -144,12 +128,14 @@ static si_status conv_descriptors(cuda_state *cs, conv_x *c, const si_conv_shape
 }
 
 // A choice made earlier for the same descriptors: taken over (math type included); *hit says so.
-static si_status memo_find(cuda_state *cs, conv_x *c, const si_conv_shape *s, const algo_memo *memo,
+static si_status memo_find(cuda_state *cs, conv_x *c, const si_conv_shape *s, algo_memo *memo,
                            bool *hit) {
     *hit = false;
+    memo->asked++;
     for (int k = 0; k < memo->n; k++) {
         const memo_entry *m = &memo->e[k];
         if (!memcmp(&m->s, s, sizeof *s) && m->t == cs->t && m->cpad == c->cpad) {
+            if (k < memo->loaded) memo->hits++;
             c->algo = m->algo;
             c->ws = m->ws;
             c->ms = m->ms;

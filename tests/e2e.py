@@ -21,6 +21,7 @@ Usage: e2e.py --shardinfer BIN --dir WORK SUBCOMMAND [...]
 
 import argparse
 import glob
+import re
 import os
 import shutil
 import subprocess
@@ -517,6 +518,62 @@ def thread_counts(a):
     print("thread-counts: OK: bit for bit across threads and ranks")
 
 
+def autotune(a):
+    """The autotune cache (issue 16, item 6): a cold start times the convolutions and writes the
+    cache, a warm one takes every choice from it and gives the same file bit for bit, a damaged
+    cache is said, ignored and rewritten, and `off` writes nothing."""
+    import h5py
+    import numpy as np
+    if not cuda_devices():
+        print("SKIP: no CUDA device")
+        sys.exit(77)
+    cache = os.path.join(a.dir, "autotune_cache")
+    shutil.rmtree(cache, ignore_errors=True)
+    sset = os.path.join(a.dir, "set.h5")
+
+    def go(tag, cache_arg):
+        out = os.path.join(a.dir, f"autotune_{tag}.h5")
+        p = sh([a.shardinfer, "run", "--backend", "cuda", "--model", a.model, "--input", sset,
+                "--output", out, "--overwrite", "--post", "raw", "--batch", "8",
+                "--autotune-cache", cache_arg])
+        m = re.search(r"(\d+) of (\d+) convolutions' algorithms from the autotune cache", p.stderr)
+        if not m:
+            sys.exit(f"FAIL: {tag}: the engine line does not say what the cache gave")
+        with h5py.File(out, "r") as f:  # --post raw: the model's one output under /raw
+            logits = f["raw"][list(f["raw"])[0]][:]
+        print(f"{tag}: {m.group(1)} of {m.group(2)} from the cache")
+        return int(m.group(1)), int(m.group(2)), logits, p.stderr
+    hit, total, cold, _ = go("cold", cache)
+    files = os.listdir(cache) if os.path.isdir(cache) else []
+    if hit != 0 or total == 0 or len(files) != 1:
+        sys.exit(f"FAIL: a cold start must time every conv and write one file: {hit}/{total} "
+                 f"{files}")
+    hit, total2, warm, _ = go("warm", cache)
+    if hit != total or total2 != total or not np.array_equal(cold, warm, equal_nan=True):
+        sys.exit(f"FAIL: a warm start must take all {total} choices and give the same logits")
+    path = os.path.join(cache, files[0])
+    with open(path, "r+b") as f:  # damage an entry
+        f.seek(400)
+        b = f.read(1)
+        f.seek(400)
+        f.write(bytes([b[0] ^ 0xFF]))
+    hit, _, again, err = go("damaged", cache)
+    ok = np.isfinite(cold)
+    rel = np.abs(again[ok] - cold[ok]).max() / max(np.abs(cold[ok]).max(), 1e-30)
+    said = [line for line in err.splitlines() if "autotune cache" in line and "damaged" in line]
+    print(f"damaged: said {said[:1]}, max|diff|/max|ref| vs the cold run {rel:.3g}")
+    if hit != 0 or not said or rel > 1e-2:  # another algorithm may be timed fastest: FP16's bound
+        sys.exit("FAIL: a damaged cache must be said, ignored and rewritten")
+    hit, _, _, _ = go("rewritten", cache)
+    if hit != total:
+        sys.exit("FAIL: the damaged cache was not rewritten")
+    before = sorted(os.listdir(cache))
+    hit, _, _, _ = go("off", "off")
+    if hit != 0 or sorted(os.listdir(cache)) != before:
+        sys.exit("FAIL: --autotune-cache off must neither read nor write")
+    print(f"autotune: OK: {total} convolutions; warm start bit for bit; damage detected")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shardinfer", required=True)
@@ -540,11 +597,13 @@ def main():
     sub.add_parser("output-lock")
     tc = sub.add_parser("thread-counts")
     tc.add_argument("--model", required=True)
+    at = sub.add_parser("autotune")
+    at.add_argument("--model", required=True)
     a = ap.parse_args()
     {"prepare": prepare, "run": run, "compare": compare, "demo": demo,
      "bad-inputs": bad_inputs, "hostile": hostile, "layouts": layouts,
      "gpu-resize": gpu_resize, "odd-ids": odd_ids, "output-lock": output_lock,
-     "thread-counts": thread_counts}[a.cmd](a)
+     "thread-counts": thread_counts, "autotune": autotune}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,9 @@ static const char run_usage[] =
     "                     GPU, cpu resizes in the decode threads; identical crops either way\n"
     "  --pack-kb K        cuda, --resize-on gpu: KiB per image of the slots' buffers of decoded\n"
     "                     images (default 9 * resize^2 bytes); larger ones are resized on the CPU\n"
+    "  --autotune-cache D cuda: keep the convolutions' timed algorithm choices in folder D (one\n"
+    "                     file per GPU model, cuDNN version and workspace; default\n"
+    "                     $XDG_CACHE_HOME/shardinfer/autotune or ~/.cache/...), or off\n"
     "  --timeline FILE    write when each stage worked on each batch, as CSV rows\n"
     "                     rank,stage,batch,t0,t1 (seconds from the pipeline's start; with\n"
     "                     several ranks, rank R writes FILE.rankR); bench/plot_perf.py draws it\n"
@@ -128,6 +131,7 @@ enum {
     O_NOGRAPHS,
     O_RESIZEON,
     O_PACKKB,
+    O_AUTOTUNE,
     O_TIMELINE,
     O_EMBEDDTYPE
 };
@@ -177,6 +181,7 @@ static const struct option run_opts[] = {{"model", required_argument, 0, 'm'},
                                          {"no-graphs", no_argument, 0, O_NOGRAPHS},
                                          {"resize-on", required_argument, 0, O_RESIZEON},
                                          {"pack-kb", required_argument, 0, O_PACKKB},
+                                         {"autotune-cache", required_argument, 0, O_AUTOTUNE},
                                          {"timeline", required_argument, 0, O_TIMELINE},
                                          {"embed-dtype", required_argument, 0, O_EMBEDDTYPE},
                                          {0, 0, 0, 0}};
@@ -415,6 +420,10 @@ static const char *opt_cuda(int c, const char *arg, run_args *a, char *buf, size
         if (strcmp(arg, "cpu") && strcmp(arg, "gpu"))
             return usage_error(buf, cap, "--resize-on '%s': expected cpu or gpu", arg);
         a->resize_on = !strcmp(arg, "gpu");
+        return NULL;
+    case O_AUTOTUNE:
+        if (!*arg) return "--autotune-cache: expected a folder, or off";
+        eo->autotune_dir = arg;
         return NULL;
     case O_PACKKB:
         if (!si_parse_int(arg, 1, 1 << 20, &v))

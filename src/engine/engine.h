@@ -19,15 +19,17 @@ const char *si_precision_name(int p);
 int si_precision_parse(const char *s);
 
 typedef struct {
-    int precision;          /* si_precision; the CPU backend runs FP32 only */
-    int slots;              /* GPU: batches in flight, each with its stream and buffers (0: 3) */
-    size_t workspace_bytes; /* GPU: cuDNN/cuBLASLt workspace per slot (0: 256 MiB) */
-    bool pixels;            /* input 0 arrives as (B, H, W, 3) uint8 through the slots */
-    float mean[3], std[3];  /* with pixels: normalisation, (x/255 - mean) / std */
-    bool no_graphs;         /* GPU: launch op by op instead of replaying a CUDA Graph */
-    size_t pack_per_image;  /* GPU with pixels: > 0 gives each slot a packed buffer of decoded
-                               images (max_batch * this many bytes) that the GPU resizes */
-    bool verbose;           /* GPU: print each conv's algorithm choice */
+    int precision;            /* si_precision; the CPU backend runs FP32 only */
+    int slots;                /* GPU: batches in flight, each with its stream and buffers (0: 3) */
+    size_t workspace_bytes;   /* GPU: cuDNN/cuBLASLt workspace per slot (0: 256 MiB) */
+    bool pixels;              /* input 0 arrives as (B, H, W, 3) uint8 through the slots */
+    float mean[3], std[3];    /* with pixels: normalisation, (x/255 - mean) / std */
+    bool no_graphs;           /* GPU: launch op by op instead of replaying a CUDA Graph */
+    size_t pack_per_image;    /* GPU with pixels: > 0 gives each slot a packed buffer of decoded
+                                 images (max_batch * this many bytes) that the GPU resizes */
+    bool verbose;             /* GPU: print each conv's algorithm choice */
+    const char *autotune_dir; /* GPU: the autotune cache's folder (cuda/autotune.cuh); NULL: the
+                                 default under $XDG_CACHE_HOME or ~/.cache; "off": none */
 } si_engine_opts;
 
 /* What a GPU backend allocated, in bytes (zeros on the CPU). */
@@ -37,6 +39,7 @@ typedef struct {
     size_t device_total;
     size_t device_used_after_init; /* cudaMemGetInfo: the whole process on the device */
     double init_seconds;           /* planning, uploads, algorithm search, capture, warm-up */
+    int convs_tuned, convs_cached; /* cuDNN convs set up, and those the autotune cache answered */
 } si_engine_memory;
 
 typedef struct {

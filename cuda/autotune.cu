@@ -1,0 +1,119 @@
+// The autotune cache's file (autotune.cuh). Layout: "SIAT0001", u32 sizeof(memo_entry), u32 n,
+// char[256] the GPU's name, i32 compute capability, i32 cuDNN version, u64 workspace, n entries,
+// u32 CRC-32 of all that precedes it.
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "cuda/autotune.cuh"
+
+#define AT_MAGIC "SIAT0001"
+
+typedef struct {
+    char magic[8];
+    uint32_t entry_bytes, n;
+    char gpu[256];
+    int32_t cc, cudnn;
+    uint64_t workspace;
+} at_header;
+
+// The header this process would write: what a file must match to be used.
+static void own_header(at_header *h, int device, size_t workspace) {
+    memset(h, 0, sizeof *h);
+    memcpy(h->magic, AT_MAGIC, 8);
+    h->entry_bytes = (uint32_t)sizeof(memo_entry);
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, device) == cudaSuccess) {
+        snprintf(h->gpu, sizeof h->gpu, "%s", p.name);
+        h->cc = p.major * 10 + p.minor;
+    }
+    h->cudnn = (int32_t)cudnnGetVersion();
+    h->workspace = workspace;
+}
+
+static bool mkdirs(const char *dir) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1; *s; s++)
+        if (*s == '/') {
+            *s = 0;
+            if (mkdir(p, 0755) != 0 && errno != EEXIST) return false;
+            *s = '/';
+        }
+    return mkdir(p, 0755) == 0 || errno == EEXIST;
+}
+
+void si_cuda_autotune_load(algo_memo *m, const char *dir, int device, size_t workspace) {
+    m->path[0] = 0;
+    m->device = device;
+    m->workspace = workspace;
+    char base[768];
+    if (dir && !strcmp(dir, "off")) return;
+    if (dir)
+        snprintf(base, sizeof base, "%s", dir);
+    else if (getenv("XDG_CACHE_HOME") && *getenv("XDG_CACHE_HOME"))
+        snprintf(base, sizeof base, "%s/shardinfer/autotune", getenv("XDG_CACHE_HOME"));
+    else if (getenv("HOME") && *getenv("HOME"))
+        snprintf(base, sizeof base, "%s/.cache/shardinfer/autotune", getenv("HOME"));
+    else
+        return;
+    at_header h;
+    own_header(&h, device, workspace);
+    char gpu[64]; // the name made a file name: "NVIDIA H100 80GB HBM3" -> "NVIDIA-H100-80GB-HBM3"
+    size_t k = 0;
+    for (const char *c = h.gpu; *c && k + 1 < sizeof gpu; c++)
+        gpu[k++] = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')
+                       ? *c
+                       : '-';
+    gpu[k] = 0;
+    snprintf(m->path, sizeof m->path, "%s/conv-%s-sm%d-cudnn%d-ws%lluM.bin", base, gpu, h.cc,
+             h.cudnn, (unsigned long long)(workspace >> 20));
+    FILE *f = fopen(m->path, "rb");
+    if (!f) return;
+    at_header fh;
+    bool ok = fread(&fh, sizeof fh, 1, f) == 1 && !memcmp(&fh, &h, offsetof(at_header, n)) &&
+              !memcmp(fh.gpu, h.gpu, sizeof h.gpu) && fh.cc == h.cc && fh.cudnn == h.cudnn &&
+              fh.workspace == h.workspace && fh.n <= MEMO_CAP;
+    uint32_t crc = 0, want = 0;
+    if (ok) {
+        ok = fread(m->e, sizeof(memo_entry), fh.n, f) == fh.n && fread(&want, 4, 1, f) == 1;
+        crc = (uint32_t)crc32(crc32(0, (const Bytef *)&fh, sizeof fh), (const Bytef *)m->e,
+                              (uInt)(sizeof(memo_entry) * fh.n));
+    }
+    fclose(f);
+    if (ok && crc == want) {
+        m->n = m->loaded = (int)fh.n;
+    } else {
+        m->n = m->loaded = 0;
+        si_log_warn("autotune cache %s: damaged or from another build; timing again and "
+                    "rewriting it",
+                    m->path);
+    }
+}
+
+void si_cuda_autotune_save(const algo_memo *m) {
+    if (!m->path[0] || m->n == m->loaded) return;
+    char dir[1024], tmp[1100];
+    snprintf(dir, sizeof dir, "%s", m->path);
+    *strrchr(dir, '/') = 0;
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", m->path, (int)getpid());
+    at_header h;
+    own_header(&h, m->device, m->workspace);
+    h.n = (uint32_t)m->n;
+    uint32_t crc = (uint32_t)crc32(crc32(0, (const Bytef *)&h, sizeof h), (const Bytef *)m->e,
+                                   (uInt)(sizeof(memo_entry) * (size_t)m->n));
+    FILE *f = mkdirs(dir) ? fopen(tmp, "wb") : NULL;
+    bool ok = f && fwrite(&h, sizeof h, 1, f) == 1 &&
+              fwrite(m->e, sizeof(memo_entry), (size_t)m->n, f) == (size_t)m->n &&
+              fwrite(&crc, 4, 1, f) == 1;
+    if (f && fclose(f) != 0) ok = false;
+    if (ok && rename(tmp, m->path) == 0) return;
+    si_log_warn("autotune cache %s: cannot write it (%s); the next start times again", m->path,
+                strerror(errno));
+    unlink(tmp);
+}

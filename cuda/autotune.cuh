@@ -1,0 +1,41 @@
+// The convolution algorithms chosen at init, remembered within one init (the same conv shape is
+// timed once) and across runs in the autotune cache: one file per (GPU, cuDNN version, workspace
+// size) under --autotune-cache DIR, holding every shape ever timed there, whatever the model.
+// A warm cache skips cuDNN's Find and the retiming (most of a start's second) and makes the
+// choice the same from run to run.
+#ifndef SI_CUDA_AUTOTUNE_CUH
+#define SI_CUDA_AUTOTUNE_CUH
+
+#include <cudnn.h>
+
+#include "cuda/backend_internal.cuh"
+
+typedef struct {
+    si_conv_shape s;
+    int t, cpad; // the activation type and the padded channels: what the descriptors are made of
+    cudnnConvolutionFwdAlgo_t algo;
+    cudnnMathType_t math;
+    size_t ws;
+    float ms;
+} memo_entry;
+
+#define MEMO_CAP 4096
+struct algo_memo {
+    memo_entry e[MEMO_CAP];
+    int n, loaded;   // loaded: the first `loaded` came from the cache file
+    int asked, hits; // convs of this init that cuDNN runs, and those the cache file answered
+    int device;
+    size_t workspace;
+    char path[1024]; // the cache file; "" when there is none
+};
+
+// The cache file of this device, cuDNN and workspace under dir (NULL: $XDG_CACHE_HOME or
+// ~/.cache, then shardinfer/autotune; "off": none) into m->path, and its entries into m. A file
+// that is missing, damaged or made by another build is ignored (and rewritten by save).
+void si_cuda_autotune_load(algo_memo *m, const char *dir, int device, size_t workspace);
+// When this init timed shapes the file lacked: the whole memo written to the file atomically
+// (a private temporary, then rename), so ranks starting together never see a torn file. A
+// failure to write is a warning: the run goes on.
+void si_cuda_autotune_save(const algo_memo *m);
+
+#endif
