@@ -328,14 +328,23 @@ static si_status init_steps(si_engine *e, cuda_state *cs) {
     st = si_devplan_build(e->g, e->max_batch, si_gtype_size(cs->t), slots, e->opts.workspace_bytes,
                           e->opts.pixels, e->opts.pack_per_image, &cs->plan);
     if (st == SI_OK) st = check_nodes(e, cs);
+    double *step = e->mem.init_step, t = si_now();
+#define STEP(k) (step[k] = si_now() - t, t = si_now())
+    STEP(0);
     if (st == SI_OK) st = alloc_blocks(e, cs);
     if (st != SI_OK) return st;
+    STEP(1);
     cs->slots = (slot_x *)si_xcalloc((size_t)slots, sizeof(slot_x));
     e->n_slots = slots;
     for (int k = 0; k < slots && st == SI_OK; k++) st = slot_create(cs, k);
+    STEP(2);
     if (st == SI_OK) st = init_nodes(e, cs);
+    STEP(3);
     if (st == SI_OK) st = warm_up(e, cs);
+    STEP(4);
     if (st == SI_OK && !e->opts.no_graphs) st = capture_graphs(e, cs);
+    STEP(5);
+#undef STEP
     if (st != SI_OK) return st;
     return publish(e, cs, t0);
 }

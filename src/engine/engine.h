@@ -40,6 +40,9 @@ typedef struct {
     size_t device_used_after_init; /* cudaMemGetInfo: the whole process on the device */
     double init_seconds;           /* planning, uploads, algorithm search, capture, warm-up */
     int convs_tuned, convs_cached; /* cuDNN convs set up, and those the autotune cache answered */
+    /* GPU: init_seconds by step: plan, allocate, slots (streams, cuDNN handles), algorithms,
+     * warm-up, graph capture */
+    double init_step[6];
 } si_engine_memory;
 
 typedef struct {

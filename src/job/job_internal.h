@@ -9,12 +9,20 @@
 #include "mpi/gather.h"
 #include "mpi/pwrite.h"
 
+#include <pthread.h>
+
+/* The start-up's steps, timed for the "start-up" line: MPI and options (before the job), the
+ * model, the input and output, the GPU's context, the engine, the resume key's fingerprint and
+ * the result file. */
+#define SI_JOB_STEPS 6
+
 typedef struct {
     const si_job_config *cfg; /* borrowed */
     const si_mpi *m;          /* borrowed */
     si_pipeline_config pc;    /* cfg->pc completed: the model's norm, threads, chunk, timeline */
     si_engine_opts eo;        /* cfg->eo completed for the CUDA engine */
     double t_start;
+    double t_step[SI_JOB_STEPS]; /* seconds of each start-up step (si_job_run) */
     char host[256];
     int threads;
     si_graph *g; /* until the engine owns it */
@@ -24,6 +32,10 @@ typedef struct {
     uint32_t chunk;
     uint8_t *done; /* the done-chunks bitmap until the scheduler has it */
     char sha[65], pre[512], post_params[256];
+    pthread_t sha_thread; /* rank 0: the model's hash, beside the engine's set-up */
+    bool sha_running;
+    si_status sha_st;
+    char sha_err[512];
     char *key;
     si_result_meta meta;
     si_result *res;       /* rank 0 */
@@ -39,7 +51,7 @@ typedef struct {
     si_rank_stats mine;   /* this rank's, once the pipeline is done */
     bool stop_seen, flushed_on_signal;
     bool complete; /* --resume of a whole result: nothing to do */
-    int gpu; /* --backend cuda: this rank's device */
+    int gpu;       /* --backend cuda: this rank's device */
 } si_job_state;
 
 /* stream.c: the streaming phase. Runs this rank's pipeline, writes the timeline, then drains:

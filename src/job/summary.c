@@ -110,9 +110,13 @@ si_status si_job_finish(si_job_state *J) {
     bool complete = si_result_chunks_done(J->res) == si_result_chunks(J->res);
     uint64_t images_done = si_result_images_done(J->res), failed = 0;
     J->meta.elapsed_seconds = si_now() - J->t_start;
+    double t = si_now();
     si_status st =
         complete ? si_result_finish(J->res, J->set, &J->meta, &failed) : si_result_close(J->res);
     J->res = NULL;
+    if (st == SI_OK && complete)
+        si_log_info("final step %.2f s (ids, errors and detections from the journal, sync, rename)",
+                    si_now() - t);
     if (st == SI_OK) print_summary(J, failed, images_done, si_now() - J->t_start, complete);
     if (st == SI_OK && !complete)
         st = si_error(SI_ERR_INTERRUPTED,
