@@ -844,7 +844,15 @@ si_status si_result_finish(si_result *r, si_source *input, const si_result_meta 
                       (unsigned long long)(r->n_chunks - r->chunks_done),
                       (unsigned long long)r->n_chunks);
     si_test_point("finish:begin");
-    if (st == SI_OK) st = save_undo(r);
+    if (st == SI_OK && (st = save_undo(r)) != SI_OK) { /* nothing changed yet */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", si_error_msg());
+        st = si_error(st,
+                      "the final step cannot begin: %s. Every image's result is kept (%s and "
+                      "its journal): make room or fix the cause, then run the same command with "
+                      "--resume",
+                      why, r->partial);
+    }
     if (st != SI_OK) {
         result_free(r);
         return st;
