@@ -579,13 +579,54 @@ static int const_copy(si_graph *g, int v) {
     return id;
 }
 
+static bool same_shape(const si_shape *a, const si_shape *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->dims[d] != b->dims[d]) return false;
+    return true;
+}
+
+/* Mul(Transpose(Linear(x)), c), either order, where the Transpose (read by the Mul alone) moves
+ * the Linear's columns to axis k and c is a float constant of one value per column along axis k
+ * (ConvNeXt's LayerScale, after its MLP's way back to (N, C, H, W)): the Linear, with the
+ * Transpose in *t and c's value id in *c; NULL otherwise. */
+static si_gnode *linear_through_transpose(si_graph *g, const si_gnode *a, int *c, si_gnode **t) {
+    if (a->op != SI_OP_BINARY || a->binop != SI_BIN_MUL || a->act.kind) return NULL;
+    for (int side = 0; side < 2; side++) {
+        const si_value *tv = &g->values[a->in[side]], *cv = &g->values[a->in[1 - side]];
+        if (tv->producer < 0 || tv->uses != 1 || cv->kind != SI_VAL_CONST ||
+            cv->dtype != SI_DT_FLOAT || !same_shape(&tv->shape, &g->values[a->out].shape))
+            continue;
+        si_gnode *tr = &g->nodes[tv->producer];
+        if (tr->op != SI_OP_TRANSPOSE) continue;
+        const si_value *mv = &g->values[tr->in[0]];
+        if (mv->producer < 0 || mv->uses != 1) continue;
+        si_gnode *m = &g->nodes[mv->producer];
+        if (!is_linear(g, m) || m->residual >= 0 || m->act.kind) continue;
+        int r = tv->shape.ndim, k = -1;
+        for (int d = 0; d < r; d++)
+            if (tr->perm[d] == r - 1) k = d;
+        int64_t n = g->values[m->in[1]].shape.dims[1];
+        const si_shape *cs = &cv->shape;
+        int ck = k - (r - cs->ndim); /* axis k among c's axes, aligned from the right */
+        if (k < 0 || cs->ndim > r || ck < 0 || cs->dims[ck] != n || si_shape_numel(cs) != n)
+            continue;
+        *c = a->in[1 - side];
+        *t = tr;
+        return m;
+    }
+    return NULL;
+}
+
 /* Mul(Linear(x), g) with g a constant per output column (LayerScale in DINOv2, CaiT, ConvNeXt):
  * W' = W * g per column and b' = b * g, so the Mul goes and the residual Add after it can fuse
- * into the GEMM. Only when W and b are read by nothing else. */
+ * into the GEMM. Also through a Transpose between them (ConvNeXt): the Transpose then takes
+ * the Mul's output. Only when W and b are read by nothing else. */
 static void fold_linear_scale(si_graph *g) {
     for (int j = 0; j < g->n_nodes; j++) {
         int sid;
-        si_gnode *a = &g->nodes[j], *m = linear_by_column(g, a, SI_BIN_MUL, &sid);
+        si_gnode *a = &g->nodes[j], *t = NULL, *m = linear_by_column(g, a, SI_BIN_MUL, &sid);
+        if (!m) m = linear_through_transpose(g, a, &sid, &t);
         if (!m || g->values[m->in[1]].uses != 1) continue;
         if (m->bias >= 0 && g->values[m->bias].uses != 1) { /* shared by other layers: a copy */
             int b2 = const_copy(g, m->bias);
@@ -602,7 +643,7 @@ static void fold_linear_scale(si_graph *g) {
             for (int64_t c = 0; c < n; c++) w[r * n + c] *= s[c];
         if (m->bias >= 0)
             for (int64_t c = 0; c < n; c++) ((float *)g->values[m->bias].data)[c] *= s[c];
-        absorb(g, m, a);
+        absorb(g, t ? t : m, a);
         g->folded_scale++;
     }
     si_graph_compact(g);
