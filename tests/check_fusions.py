@@ -34,9 +34,10 @@ EXPECT = {
     # inputs (2 halves x 2 axes x 2 rolls x 5 shifted blocks)
     "swin_t": ({"attention": 12, "operands": 48, "bias": 48, "residual": 12, "views": 15,
                 "rolled": 40}, ["Softmax", "Erf", "Pad", "Slice"]),
-    # LayerScale folded into fc2 through the Transpose back to (N, C, H, W)
-    "convnext_t": ({"bias": 36, "scales": 18}, ["Erf"]),
-    "convnextv2_t": ({"bias": 36}, ["Erf"]),
+    # LayerScale folded into fc2 through the Transpose back to (N, C, H, W), and the residual
+    # added by fc2's GEMM (read through a Transpose of the same bytes on the GPU)
+    "convnext_t": ({"bias": 36, "scales": 18, "residual": 18}, ["Erf"]),
+    "convnextv2_t": ({"bias": 36, "residual": 18}, ["Erf"]),
 }
 
 

@@ -808,6 +808,78 @@ static void fuse_residual(si_graph *g) {
     si_graph_compact(g);
 }
 
+/* A runtime float value of this shape, made by a pass (producer set by the caller). */
+static int add_runtime_value(si_graph *g, const char *name, const si_shape *shape) {
+    int id = si_graph_add_const(g, name, shape, NULL);
+    g->values[id].kind = SI_VAL_RUNTIME;
+    return id;
+}
+
+/* Add(Transpose(Linear(x), perm 0,3,1,2), z), z a 4-D image computed before the Linear (the end
+ * of a ConvNeXt block: the MLP's rows back to (N, C, H, W), then the residual): the residual
+ * is added by the Linear's GEMM instead, read as Transpose(z, perm 0,2,3,1), a node inserted
+ * before the Linear, and the Transpose after it takes the Add's output. On the GPU both
+ * Transposes hold the same bytes as their inputs (an image is stored NHWC), so the Add's pass
+ * over the tensor goes; on the CPU one copy of z replaces it. */
+static void fuse_residual_through_transpose(si_graph *g) {
+    static const int to_nchw[4] = {0, 3, 1, 2};
+    for (int j = 0; j < g->n_nodes; j++) {
+        si_gnode *a = &g->nodes[j];
+        if (a->op != SI_OP_BINARY || a->binop != SI_BIN_ADD || a->act.kind) continue;
+        for (int side = 0; side < 2; side++) {
+            const si_value *tv = &g->values[a->in[side]], *zv = &g->values[a->in[1 - side]];
+            if (tv->producer < 0 || tv->uses != 1 || zv->kind != SI_VAL_RUNTIME ||
+                zv->shape.ndim != 4 || !same_shape(&zv->shape, &tv->shape))
+                continue;
+            int ti = tv->producer;
+            if (g->nodes[ti].op != SI_OP_TRANSPOSE ||
+                memcmp(g->nodes[ti].perm, to_nchw, sizeof to_nchw))
+                continue;
+            const si_value *yv = &g->values[g->nodes[ti].in[0]];
+            int mi = yv->producer;
+            if (mi < 0 || yv->uses != 1 || zv->producer >= mi) continue;
+            const si_gnode *m = &g->nodes[mi];
+            if (!is_linear(g, m) || m->act.kind || m->residual >= 0) continue;
+            /* the new value and node: z as (N, H, W, C), inserted at mi */
+            int z = a->in[1 - side];
+            size_t len = strlen(g->values[z].name) + 8;
+            char *name = si_xmalloc(len);
+            snprintf(name, len, "%s/nhwc", g->values[z].name);
+            si_shape nhwc = yv->shape; /* adding a value may move g->values */
+            int z2 = add_runtime_value(g, name, &nhwc);
+            g->nodes = si_xrealloc(g->nodes, sizeof *g->nodes * (size_t)(g->n_nodes + 2));
+            memmove(&g->nodes[mi + 1], &g->nodes[mi], sizeof *g->nodes * (size_t)(g->n_nodes - mi));
+            g->n_nodes++;
+            si_gnode *t2 = &g->nodes[mi];
+            memset(t2, 0, sizeof *t2);
+            *t2 = (si_gnode){.op = SI_OP_TRANSPOSE,
+                             .name = name,
+                             .op_type = si_xstrdup("Transpose"),
+                             .out = z2,
+                             .n_out = 1,
+                             .residual = -1,
+                             .bias = -1,
+                             .n_attr_ints = 4,
+                             .attr_ints = {0, 2, 3, 1},
+                             .perm = {0, 2, 3, 1}};
+            t2->outs[0] = z2;
+            for (int k = 0; k < 4; k++) t2->pslot[k] = -1;
+            si_node_add_input(t2, z);
+            for (int k = mi; k < g->n_nodes; k++) /* the nodes after moved one place on */
+                for (int o = 0; o < g->nodes[k].n_out; o++)
+                    g->values[g->nodes[k].outs[o]].producer = k;
+            si_gnode *m2 = &g->nodes[mi + 1], *tr = &g->nodes[ti + 1], *a2 = &g->nodes[j + 1];
+            m2->residual = z2;
+            si_node_add_input(m2, z2);
+            absorb(g, tr, a2);
+            g->fused_residual++;
+            j++; /* a moved one place on */
+            break;
+        }
+    }
+    si_graph_compact(g);
+}
+
 static bool spatial_seed(const si_graph *g, const si_gnode *n) {
     switch (n->op) {
     case SI_OP_CONV:
@@ -841,6 +913,9 @@ static void mark_spatial(si_graph *g) {
     for (int i = 0; i < g->n_inputs; i++) mark(&g->values[g->inputs[i]]);
     for (int j = 0; j < g->n_nodes; j++) {
         si_gnode *n = &g->nodes[j];
+        if (n->op == SI_OP_TRANSPOSE && n->perm[0] == 0 && n->perm[1] == 3 && n->perm[2] == 1 &&
+            n->perm[3] == 2) /* rows (N, H, W, C) back to an image: stored as one, NHWC */
+            mark(&g->values[n->out]);
         if (!spatial_seed(g, n)) continue;
         mark(&g->values[n->in[0]]);
         for (int o = 0; o < n->n_out; o++) mark(&g->values[n->outs[o]]);
@@ -1033,6 +1108,7 @@ static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
     fuse_linear_bias(g);
     fold_linear_scale(g);
     fuse_residual(g);
+    fuse_residual_through_transpose(g);
     fuse_activations(g);
     g->inferred_batch = -1;
     g->spatial_marked = false; /* the fusions moved values: mark again at the next infer */
