@@ -407,6 +407,7 @@ si_status si_source_open(const char *spec, const si_source_opts *opts, si_source
     s->spec = si_xstrdup(spec);
     s->origin = si_xstrdup(origin);
     s->forced = o->layout != SI_LAYOUT_AUTO;
+    pthread_mutex_init(&s->mu, NULL);
     s->max_open = DEFAULT_MAX_OPEN;
     s->files = si_xcalloc((size_t)l.n, sizeof *s->files);
     s->vlen_u8 = H5Tvlen_create(H5T_NATIVE_UINT8);
@@ -463,6 +464,7 @@ void si_source_close(si_source *s) {
     si_bytes_free(&s->scratch);
     free(s->spec);
     free(s->origin);
+    pthread_mutex_destroy(&s->mu);
     free(s);
 }
 

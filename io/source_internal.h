@@ -10,6 +10,7 @@
 #include "io/source.h"
 
 #include <hdf5.h>
+#include <pthread.h>
 #include <sys/stat.h>
 
 /* HDF5's default (sec2) driver holds one file descriptor per open file, and a set split into
@@ -68,6 +69,10 @@ struct si_source {
     hvl_t *vl;      /* per-read scratch, reused: the per-batch path allocates nothing */
     size_t vl_cap;
     si_bytes scratch; /* NCHW transposes, packed appends, fixed-length ids */
+    /* held by si_source_read and si_source_read_ids: the reader thread reads images while the
+     * main thread reads a failed image's id for its message, and both use scratch, vl and the
+     * open-file cache */
+    pthread_mutex_t mu;
 };
 
 enum { CAND_NONE = 0, CAND_VLEN, CAND_DENSE }; /* what src_classify finds */

@@ -180,7 +180,17 @@ static si_status read_dense(si_source *s, src_file *f, uint64_t lo, uint32_t m, 
 }
 
 /* Borrows s; grows buf and fills off[0..n] (both owned by the caller). */
+static si_status read_locked(si_source *s, uint64_t first, uint32_t n, si_bytes *buf,
+                             uint64_t *off);
 si_status si_source_read(si_source *s, uint64_t first, uint32_t n, si_bytes *buf, uint64_t *off) {
+    pthread_mutex_lock(&s->mu);
+    si_status st = read_locked(s, first, n, buf, off);
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+static si_status read_locked(si_source *s, uint64_t first, uint32_t n, si_bytes *buf,
+                             uint64_t *off) {
     si_status st = check_range(s, first, n);
     if (st != SI_OK) return st;
     buf->len = 0;
@@ -278,7 +288,15 @@ static si_status read_ids_file(si_source *s, src_file *f, uint64_t lo, uint32_t 
 }
 
 /* Borrows s; ids[0..n) receive malloc'ed strings the caller frees with si_source_free_ids. */
+static si_status read_ids_locked(si_source *s, uint64_t first, uint32_t n, char **ids);
 si_status si_source_read_ids(si_source *s, uint64_t first, uint32_t n, char **ids) {
+    pthread_mutex_lock(&s->mu);
+    si_status st = read_ids_locked(s, first, n, ids);
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+static si_status read_ids_locked(si_source *s, uint64_t first, uint32_t n, char **ids) {
     for (uint32_t j = 0; j < n; j++) ids[j] = NULL;
     si_status st = check_range(s, first, n);
     if (st != SI_OK) return st;
