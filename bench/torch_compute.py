@@ -12,6 +12,10 @@ Prints one line per model and mode, then a `best` line: images/s over the timed 
 tests/export_models.py (timm; same architecture and arguments as the exported ONNX).
 
   torch_compute.py --models resnet50,vit_b_16,swin_t --batch 256 [--iters 20] [--modes eager,graph]
+
+--profile then lists the GPU kernels of each mode's forward pass (torch.profiler, kernels summed
+per iteration, the slowest first): where PyTorch spends its time, beside `shardinfer bench
+--profile --verbose`.
 """
 import argparse
 import os
@@ -67,7 +71,24 @@ def as_graph(fn):
     return graph.replay
 
 
-def bench(name, batch, iters, repeats, precision, modes):
+def kernel_table(fn, name, mode, iters=5, top=15):
+    """The GPU kernels of fn() summed over iters calls, per call, the slowest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    rows = [(e.device_time_total / iters / 1e3, e.count // iters, e.key)
+            for e in prof.key_averages() if e.device_time_total > 0]
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    print(f"torch_profile: model={name} mode={mode} gpu_ms_per_call={total:.2f}", flush=True)
+    for ms, count, key in rows[:top]:
+        print(f"  {ms:8.3f} ms  x{count:<4d} {key[:110]}", flush=True)
+
+
+def bench(name, batch, iters, repeats, precision, modes, prof=False):
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[precision]
     model, side = build(name)
     model = model.eval().cuda().to(dtype=dtype, memory_format=torch.channels_last)
@@ -82,15 +103,20 @@ def bench(name, batch, iters, repeats, precision, modes):
                     model(x)
                 torch.cuda.synchronize()
                 fn = lambda: model(x)  # noqa: E731
+                plain = fn
             elif mode == "graph":
-                fn = as_graph(lambda: model(x))
+                plain = lambda: model(x)  # noqa: E731
+                fn = as_graph(plain)
             else:
                 cm = torch.compile(model)
-                fn = as_graph(lambda: cm(x))
+                plain = lambda: cm(x)  # noqa: E731; the kernels without the graph around them
+                fn = as_graph(plain)
             setup = time.perf_counter() - t
             out[mode] = time_it(fn, batch, iters, repeats)
             print(f"torch_compute: model={name} mode={mode} batch={batch} precision={precision} "
                   f"images_per_s={out[mode]:.1f} setup_s={setup:.1f}", flush=True)
+            if prof:
+                kernel_table(plain, name, mode)
     return out
 
 
@@ -102,11 +128,12 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--precision", default="fp16", choices=["fp16", "bf16", "fp32"])
     ap.add_argument("--modes", default="graph", help="comma-separated: eager,graph,compile")
+    ap.add_argument("--profile", action="store_true", help="list each mode's GPU kernels")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = True
     modes = a.modes.split(",")
     for name in a.models.split(","):
-        r = bench(name, a.batch, a.iters, a.repeats, a.precision, modes)
+        r = bench(name, a.batch, a.iters, a.repeats, a.precision, modes, a.profile)
         best = max(r, key=r.get)
         print(f"torch_compute: model={name} batch={a.batch} precision={a.precision} "
               f"images_per_s={r[best]:.1f} best_mode={best} "

@@ -27,7 +27,8 @@ static const char bench_usage[] =
     "  times the engine alone on seeded random input and prints the median;\n"
     "  with cuda each run uploads the inputs and downloads the outputs, unless\n"
     "  --compute-only (the model's CUDA Graph alone); --profile adds the time per\n"
-    "  op type (on the GPU it launches op by op and waits after each)\n";
+    "  op type (on the GPU it launches op by op and waits after each), and with\n"
+    "  --verbose the 25 slowest nodes by name\n";
 
 /* One option into a; false if its value is out of range. */
 static bool set_option(bench_args *a, int c, const char *arg) {
@@ -141,6 +142,31 @@ static void print_profile(const si_engine *e, int iters) {
     free(label);
 }
 
+/* With --verbose: the `top` slowest nodes one by one, with their names and output shapes. */
+static void print_slowest(const si_engine *e, int iters, int top) {
+    const si_graph *pg = e->g;
+    int nn = pg->n_nodes;
+    bool *shown = si_xcalloc((size_t)nn + 1, 1);
+    printf("profile: the %d slowest nodes\n", top);
+    for (int r = 0; r < top; r++) {
+        int best = -1;
+        for (int j = 0; j < nn; j++)
+            if (!shown[j] && (best < 0 || e->node_seconds[j] > e->node_seconds[best])) best = j;
+        if (best < 0 || e->node_seconds[best] <= 0) break;
+        shown[best] = true;
+        const si_gnode *n = &pg->nodes[best];
+        char label[160], shape[96] = "";
+        op_label(n, label, sizeof label);
+        const si_shape *s = &pg->values[n->out].shape;
+        for (int k = 0, o = 0; k < s->ndim && o < (int)sizeof shape - 24; k++)
+            o += snprintf(shape + o, sizeof shape - (size_t)o, "%s%lld", k ? "x" : "",
+                          (long long)s->dims[k]);
+        printf("  %8.3f ms/run  %-28s %-44s %s\n", e->node_seconds[best] * 1e3 / iters, shape,
+               label, n->name);
+    }
+    free(shown);
+}
+
 /* The `bench:` lines; ms sorted, first_ms from the start of loading to the first result. */
 static void print_result(const bench_args *a, const si_engine *e, const double *ms,
                          double first_ms) {
@@ -180,6 +206,7 @@ int si_cli_bench(int argc, char **argv) {
     } else {
         print_result(&a, e, ms, (first_done - t0) * 1e3);
         if (e->node_seconds) print_profile(e, a.run.iters);
+        if (e->node_seconds && a.eo.verbose) print_slowest(e, a.run.iters, 25);
         code = SI_EXIT_OK;
     }
     free(ms);
