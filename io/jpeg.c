@@ -9,6 +9,7 @@
  * depend on their order, so they are bit-identical to the plain C ones, which build alone with
  * -DSI_JPEG_NO_SIMD (to test them on x86 too). */
 #include "io/jpeg.h"
+#include "io/jpeg_scan.h"
 #include "io/resample.h"
 
 #include <math.h>
@@ -621,19 +622,30 @@ static tjscalingfactor pick_scale(int w, int h, bool swap, const si_preproc *p) 
     return best;
 }
 
-/* Decodes at the DCT scale pick_scale chooses and applies the orientation; *img points into
- * the decoder's scratch (valid until its next call), *w x *h its size after orientation.
- * Borrows data and p; msg gets the reason on failure. */
-si_image_status si_decode_scaled(si_decoder *d, const uint8_t *data, size_t len,
-                                 const si_preproc *p, const uint8_t **img_out, int *w_out,
-                                 int *h_out, char *msg, size_t cap) {
-    SI_ASSERT(d && p && img_out && w_out && h_out);
+/* What the header says, once it passed check_header. */
+typedef struct {
+    int w, h, cs, orient; /* the stored size, TurboJPEG's colorspace, the EXIF orientation */
+    bool swap;            /* the orientation exchanges width and height */
+    tjscalingfactor sf;   /* the DCT scale pick_scale chose */
+} header_info;
+
+/* The checks before a decode: an empty record, no SOI, an unreadable header, an unknown
+ * colorspace, a declared size over the cap, a crop that does not fit. Fills *hi on SI_IMG_OK. */
+static si_image_status check_header(si_decoder *d, const uint8_t *data, size_t len,
+                                    const si_preproc *p, header_info *hi, char *msg, size_t cap) {
     if (msg && cap) msg[0] = 0;
     if (len == 0) return fail(SI_IMG_EMPTY, msg, cap, "empty record (0 bytes)");
     if (len < 2 || data[0] != 0xFF || data[1] != 0xD8)
         return fail(SI_IMG_NOT_JPEG, msg, cap, "no JPEG SOI marker (starts with %02x %02x)",
                     data[0], len > 1 ? data[1] : 0);
 
+    /* A fresh handle for every image (0.2 us): libjpeg keeps the Huffman and quantization tables
+     * it read across the images of one handle (for abbreviated streams), so an image missing a
+     * table would decode with those of whatever image this thread decoded before, and its
+     * status and pixels would depend on the thread's order (found by the GPU decode fuzz run) */
+    tjDestroy(d->tj);
+    if (!(d->tj = tjInitDecompress()))
+        si_fatal(__FILE__, __LINE__, "tjInitDecompress", "%s", tjGetErrorStr2(NULL));
     int w = 0, h = 0, subsamp = -1, cs = -2;
     int r = tjDecompressHeader3(d->tj, data, (unsigned long)len, &w, &h, &subsamp, &cs);
     /* TurboJPEG fills the sizes and colorspace before it complains about an unknown colorspace,
@@ -658,8 +670,45 @@ si_image_status si_decode_scaled(si_decoder *d, const uint8_t *data, size_t len,
                     "crop %dx%d does not fit the %dx%d image resized to %dx%d (resize %d)",
                     p->crop_h, p->crop_w, swap ? h : w, swap ? w : h, rw, rh, p->resize);
     }
+    *hi = (header_info){w, h, cs, orient, swap, pick_scale(w, h, swap, p)};
+    return SI_IMG_OK;
+}
 
-    tjscalingfactor sf = pick_scale(w, h, swap, p);
+si_image_status si_decode_plan_gpu(si_decoder *d, const uint8_t *data, size_t len,
+                                   const si_preproc *p, si_gpu_plan *plan, char *msg,
+                                   size_t cap) {
+    SI_ASSERT(d && p && plan);
+    memset(plan, 0, sizeof *plan);
+    header_info hi;
+    si_image_status st = check_header(d, data, len, p, &hi, msg, cap);
+    if (st != SI_IMG_OK) return st;
+    si_jpeg_layout L;
+    si_jpeg_scan(data, len, &L);
+    plan->cpu_reason = L.cpu_reason;
+    if (!plan->cpu_reason && hi.orient != 1) plan->cpu_reason = "EXIF orientation";
+    if (!plan->cpu_reason && (L.width != hi.w || L.height != hi.h))
+        plan->cpu_reason = "frame size differs from libjpeg's";
+    plan->denom = hi.sf.denom / hi.sf.num;
+    plan->w = TJSCALED(hi.w, hi.sf);
+    plan->h = TJSCALED(hi.h, hi.sf);
+    plan->full_w = hi.w;
+    plan->full_h = hi.h;
+    return SI_IMG_OK;
+}
+
+/* Decodes at the DCT scale pick_scale chooses and applies the orientation; *img points into
+ * the decoder's scratch (valid until its next call), *w x *h its size after orientation.
+ * Borrows data and p; msg gets the reason on failure. */
+si_image_status si_decode_scaled(si_decoder *d, const uint8_t *data, size_t len,
+                                 const si_preproc *p, const uint8_t **img_out, int *w_out,
+                                 int *h_out, char *msg, size_t cap) {
+    SI_ASSERT(d && p && img_out && w_out && h_out);
+    header_info hi;
+    si_image_status st0 = check_header(d, data, len, p, &hi, msg, cap);
+    if (st0 != SI_IMG_OK) return st0;
+    int w = hi.w, h = hi.h, cs = hi.cs, orient = hi.orient;
+    bool swap = hi.swap;
+    tjscalingfactor sf = hi.sf;
     int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
     size_t spix = (size_t)sw * (size_t)sh;
     bool cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;

@@ -44,6 +44,23 @@ si_image_status si_decode_scaled(si_decoder *d, const uint8_t *data, size_t len,
                                  const si_preproc *p, const uint8_t **img, int *w, int *h,
                                  char *msg, size_t cap);
 
+/* An image's way through --decode gpu, from its headers alone (io/jpeg_scan.h): the size the
+ * decode has at the DCT scale si_decode_scaled would pick, and cpu_reason == NULL when the GPU's
+ * hardware decoder can take it (baseline, one scan, YCbCr or gray, a supported sampling, EXIF
+ * orientation 1, markers well formed through EOI). */
+typedef struct {
+    int w, h;               /* the decoded size at 1/denom (what si_decode_scaled gives) */
+    int denom;              /* 1, 2, 4 or 8 */
+    int full_w, full_h;     /* the stored size, the hardware decoder's output */
+    const char *cpu_reason; /* why libjpeg-turbo decodes it instead (a static string) */
+} si_gpu_plan;
+
+/* The header checks of si_decode_scaled (the same statuses and messages for what fails them),
+ * then the plan for the GPU decode. SI_IMG_OK leaves *plan filled; an image with a cpu_reason is
+ * then decoded with si_decode_scaled, which gives a malformed one its status. */
+si_image_status si_decode_plan_gpu(si_decoder *d, const uint8_t *data, size_t len,
+                                   const si_preproc *p, si_gpu_plan *plan, char *msg, size_t cap);
+
 /* "bilinear" or "bicubic" (Pillow's names, lower case) to *out; false for anything else. */
 bool si_interp_parse(const char *s, si_interp *out);
 

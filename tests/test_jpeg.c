@@ -11,6 +11,7 @@
  * fancy upsampling in both), and the resize replicates Pillow's fixed-point arithmetic, so any
  * difference is a bug; the measured maximum difference is printed for each file. */
 #include "io/jpeg.h"
+#include "io/jpeg_scan.h"
 #include "io/resample.h"
 #include "tests/test_util.h"
 
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <turbojpeg.h>
 
 static const int max_diff_allowed = 0;
 
@@ -394,6 +396,155 @@ static void test_hostile(const char *dir, si_decoder *d) {
     CHECK(si_decode_crop(d, (const uint8_t *)"\xff", 1, &p, dummy, NULL, 0) == SI_IMG_NOT_JPEG);
 }
 
+/* --decode gpu's plan: a hostile file that libjpeg-turbo fails is never handed to the hardware
+ * decoder (it fails the plan with the same status, or the structure walk sends it to the CPU),
+ * with one known exception: entropy-coded data damaged inside an intact structure, which libjpeg
+ * notices only by Huffman-decoding every block ("N extraneous bytes before marker", a warning
+ * that --decode cpu turns into `corrupt`). Finding those takes about 80% of a CPU decode, which
+ * would undo the GPU's; the hardware decodes them (as garbled pixels) and they get scores. */
+static void test_gpu_plan_hostile(const char *dir, si_decoder *d) {
+    char mpath[4096], name[256], want[64];
+    snprintf(mpath, sizeof mpath, "%s/hostile_manifest.tsv", dir);
+    FILE *m = fopen(mpath, "r");
+    CHECK_MSG(m != NULL, "%s", mpath);
+    if (!m) return;
+    si_preproc p = {.resize = 256, .crop_h = 224, .crop_w = 224, .max_pixels = 50000000};
+    while (fscanf(m, "%255s %63s", name, want) == 2) {
+        size_t len;
+        uint8_t *data = slurp(dir, name, "", &len);
+        if (!data) break;
+        char msg[256] = "", msg2[256] = "";
+        si_gpu_plan plan;
+        int st = si_decode_plan_gpu(d, data, len, &p, &plan, msg, sizeof msg);
+        const uint8_t *img;
+        int w, h;
+        int cpu = si_decode_scaled(d, data, len, &p, &img, &w, &h, msg2, sizeof msg2);
+        if (st != SI_IMG_OK) {
+            CHECK_MSG(st == cpu && !strcmp(msg, msg2), "%s: plan says %s (%s), decode %s (%s)",
+                      name, si_image_status_name(st), msg, si_image_status_name(cpu), msg2);
+        } else {
+            CHECK_MSG(cpu == SI_IMG_OK || plan.cpu_reason != NULL ||
+                          (cpu == SI_IMG_CORRUPT && strstr(msg2, "extraneous bytes")),
+                      "%s: planned for the GPU, but libjpeg-turbo says %s (%s)", name,
+                      si_image_status_name(cpu), msg2);
+        }
+        printf("gpu plan: %-30s -> %s%s%s\n", name, si_image_status_name(st),
+               st == SI_IMG_OK ? ", " : "",
+               st == SI_IMG_OK ? (plan.cpu_reason ? plan.cpu_reason : "hardware") : "");
+        free(data);
+    }
+    fclose(m);
+}
+
+/* A w x h noise image compressed by TurboJPEG with sampling ss and flags; *len its size. */
+static uint8_t *make_jpeg(int w, int h, int ss, int flags, unsigned *seed, unsigned long *len) {
+    int ch = ss == TJSAMP_GRAY ? 1 : 3;
+    uint8_t *px = malloc((size_t)w * h * ch);
+    for (int i = 0; i < w * h * ch; i++) px[i] = (uint8_t)(test_rand(seed) & 255);
+    tjhandle tj = tjInitCompress();
+    uint8_t *out = NULL;
+    *len = 0;
+    int r = tjCompress2(tj, px, w, 0, h, ch == 1 ? TJPF_GRAY : TJPF_RGB, &out, len, ss, 85, flags);
+    tjDestroy(tj);
+    free(px);
+    CHECK_MSG(r == 0, "tjCompress2: %s", tjGetErrorStr2(NULL));
+    return r == 0 ? out : NULL;
+}
+
+/* The structure walk on files made here: samplings, progressive, a cut and a stray marker. */
+static void test_jpeg_scan(void) {
+    static const struct {
+        int ss;
+        si_jpeg_sampling want;
+        bool hw;
+    } cases[] = {{TJSAMP_444, SI_JS_444, true}, {TJSAMP_422, SI_JS_422, true},
+                 {TJSAMP_420, SI_JS_420, true}, {TJSAMP_440, SI_JS_440, true},
+                 {TJSAMP_411, SI_JS_411, false}, {TJSAMP_GRAY, SI_JS_GRAY, true}};
+    unsigned seed = 99;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        for (int prog = 0; prog < 2; prog++) {
+            unsigned long len;
+            uint8_t *j = make_jpeg(67, 45, cases[k].ss, prog ? TJFLAG_PROGRESSIVE : 0, &seed, &len);
+            if (!j) continue;
+            si_jpeg_layout L;
+            si_jpeg_scan(j, len, &L);
+            CHECK_MSG(L.complete && L.width == 67 && L.height == 45 &&
+                          L.ncomp == (cases[k].ss == TJSAMP_GRAY ? 1 : 3) &&
+                          L.sampling == cases[k].want,
+                      "scan of sampling %d: complete %d %dx%d ncomp %d sampling %d", cases[k].ss,
+                      L.complete, L.width, L.height, L.ncomp, (int)L.sampling);
+            bool hw = cases[k].hw && !prog;
+            CHECK_MSG((L.cpu_reason == NULL) == hw, "sampling %d progressive %d: reason %s",
+                      cases[k].ss, prog, L.cpu_reason ? L.cpu_reason : "(none)");
+            CHECK(prog ? L.sof == 0xC2 && L.scans > 1 : L.sof == 0xC0 && L.scans == 1);
+            if (!prog && cases[k].ss == TJSAMP_420) {
+                /* every cut short of EOI goes to the CPU, and never reads past the end */
+                for (unsigned long cut = 0; cut < len - 1; cut += 7) {
+                    uint8_t *c = malloc(cut ? cut : 1);
+                    memcpy(c, j, cut);
+                    si_jpeg_scan(c, cut, &L);
+                    CHECK_MSG(L.cpu_reason != NULL, "cut at %lu of %lu: planned for the GPU", cut,
+                              len);
+                    free(c);
+                }
+                /* a marker inside the entropy-coded data */
+                uint8_t *c = malloc(len);
+                memcpy(c, j, len);
+                c[len - 40] = 0xFF;
+                c[len - 39] = 0xC4;
+                si_jpeg_scan(c, len, &L);
+                CHECK_MSG(L.cpu_reason != NULL, "a stray DHT in the scan: planned for the GPU");
+                free(c);
+            }
+            tjFree(j);
+        }
+    }
+    si_jpeg_layout L;
+    si_jpeg_scan((const uint8_t *)"\xff\xd8\xff", 3, &L);
+    CHECK(L.cpu_reason != NULL && !L.complete);
+    si_jpeg_scan(NULL, 0, &L);
+    CHECK(L.cpu_reason != NULL);
+}
+
+/* An image without its own quantization tables fails the same way whatever this decoder decoded
+ * before (libjpeg would otherwise reuse the previous image's tables). */
+static void test_tables_per_image(void) {
+    unsigned seed = 7;
+    unsigned long len;
+    uint8_t *a = make_jpeg(64, 48, TJSAMP_420, 0, &seed, &len);
+    if (!a) return;
+    /* b: a without its DQT segments */
+    uint8_t *b = malloc(len);
+    size_t n = 0;
+    for (size_t i = 0; i < len;) {
+        if (i + 3 < len && a[i] == 0xFF && a[i + 1] == 0xDB) {
+            i += 2 + ((size_t)a[i + 2] << 8 | a[i + 3]);
+            continue;
+        }
+        if (i + 1 < len && a[i] == 0xFF && a[i + 1] == 0xDA) { /* the rest as it is */
+            memcpy(b + n, a + i, len - i);
+            n += len - i;
+            break;
+        }
+        b[n++] = a[i++];
+    }
+    CHECK(n < len);
+    si_preproc p = {.resize = 32, .interp = SI_INTERP_BILINEAR, .crop_h = 32, .crop_w = 32,
+                    .max_pixels = 1u << 24};
+    static uint8_t out[32 * 32 * 3];
+    char m1[160], m2[160];
+    si_decoder *fresh = si_decoder_create(), *used = si_decoder_create();
+    int s1 = si_decode_crop(fresh, b, n, &p, out, m1, sizeof m1);
+    CHECK(si_decode_crop(used, a, len, &p, out, m2, sizeof m2) == SI_IMG_OK);
+    int s2 = si_decode_crop(used, b, n, &p, out, m2, sizeof m2);
+    CHECK_MSG(s1 != SI_IMG_OK && s1 == s2 && strcmp(m1, m2) == 0,
+              "no DQT: %d (%s) on a fresh decoder, %d (%s) after another image", s1, m1, s2, m2);
+    si_decoder_destroy(fresh);
+    si_decoder_destroy(used);
+    free(b);
+    tjFree(a);
+}
+
 static void test_normalize(void) {
     unsigned seed = 12345;
     int h = 37, w = 53;
@@ -443,6 +594,9 @@ int main(int argc, char **argv) {
         test_good(argv[1], d, filters[1 - f]);
         test_scaled(argv[1], d, filters[1 - f]);
     }
+    test_gpu_plan_hostile(argv[1], d);
+    test_jpeg_scan();
+    test_tables_per_image();
     test_gpu_fit_rule();
     test_interp_names();
     test_normalize();
