@@ -37,7 +37,7 @@ static si_status host_alloc(void **p, size_t bytes) {
 }
 
 extern "C" long si_cuda_backend_alloc_calls(void) {
-    return __atomic_load_n(&n_alloc_calls, __ATOMIC_RELAXED);
+    return __atomic_load_n(&n_alloc_calls, __ATOMIC_RELAXED) + si_cuda_jpeg_alloc_calls();
 }
 
 // the model: every node, then the outputs as float row-major into the slot's out_d
@@ -326,7 +326,8 @@ static si_status init_steps(si_engine *e, cuda_state *cs) {
     probe_batch_rows(e, cs);
     int slots = e->opts.slots;
     st = si_devplan_build(e->g, e->max_batch, si_gtype_size(cs->t), slots, e->opts.workspace_bytes,
-                          e->opts.pixels, e->opts.pack_per_image, &cs->plan);
+                          e->opts.pixels, e->opts.pack_per_image, e->opts.gpu_decode_per_image,
+                          &cs->plan);
     if (st == SI_OK) st = check_nodes(e, cs);
     double *step = e->mem.init_step, t = si_now();
 #define STEP(k) (step[k] = si_now() - t, t = si_now())
@@ -337,6 +338,11 @@ static si_status init_steps(si_engine *e, cuda_state *cs) {
     cs->slots = (slot_x *)si_xcalloc((size_t)slots, sizeof(slot_x));
     e->n_slots = slots;
     for (int k = 0; k < slots && st == SI_OK; k++) st = slot_create(cs, k);
+    if (st == SI_OK && e->opts.gpu_decode_per_image) {
+        if (!cs->plan.dec_cap)
+            return si_error(SI_ERR_ARG, "--decode gpu needs the GPU resize (--resize-on gpu)");
+        if (!(cs->jpeg = si_cuda_jpeg_create(slots, e->max_batch))) return SI_ERR_UNSUPPORTED;
+    }
     STEP(2);
     if (st == SI_OK) st = init_nodes(e, cs);
     STEP(3);
@@ -396,6 +402,25 @@ static uint8_t *cuda_pack(si_engine *e, int slot, si_rs_item **items, size_t *ca
     *items = cs->slots[slot].items_h;
     *cap = (size_t)e->max_batch * e->opts.pack_per_image;
     return cs->slots[slot].pack_h;
+}
+
+static si_jpeg_jobs *cuda_jpeg_jobs(si_engine *e, int slot) {
+    cuda_state *cs = (cuda_state *)e->state;
+    if (!cs->jpeg) return NULL;
+    si_jpeg_jobs *q = si_cuda_jpeg_jobs(cs->jpeg, slot);
+    q->dst_base = cs->plan.dev.dec - cs->plan.dev.pack;
+    q->dst_cap = cs->plan.dec_cap;
+    return q;
+}
+
+static si_status cuda_jpeg_decode(si_engine *e, int slot) {
+    cuda_state *cs = (cuda_state *)e->state;
+    slot_x *sl = &cs->slots[slot];
+    SI_ASSERT(cs->jpeg && sl->pack_h);
+    nvtxRangePushA("jpeg");
+    si_status st = si_cuda_jpeg_decode(cs->jpeg, slot, sl->pack_h, sl->pack_d, sl->stream);
+    nvtxRangePop();
+    return st;
 }
 
 static si_status cuda_submit(si_engine *e, int slot, int rows, size_t packed) {
@@ -493,6 +518,7 @@ static void cuda_release(si_engine *e) {
             if (sl->stream) cudaStreamDestroy(sl->stream);
         }
     }
+    si_cuda_jpeg_free(cs->jpeg);
     for (int j = 0; cs->conv && j < g->n_nodes; j++) si_cuda_conv_release(&cs->conv[j]);
     for (int j = 0; cs->gemm && j < g->n_nodes; j++) si_cuda_gemm_release(&cs->gemm[j]);
     if (cs->lt) cublasLtDestroy(cs->lt);
@@ -527,6 +553,8 @@ extern "C" const si_backend si_cuda_backend = {
     .pixels = cuda_pixels,
     .pack = cuda_pack,
     .submit = cuda_submit,
+    .jpeg_jobs = cuda_jpeg_jobs,
+    .jpeg_decode = cuda_jpeg_decode,
     .collect = cuda_collect,
     .times = cuda_times,
     .run_compute = cuda_run_compute,

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cuda/check.cuh"
+#include "cuda/jpeg.cuh"
 #include "cuda/kernels.cuh"
 extern "C" {
 #include "engine/devplan.h"
@@ -77,6 +78,7 @@ typedef struct {
     int64_t in_pixels; // H * W of the pixel input
     bool dw_cudnn;     // SI_CUDNN_DEPTHWISE=1: cuDNN runs depthwise convs, no prologue fusion
     float pscale[3], pshift[3];
+    si_cuda_jpeg *jpeg; // --decode gpu: the hardware JPEG decoder (NULL: none)
     cudaEvent_t t_ref; // a timed event and the host clock when it completed: the GPU's times on
     double t_ref_host; // the host's clock (--timeline)
 } cuda_state;

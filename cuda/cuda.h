@@ -26,6 +26,10 @@ si_status si_cuda_mem_info(size_t *used, size_t *total);
  * makes none: tests/test_gpu_engine.c counts them). */
 long si_cuda_backend_alloc_calls(void);
 
+/* Whether the current device has a hardware JPEG decoder this process can use (nvJPEG's hardware
+ * backend, loaded at run time): true with its description in why, false with the reason. */
+bool si_cuda_hw_jpeg(char *why, size_t cap);
+
 /* Page-locked host memory for the buffers the GPU path uploads from (decoded uint8 batches), so
  * copies to the device run at full PCIe speed and asynchronously. NULL when there is no device
  * or the allocation fails: callers fall back to malloc. Free with si_cuda_host_free. */

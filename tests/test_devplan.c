@@ -14,7 +14,7 @@ static void check_model(const char *path, int want) {
     CHECK_MSG(st == SI_OK, "%s does not load", path);
     if (st != SI_OK) return;
     si_devplan p;
-    st = si_devplan_build(g, 2, 2, 1, 0, false, 0, &p);
+    st = si_devplan_build(g, 2, 2, 1, 0, false, 0, 0, &p);
     CHECK_MSG(st == SI_OK, "%s: no plan", path);
     if (st == SI_OK) {
         int same = 0;

@@ -18,9 +18,10 @@ static double mib(size_t b) {
 static const char plan_usage[] =
     "usage: shardinfer plan --model M.onnx [--batch 256] [--precision fp16|bf16|fp32] [--slots 3]\n"
     "                       [--workspace MB] [--memory-limit GiB] [--resize-on cpu|gpu]\n"
-    "                       [--pack-kb KiB]\n"
+    "                       [--pack-kb KiB] [--decode cpu|gpu]\n"
     "  prints the GPU memory a `run --backend cuda` with these settings allocates, by component\n"
-    "  (weights once; per slot: input buffers, activations, workspace, staging), and the\n"
+    "  (weights once; per slot: input buffers, decode and resize buffers, activations,\n"
+    "  workspace, staging), and the\n"
     "  largest batch that fits --memory-limit (default: 80 GiB, one H100)\n";
 
 /* What the backend carves out of the two allocations, byte offsets as the plan gives them. */
@@ -31,6 +32,7 @@ static void print_carve(const si_devplan *p) {
     printf("    arena %zu, scratch %zu, workspace %zu, input %zu, output %zu", d->arena, d->scratch,
            d->workspace, d->input, d->output);
     if (p->pack) printf(", packed images %zu, items %zu", d->pack, d->items);
+    if (p->dec_cap) printf(" (the JPEG decoder's area at %zu)", d->dec);
     printf("\n  carved: the pinned block holds slot k at k * %zu:\n", p->pinned);
     printf("    input %zu, output %zu", h->input, h->output);
     if (p->pack) printf(", packed images %zu, items %zu", h->pack, h->items);
@@ -40,7 +42,7 @@ static void print_carve(const si_devplan *p) {
 typedef struct {
     const char *model;
     long batch, slots, ws_mb, pack_kb; /* pack_kb 0: the default for the model's input size */
-    bool gpu_resize;
+    bool gpu_resize, gpu_decode;
     double limit_gib;
     int prec;
 } plan_args;
@@ -55,6 +57,7 @@ static int parse_plan(int argc, char **argv, plan_args *a) {
                                          {"memory-limit", required_argument, 0, 'L'},
                                          {"resize-on", required_argument, 0, 'R'},
                                          {"pack-kb", required_argument, 0, 'K'},
+                                         {"decode", required_argument, 0, 'D'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c;
@@ -74,6 +77,10 @@ static int parse_plan(int argc, char **argv, plan_args *a) {
             a->gpu_resize = !strcmp(optarg, "gpu");
             break;
         case 'K': ok = si_parse_int(optarg, 1, 1 << 20, &a->pack_kb); break;
+        case 'D':
+            ok = !strcmp(optarg, "cpu") || !strcmp(optarg, "gpu");
+            a->gpu_decode = !strcmp(optarg, "gpu");
+            break;
         case 'L':
             a->limit_gib = strtod(optarg, &end);
             ok = end && !*end && a->limit_gib > 0;
@@ -92,6 +99,10 @@ static int parse_plan(int argc, char **argv, plan_args *a) {
         fprintf(stderr, "shardinfer plan: --model is required\n%s", plan_usage);
         return SI_EXIT_USAGE;
     }
+    if (a->gpu_decode && !a->gpu_resize) {
+        fprintf(stderr, "shardinfer plan: --decode gpu needs --resize-on gpu\n");
+        return SI_EXIT_USAGE;
+    }
     return -1;
 }
 
@@ -107,6 +118,9 @@ static void print_plan(const plan_args *a, const si_devplan *p, bool pixels) {
     if (p->pack)
         printf("  %-34s %12.1f %12.1f\n", "decoded images for the GPU resize", mib(p->pack),
                mib(p->pack * slots));
+    if (p->dec_cap)
+        printf("  %-34s %12.1f %12.1f\n", "GPU JPEG decoder's output", mib(p->dec_cap),
+               mib(p->dec_cap * slots));
     printf("  %-34s %12.1f %12.1f\n", "activations (liveness-planned arena)", mib(p->activations),
            mib(p->activations * slots));
     printf("  %-34s %12.1f %12.1f\n", "workspace (cuDNN, cuBLASLt)", mib(p->workspace),
@@ -119,7 +133,8 @@ static void print_plan(const plan_args *a, const si_devplan *p, bool pixels) {
            mib(p->activations), mib(p->acts.naive_bytes));
     print_carve(p);
     printf("  plus the CUDA context and the libraries' own memory (about 500-600 MiB on an H100, "
-           "measured)\n");
+           "measured)%s\n",
+           p->dec_cap ? "; nvJPEG's own buffers are counted by `run` (summary)" : "");
 }
 
 /* Plans g as `run --backend cuda` would, after the refusal that run would give (a build without
@@ -134,23 +149,25 @@ static si_status plan_model(const plan_args *a, si_graph *g) {
         ppi = a->pack_kb > 0 ? (size_t)a->pack_kb << 10
                              : SI_RS_PACK_DEFAULT(si_pipeline_default_resize(h, w));
     }
+    size_t dpi = a->gpu_decode && ppi ? SI_GPU_DECODE_PER_IMAGE : 0;
     const si_backend *cuda = si_engine_backend("cuda");
     si_engine_opts eo = {.precision = a->prec,
                          .slots = (int)a->slots,
                          .workspace_bytes = ws,
                          .pixels = pixels,
-                         .pack_per_image = ppi};
+                         .pack_per_image = ppi,
+                         .gpu_decode_per_image = dpi};
     si_status st = SI_OK;
     si_devplan p;
     if (cuda && (st = si_graph_infer(g, (int)a->batch)) == SI_OK)
         st = si_engine_check_backend(g, cuda, &eo);
     if (st == SI_OK)
-        st = si_devplan_build(g, (int)a->batch, elem, (int)a->slots, ws, pixels, ppi, &p);
+        st = si_devplan_build(g, (int)a->batch, elem, (int)a->slots, ws, pixels, ppi, dpi, &p);
     if (st != SI_OK) return st;
     print_plan(a, &p, pixels);
     si_devplan_free(&p);
     size_t limit = (size_t)(a->limit_gib * 1073741824.0);
-    int best = si_devplan_max_batch(g, elem, (int)a->slots, ws, pixels, ppi, limit);
+    int best = si_devplan_max_batch(g, elem, (int)a->slots, ws, pixels, ppi, dpi, limit);
     printf("  largest batch within %.1f GiB: %d\n", a->limit_gib, best);
     return SI_OK;
 }

@@ -209,6 +209,17 @@ si_status si_engine_submit(si_engine *e, int slot, int rows, size_t packed) {
     return e->be->submit(e, slot, rows, packed);
 }
 
+si_jpeg_jobs *si_engine_jpeg_jobs(si_engine *e, int slot) {
+    SI_ASSERT(slot >= 0 && slot < e->n_slots);
+    if (!e->opts.gpu_decode_per_image || !e->be->jpeg_jobs) return NULL;
+    return e->be->jpeg_jobs(e, slot);
+}
+
+si_status si_engine_jpeg_decode(si_engine *e, int slot) {
+    SI_ASSERT(slot >= 0 && slot < e->n_slots && e->be->jpeg_decode);
+    return e->be->jpeg_decode(e, slot);
+}
+
 si_status si_engine_slot_times(si_engine *e, int slot, double *t0, double *t1) {
     SI_ASSERT(slot >= 0 && slot < e->n_slots);
     return e->be->times(e, slot, t0, t1);

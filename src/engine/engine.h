@@ -13,6 +13,22 @@ typedef struct si_engine si_engine;
  * has the measurement behind the choice). */
 #define SI_GPU_RESIZE_DEFAULT true
 
+/* --decode gpu: the device bytes per image of a slot's decode area (images decode there at full
+ * size: 2 MiB holds a 1024x682 RGB photo; a batch of larger ones spills to the CPU decoder). */
+#define SI_GPU_DECODE_PER_IMAGE ((size_t)2 << 20)
+
+/* --decode gpu: the images of one batch for the GPU's hardware JPEG decoder. Image k's
+ * bitstream is bytes [src[k], src[k] + len[k]) of the slot's packed buffer (page-locked), and it
+ * decodes to RGB (h[k], w[k], 3) at byte dst[k] of the device's copy of that buffer, where the
+ * resize reads it (its si_rs_item's off is dst[k]). */
+typedef struct {
+    int n;
+    uint64_t *src, *len, *dst; /* [max_batch] each */
+    int32_t *w, *h;
+    uint64_t dst_base, dst_cap; /* the decode area: bytes [dst_base, dst_base + dst_cap) of the
+                                   device's packed buffer (set by the backend) */
+} si_jpeg_jobs;
+
 typedef enum { SI_PREC_FP32 = 0, SI_PREC_FP16, SI_PREC_BF16 } si_precision;
 const char *si_precision_name(int p);
 /* "fp32", "fp16", "bf16" -> si_precision; -1 if none */
@@ -27,6 +43,9 @@ typedef struct {
     bool no_graphs;           /* GPU: launch op by op instead of replaying a CUDA Graph */
     size_t pack_per_image;    /* GPU with pixels: > 0 gives each slot a packed buffer of decoded
                                  images (max_batch * this many bytes) that the GPU resizes */
+    size_t gpu_decode_per_image; /* GPU with pack_per_image: > 0 decodes JPEGs on the device's
+                                    hardware decoder (nvJPEG) into an area of this many bytes per
+                                    image after each slot's packed buffer (--decode gpu) */
     bool verbose;             /* GPU: print each conv's algorithm choice */
     const char *autotune_dir; /* GPU: the autotune cache's folder (cuda/autotune.cuh); NULL: the
                                  default under $XDG_CACHE_HOME or ~/.cache; "off": none */
@@ -69,6 +88,12 @@ typedef struct {
      * in pixels), the model, the outputs' way back. Asynchronous on a GPU (upload and download
      * included), synchronous on the CPU */
     si_status (*submit)(si_engine *e, int slot, int rows, size_t packed);
+    /* with opts.gpu_decode_per_image: the slot's job list to fill (n = 0 when handed out), and
+     * the decode of those jobs, queued on the slot's stream ahead of submit's resize. The
+     * decode's failure (a stream the hardware rejects) leaves nothing queued: the caller decodes
+     * those images on the CPU instead. NULL where the backend has no JPEG decoder */
+    si_jpeg_jobs *(*jpeg_jobs)(si_engine *e, int slot);
+    si_status (*jpeg_decode)(si_engine *e, int slot);
     /* waits for the slot; outs[o] = its host outputs (max_batch rows), valid until resubmitted */
     si_status (*collect)(si_engine *e, int slot, const float **outs);
     /* after collect: when the backend began and finished running the slot's batch (si_now()
@@ -132,6 +157,8 @@ int si_engine_output_dtype(const si_engine *e, int i); /* SI_DT_FLOAT or SI_DT_I
 uint8_t *si_engine_pixels(si_engine *e, int slot);
 uint8_t *si_engine_pack(si_engine *e, int slot, si_rs_item **items, size_t *cap);
 si_status si_engine_submit(si_engine *e, int slot, int rows, size_t packed);
+si_jpeg_jobs *si_engine_jpeg_jobs(si_engine *e, int slot); /* NULL: no GPU decode */
+si_status si_engine_jpeg_decode(si_engine *e, int slot);
 si_status si_engine_collect(si_engine *e, int slot, const float **outs);
 si_status si_engine_slot_times(si_engine *e, int slot, double *t0, double *t1);
 /* Whether the engine runs on a GPU (its memory summary in e->mem is filled), for reports. */

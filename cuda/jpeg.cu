@@ -1,0 +1,277 @@
+// nvJPEG's hardware backend behind cuda/jpeg.cuh. Measured on an H100 (docs/performance.md):
+// batches of 256 ImageNet-sized photos at about 20,000 images/s from one host thread; decode-time
+// scaling through nvjpegDecodeBatchedEx gave wrong pixels there (mean |diff| ~60 against
+// libjpeg-turbo at the same scale), so images decode at full size and the resize scales them.
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda/check.cuh"
+#include "cuda/cuda.h"
+#include "cuda/jpeg.cuh"
+
+static long n_jpeg_allocs; // every nvJPEG allocation and free through us, all decoders
+
+long si_cuda_jpeg_alloc_calls(void) {
+    return __atomic_load_n(&n_jpeg_allocs, __ATOMIC_RELAXED);
+}
+
+extern "C" bool si_cuda_hw_jpeg(char *why, size_t cap) {
+    return si_cuda_jpeg_available(why, cap);
+}
+
+#ifndef SI_HAVE_NVJPEG_H
+
+bool si_cuda_jpeg_available(char *why, size_t cap) {
+    snprintf(why, cap, "this build has no nvJPEG (nvjpeg.h was not found when it was configured; "
+                       "scripts/setup.sh installs it)");
+    return false;
+}
+si_cuda_jpeg *si_cuda_jpeg_create(int, int) {
+    char why[256];
+    si_cuda_jpeg_available(why, sizeof why);
+    si_error(SI_ERR_UNSUPPORTED, "--decode gpu: %s", why);
+    return NULL;
+}
+void si_cuda_jpeg_free(si_cuda_jpeg *) {}
+si_jpeg_jobs *si_cuda_jpeg_jobs(si_cuda_jpeg *, int) {
+    return NULL;
+}
+si_status si_cuda_jpeg_decode(si_cuda_jpeg *, int, const uint8_t *, uint8_t *, cudaStream_t) {
+    return si_error(SI_ERR_INTERNAL, "no nvJPEG in this build");
+}
+void si_cuda_jpeg_memory(const si_cuda_jpeg *, size_t *dev, size_t *pinned, long *calls) {
+    *dev = *pinned = 0;
+    *calls = 0;
+}
+
+#else
+#include <nvjpeg.h>
+
+// The calls we make, resolved from libnvjpeg.so.13 once.
+static struct {
+    decltype(&nvjpegCreateExV2) create;
+    decltype(&nvjpegDestroy) destroy;
+    decltype(&nvjpegGetHardwareDecoderInfo) hw_info;
+    decltype(&nvjpegJpegStateCreate) state_create;
+    decltype(&nvjpegJpegStateDestroy) state_destroy;
+    decltype(&nvjpegDecodeBatchedInitialize) batch_init;
+    decltype(&nvjpegDecodeBatched) batch_decode;
+    decltype(&nvjpegGetProperty) property;
+    bool tried, ok;
+    char why[256];
+} api;
+
+struct si_cuda_jpeg {
+    nvjpegHandle_t h;
+    int device; // the engine's: the calls may come from a thread that has not chosen it
+    int slots, max_batch;
+    nvjpegJpegState_t *state; // [slots]
+    si_jpeg_jobs *jobs;       // [slots], their arrays carved from `arrays`
+    void *arrays;
+    const unsigned char **data; // [max_batch]: one call's arguments
+    size_t *lens;
+    nvjpegImage_t *dst;
+    // what nvJPEG allocated through the hooks below
+    size_t dev_bytes, pinned_bytes;
+    long calls;
+};
+
+// nvJPEG's buffers through these, so that they are counted (the summary) and the steady state's
+// allocations can be checked.
+static int dev_malloc(void *ctx, void **p, size_t n, cudaStream_t) {
+    si_cuda_jpeg *j = (si_cuda_jpeg *)ctx;
+    __atomic_add_fetch(&n_jpeg_allocs, 1, __ATOMIC_RELAXED);
+    j->calls++;
+    int r = (int)cudaMalloc(p, n);
+    if (r == 0) j->dev_bytes += n;
+    return r;
+}
+static int dev_free(void *ctx, void *p, size_t n, cudaStream_t) {
+    si_cuda_jpeg *j = (si_cuda_jpeg *)ctx;
+    __atomic_add_fetch(&n_jpeg_allocs, 1, __ATOMIC_RELAXED);
+    if (p) j->dev_bytes -= n;
+    return (int)cudaFree(p);
+}
+static int pin_malloc(void *ctx, void **p, size_t n, cudaStream_t) {
+    si_cuda_jpeg *j = (si_cuda_jpeg *)ctx;
+    __atomic_add_fetch(&n_jpeg_allocs, 1, __ATOMIC_RELAXED);
+    j->calls++;
+    int r = (int)cudaHostAlloc(p, n, cudaHostAllocDefault);
+    if (r == 0) j->pinned_bytes += n;
+    return r;
+}
+static int pin_free(void *ctx, void *p, size_t n, cudaStream_t) {
+    si_cuda_jpeg *j = (si_cuda_jpeg *)ctx;
+    __atomic_add_fetch(&n_jpeg_allocs, 1, __ATOMIC_RELAXED);
+    if (p) j->pinned_bytes -= n;
+    return (int)cudaFreeHost(p);
+}
+
+static bool load_api(void) {
+    if (api.tried) return api.ok;
+    api.tried = true;
+    void *lib = dlopen("libnvjpeg.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(api.why, sizeof api.why, "cannot load libnvjpeg.so.13: %s", dlerror());
+        return false;
+    }
+#define SYM(field, name)                                                                           \
+    if (!(*(void **)&api.field = dlsym(lib, name))) {                                              \
+        snprintf(api.why, sizeof api.why, "libnvjpeg.so.13 has no %s", name);                     \
+        return false;                                                                              \
+    }
+    SYM(create, "nvjpegCreateExV2");
+    SYM(destroy, "nvjpegDestroy");
+    SYM(hw_info, "nvjpegGetHardwareDecoderInfo");
+    SYM(state_create, "nvjpegJpegStateCreate");
+    SYM(state_destroy, "nvjpegJpegStateDestroy");
+    SYM(batch_init, "nvjpegDecodeBatchedInitialize");
+    SYM(batch_decode, "nvjpegDecodeBatched");
+    SYM(property, "nvjpegGetProperty");
+#undef SYM
+    api.ok = true;
+    return true;
+}
+
+// A handle on the hardware backend with our allocators (ctx j); the nvJPEG status, 0 on success.
+static int create_handle(si_cuda_jpeg *j) {
+    nvjpegDevAllocatorV2_t da = {dev_malloc, dev_free, j};
+    nvjpegPinnedAllocatorV2_t pa = {pin_malloc, pin_free, j};
+    return (int)api.create(NVJPEG_BACKEND_HARDWARE, &da, &pa, NVJPEG_FLAGS_DEFAULT, &j->h);
+}
+
+// The probe's decoder, kept for the first si_cuda_jpeg_create: creating a handle on the hardware
+// backend takes about half a second (the engines' set-up), once is enough.
+static si_cuda_jpeg *spare;
+
+bool si_cuda_jpeg_available(char *why, size_t cap) {
+    static int answer = -1; // per process: every rank asks once for its device
+    static char reason[256];
+    if (answer < 0) {
+        answer = 0;
+        si_cuda_jpeg *probe = (si_cuda_jpeg *)si_xcalloc(1, sizeof *probe);
+        int r;
+        unsigned engines = 0, cores = 0;
+        if (!load_api()) {
+            snprintf(reason, sizeof reason, "%s", api.why);
+            free(probe);
+        } else if ((r = create_handle(probe)) != 0) {
+            snprintf(reason, sizeof reason,
+                     "nvJPEG's hardware backend is not available on this GPU (status %d): it "
+                     "has no JPEG decoding engines",
+                     r);
+            free(probe);
+        } else {
+            api.hw_info(probe->h, &engines, &cores);
+            spare = probe;
+            answer = 1;
+            int v[3] = {0, 0, 0};
+            api.property(MAJOR_VERSION, &v[0]);
+            api.property(MINOR_VERSION, &v[1]);
+            api.property(PATCH_LEVEL, &v[2]);
+            snprintf(reason, sizeof reason, "nvJPEG %d.%d.%d, %u hardware decoders", v[0], v[1],
+                     v[2], engines);
+        }
+    }
+    snprintf(why, cap, "%s", reason);
+    return answer == 1;
+}
+
+si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch) {
+    char why[256];
+    if (!si_cuda_jpeg_available(why, sizeof why)) {
+        si_error(SI_ERR_UNSUPPORTED, "--decode gpu: %s", why);
+        return NULL;
+    }
+    si_cuda_jpeg *j = spare ? spare : (si_cuda_jpeg *)si_xcalloc(1, sizeof *j);
+    int r = spare ? 0 : create_handle(j);
+    spare = NULL;
+    j->slots = slots;
+    j->max_batch = max_batch;
+    if (cudaGetDevice(&j->device) != cudaSuccess) j->device = 0;
+    if (r != 0) {
+        si_error(SI_ERR_UNSUPPORTED, "--decode gpu: nvjpegCreateExV2 failed (status %d)", r);
+        free(j);
+        return NULL;
+    }
+    j->state = (nvjpegJpegState_t *)si_xcalloc((size_t)slots, sizeof *j->state);
+    for (int k = 0; k < slots; k++)
+        if ((r = (int)api.state_create(j->h, &j->state[k])) != 0) {
+            si_error(SI_ERR_INTERNAL, "nvjpegJpegStateCreate failed (status %d)", r);
+            si_cuda_jpeg_free(j);
+            return NULL;
+        }
+    // per slot: src, len, dst (uint64) and w, h (int32), max_batch each
+    size_t per = (size_t)max_batch * (3 * sizeof(uint64_t) + 2 * sizeof(int32_t));
+    uint8_t *a = (uint8_t *)si_xcalloc((size_t)slots, per);
+    j->arrays = a;
+    j->jobs = (si_jpeg_jobs *)si_xcalloc((size_t)slots, sizeof *j->jobs);
+    for (int k = 0; k < slots; k++, a += per) {
+        si_jpeg_jobs *q = &j->jobs[k];
+        q->src = (uint64_t *)a;
+        q->len = q->src + max_batch;
+        q->dst = q->len + max_batch;
+        q->w = (int32_t *)(q->dst + max_batch);
+        q->h = q->w + max_batch;
+    }
+    j->data = (const unsigned char **)si_xcalloc((size_t)max_batch, sizeof *j->data);
+    j->lens = (size_t *)si_xcalloc((size_t)max_batch, sizeof *j->lens);
+    j->dst = (nvjpegImage_t *)si_xcalloc((size_t)max_batch, sizeof *j->dst);
+    return j;
+}
+
+void si_cuda_jpeg_free(si_cuda_jpeg *j) {
+    if (!j) return;
+    for (int k = 0; j->state && k < j->slots; k++)
+        if (j->state[k]) api.state_destroy(j->state[k]);
+    if (j->h) api.destroy(j->h);
+    free(j->state);
+    free(j->jobs);
+    free(j->arrays);
+    free(j->data);
+    free(j->lens);
+    free(j->dst);
+    free(j);
+}
+
+si_jpeg_jobs *si_cuda_jpeg_jobs(si_cuda_jpeg *j, int k) {
+    j->jobs[k].n = 0;
+    return &j->jobs[k];
+}
+
+si_status si_cuda_jpeg_decode(si_cuda_jpeg *j, int k, const uint8_t *pack_h, uint8_t *pack_d,
+                              cudaStream_t s) {
+    const si_jpeg_jobs *q = &j->jobs[k];
+    if (q->n == 0) return SI_OK;
+    SI_ASSERT(q->n <= j->max_batch);
+    cudaCheck(cudaSetDevice(j->device));
+    for (int i = 0; i < q->n; i++) {
+        j->data[i] = pack_h + q->src[i];
+        j->lens[i] = (size_t)q->len[i];
+        memset(&j->dst[i], 0, sizeof j->dst[i]);
+        j->dst[i].channel[0] = pack_d + q->dst[i];
+        j->dst[i].pitch[0] = (size_t)q->w[i] * 3;
+    }
+    int r = (int)api.batch_init(j->h, j->state[k], q->n, 1, NVJPEG_OUTPUT_RGBI);
+    if (r == 0) r = (int)api.batch_decode(j->h, j->state[k], j->data, j->lens, j->dst, s);
+    if (r == 0) return SI_OK;
+    // whatever the failed call left queued finishes before the caller reuses the buffers
+    cudaCheck(cudaStreamSynchronize(s));
+    // a failed batch leaves the state unusable: a fresh one for the slot's next batch
+    api.state_destroy(j->state[k]);
+    j->state[k] = NULL;
+    int r2 = (int)api.state_create(j->h, &j->state[k]);
+    if (r2 != 0)
+        return si_error(SI_ERR_INTERNAL, "nvjpegJpegStateCreate failed (status %d) after a batch "
+                                         "the decoder rejected", r2);
+    return si_error(SI_ERR_FORMAT, "nvJPEG rejected the batch of %d images (status %d)", q->n, r);
+}
+
+void si_cuda_jpeg_memory(const si_cuda_jpeg *j, size_t *dev, size_t *pinned, long *calls) {
+    *dev = j ? j->dev_bytes : 0;
+    *pinned = j ? j->pinned_bytes : 0;
+    *calls = j ? j->calls : 0;
+}
+
+#endif

@@ -1,0 +1,42 @@
+// The GPU's hardware JPEG decoder for --decode gpu: nvJPEG's HARDWARE backend (the NVJPG engines
+// of A100, H100 and H200), loaded at run time from libnvjpeg.so.13 so that a build with its
+// header still runs where the library or the engines are missing (the CPU decodes then). One
+// decode state per slot, so that a slot's decode never shares buffers with another batch still in
+// flight; a slot's state is reused only after its previous batch was collected.
+#ifndef SI_CUDA_JPEG_CUH
+#define SI_CUDA_JPEG_CUH
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "engine/engine.h"
+}
+
+typedef struct si_cuda_jpeg si_cuda_jpeg;
+
+// nvJPEG allocations and frees made through our hooks so far, every decoder of the process
+// (added to si_cuda_backend_alloc_calls: the steady state makes none).
+long si_cuda_jpeg_alloc_calls(void);
+
+// Whether this process can decode on the current device's hardware JPEG decoder; why not in why.
+// Loads the library and creates (then frees) a handle on the first call; the answer is kept.
+bool si_cuda_jpeg_available(char *why, size_t cap);
+
+// A decoder for `slots` slots of up to max_batch images each; NULL with the message set when
+// si_cuda_jpeg_available says no. Free with si_cuda_jpeg_free (accepts NULL).
+si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch);
+void si_cuda_jpeg_free(si_cuda_jpeg *j);
+
+// Slot k's job list, emptied.
+si_jpeg_jobs *si_cuda_jpeg_jobs(si_cuda_jpeg *j, int k);
+
+// Queues slot k's jobs on stream s: bitstreams from pack_h, pixels to pack_d (si_jpeg_jobs).
+// On failure nothing more is queued, the slot's state is reset and the message says which
+// status nvJPEG gave.
+si_status si_cuda_jpeg_decode(si_cuda_jpeg *j, int k, const uint8_t *pack_h, uint8_t *pack_d,
+                              cudaStream_t s);
+
+// Device and pinned bytes nvJPEG has allocated through us so far, and how many allocations.
+void si_cuda_jpeg_memory(const si_cuda_jpeg *j, size_t *dev, size_t *pinned, long *calls);
+
+#endif
