@@ -70,6 +70,11 @@ static const char run_usage[] =
     "                     GPU, cpu resizes in the decode threads; identical crops either way\n"
     "  --pack-kb K        cuda, --resize-on gpu: KiB per image of the slots' buffers of decoded\n"
     "                     images (default 9 * resize^2 bytes); larger ones are resized on the CPU\n"
+    "  --decode D         cuda, --resize-on gpu: auto (default: gpu where every rank's GPU has\n"
+    "                     hardware JPEG decoders, as A100, H100 and H200 do), gpu (nvJPEG's\n"
+    "                     hardware decoder; progressive, CMYK, 4:1:1, EXIF-rotated and malformed\n"
+    "                     files still decode on the CPU) or cpu (libjpeg-turbo, bit-exact as\n"
+    "                     before); the summary counts images per decoder\n"
     "  --autotune-cache D cuda: keep the convolutions' timed algorithm choices in folder D (one\n"
     "                     file per GPU model, cuDNN version and workspace; default\n"
     "                     $XDG_CACHE_HOME/shardinfer/autotune or ~/.cache/...), or off\n"
@@ -130,6 +135,7 @@ enum {
     O_WORKSPACE,
     O_NOGRAPHS,
     O_RESIZEON,
+    O_DECODE,
     O_PACKKB,
     O_AUTOTUNE,
     O_TIMELINE,
@@ -180,6 +186,7 @@ static const struct option run_opts[] = {{"model", required_argument, 0, 'm'},
                                          {"workspace", required_argument, 0, O_WORKSPACE},
                                          {"no-graphs", no_argument, 0, O_NOGRAPHS},
                                          {"resize-on", required_argument, 0, O_RESIZEON},
+                                         {"decode", required_argument, 0, O_DECODE},
                                          {"pack-kb", required_argument, 0, O_PACKKB},
                                          {"autotune-cache", required_argument, 0, O_AUTOTUNE},
                                          {"timeline", required_argument, 0, O_TIMELINE},
@@ -421,6 +428,12 @@ static const char *opt_cuda(int c, const char *arg, run_args *a, char *buf, size
             return usage_error(buf, cap, "--resize-on '%s': expected cpu or gpu", arg);
         a->resize_on = !strcmp(arg, "gpu");
         return NULL;
+    case O_DECODE:
+        if (!strcmp(arg, "cpu")) a->job.decode = SI_DECODE_CPU;
+        else if (!strcmp(arg, "gpu")) a->job.decode = SI_DECODE_GPU;
+        else if (!strcmp(arg, "auto")) a->job.decode = SI_DECODE_AUTO;
+        else return usage_error(buf, cap, "--decode '%s': expected auto, cpu or gpu", arg);
+        return NULL;
     case O_AUTOTUNE:
         if (!*arg) return "--autotune-cache: expected a folder, or off";
         eo->autotune_dir = arg;
@@ -482,7 +495,7 @@ static const char *check_backend(run_args *a, char *buf, size_t cap) {
 #endif
     if (automatic && !cuda &&
         (a->precision || j->eo.slots || j->eo.workspace_bytes || j->eo.no_graphs ||
-         a->resize_on == 1 || j->pack_kb)) {
+         a->resize_on == 1 || j->pack_kb || j->decode == SI_DECODE_GPU)) {
         /* the CUDA-only options say the user meant a GPU: say why there is none */
         if (!(a->precision && !strcmp(a->precision, "fp32"))) {
             snprintf(buf, cap,
@@ -503,6 +516,10 @@ static const char *check_backend(run_args *a, char *buf, size_t cap) {
     if (!cuda && (a->resize_on == 1 || j->pack_kb))
         return "--resize-on gpu and --pack-kb are for --backend cuda";
     if (a->resize_on == 0 && j->pack_kb) return "--pack-kb is for --resize-on gpu";
+    if (!cuda && j->decode == SI_DECODE_GPU)
+        return "--decode gpu is for --backend cuda (the GPU's JPEG decoder)";
+    if (a->resize_on == 0 && j->decode == SI_DECODE_GPU)
+        return "--decode gpu needs --resize-on gpu (the GPU resizes what it decodes)";
     j->pc.gpu_resize = cuda && (a->resize_on < 0 ? SI_GPU_RESIZE_DEFAULT : a->resize_on == 1);
     return NULL;
 }

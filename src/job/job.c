@@ -208,6 +208,31 @@ static si_status open_inputs(si_job_state *J) {
     return SI_OK;
 }
 
+#ifdef SI_HAVE_CUDA
+/* --decode on a CUDA run with the GPU resize: the GPU's hardware JPEG decoder where every rank
+ * has one (auto) or insisted on (gpu), the CPU otherwise; the choice and why in decode_why. */
+static si_status choose_decoder(si_job_state *J) {
+    si_decode_mode mode = J->cfg->decode;
+    char why[200] = "asked for";
+    if (mode == SI_DECODE_CPU) {
+        snprintf(J->decode_why, sizeof J->decode_why, "cpu (--decode cpu)");
+        return SI_OK;
+    }
+    bool ok = si_cuda_hw_jpeg(why, sizeof why);
+    si_status st = ok || mode == SI_DECODE_AUTO
+                       ? SI_OK
+                       : si_error(SI_ERR_UNSUPPORTED, "--decode gpu on rank %d (host %s): %s",
+                                  J->m->rank, J->host, why);
+    if ((st = si_mpi_agree(J->m, st)) != SI_OK) return st;
+    bool all = si_mpi_agree(J->m, ok ? SI_OK : SI_ERR_UNSUPPORTED) == SI_OK;
+    J->eo.gpu_decode_per_image = all ? SI_GPU_DECODE_PER_IMAGE : 0;
+    snprintf(J->decode_why, sizeof J->decode_why, "%s (%s%s)", all ? "gpu" : "cpu",
+             mode == SI_DECODE_AUTO ? "auto: " : "",
+             all || ok ? why : "a rank's GPU has no hardware JPEG decoder");
+    return SI_OK;
+}
+#endif
+
 /* --backend cuda: one GPU per rank, by node-local rank (the launcher's, else MPI's), and the
  * buffers of decoded images for the GPU resize. */
 static si_status select_gpu(si_job_state *J) {
@@ -235,6 +260,7 @@ static si_status select_gpu(si_job_state *J) {
                           pack_kb, J->pc.pre.crop_h, J->pc.pre.crop_w, crop);
         if ((st = si_mpi_agree(m, st)) != SI_OK) return st;
         J->eo.pack_per_image = ppi;
+        if ((st = choose_decoder(J)) != SI_OK) return st;
     }
 #endif
     return SI_OK;
@@ -397,13 +423,15 @@ static void log_start(const si_job_state *J) {
     }
     if (J->m->rank == 0)
         si_log_info("%llu images from %s on %d rank%s, batch %d, chunks of %u (%s), input %dx%d "
-                    "(resize %d), post %s, backend %s%s%s%s, %d thread%s + %d post per rank%s",
+                    "(resize %d), post %s, backend %s%s%s%s, decode %s, %d thread%s + %d post "
+                    "per rank%s",
                     (unsigned long long)J->n, cfg->input, size, size > 1 ? "s" : "", pc->batch,
                     J->chunk, cfg->schedule == SI_SCHED_STATIC ? "static" : "dynamic",
                     pc->pre.crop_h, pc->pre.crop_w, pc->pre.resize, J->post_params, cfg->backend,
                     cfg->backend_why[0] ? " (" : "", cfg->backend_why,
-                    cfg->backend_why[0] ? ")" : "", threads, threads > 1 ? "s" : "",
-                    pc->post_threads, J->done_before ? " (resuming)" : "");
+                    cfg->backend_why[0] ? ")" : "", J->decode_why[0] ? J->decode_why : "cpu",
+                    threads, threads > 1 ? "s" : "", pc->post_threads,
+                    J->done_before ? " (resuming)" : "");
 }
 
 static int exit_code(si_status st) {

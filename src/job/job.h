@@ -19,6 +19,13 @@
 #include "mpi/sched.h"
 #include "pipeline/pipeline.h"
 
+/* --decode: where the JPEGs are decoded on a CUDA run (the CPU backend always decodes on the CPU). */
+typedef enum {
+    SI_DECODE_AUTO = 0, /* the GPU's hardware decoder where every rank's GPU has one */
+    SI_DECODE_CPU,
+    SI_DECODE_GPU
+} si_decode_mode;
+
 typedef struct {
     const char *model, *input, *output; /* paths; output is RESULT.h5 */
     const char *backend;                /* "cpu" or "cuda" */
@@ -42,6 +49,7 @@ typedef struct {
     int slow_rank, slow_ms;   /* tests: rank slow_rank (-1: none) sleeps slow_ms per batch */
     si_engine_opts eo;        /* precision (resolved for the backend), slots, workspace, graphs */
     long pack_kb;             /* cuda, pc.gpu_resize: KiB per image of decoded images; 0: default */
+    si_decode_mode decode;    /* cuda, pc.gpu_resize: where JPEGs decode (--decode) */
     const char *timeline;     /* CSV of the stages' intervals, NULL: none */
     const char *command_line; /* recorded in the result; NULL: "" */
     double t_start;           /* si_now() when the run started (elapsed times); 0: at the call */

@@ -87,6 +87,20 @@ static void print_rates(const si_rank_stats *ranks, int size) {
         printf("  --resize-on gpu: %llu images resized on the CPU instead (larger than the "
                "slot's buffer had room for, or a filter wider than the GPU's)\n",
                (unsigned long long)spilled);
+    uint64_t on_gpu = 0, retried = 0, all = 0;
+    double call = 0;
+    for (int r = 0; r < size; r++) {
+        call += ranks[r].gpu_call_s;
+        on_gpu += ranks[r].gpu_decoded;
+        retried += ranks[r].gpu_retried;
+        all += ranks[r].images + ranks[r].failed;
+    }
+    if (on_gpu || retried)
+        printf("  --decode gpu: %llu images decoded by the GPU's JPEG decoder, the other %llu on "
+               "the CPU (failed ones included; %llu from batches the GPU rejected); %.2f s of "
+               "the decode stage in nvJPEG's host calls\n",
+               (unsigned long long)on_gpu, (unsigned long long)(all - on_gpu),
+               (unsigned long long)retried, call);
     for (int r = 0; r < size; r++)
         if (ranks[r].gpu >= 0)
             printf("  rank %d: GPU %d, %.1f MiB of device memory in use at the end\n", r,

@@ -15,7 +15,18 @@ typedef struct {
     pthread_mutex_t mu;
     size_t used, cap, crop; /* bytes */
     uint32_t pending;       /* images not yet placed */
+    /* --decode gpu: bitstreams at the pool's end (host side only), and the device's decode
+     * area after the pool (where the hardware decoder writes) */
+    size_t bits, dec_used, dec_base, dec_cap;
 } pack_state;
+
+/* --decode gpu: one image's job before the batch's list is made in order. */
+typedef struct {
+    uint64_t src, len, dst;
+    int32_t w, h;
+    int kind;    /* 0: failed or not to decode, 1: the CPU's, 2: the hardware could take it */
+    bool on_gpu; /* the hardware decoder's job */
+} gpu_job;
 
 /* One batch's decode into the slot's buffers (status/msgs as si_decode_batch). */
 typedef void (*decode_fn)(si_decode *d, const si_read_slot *sl, int32_t *status,
@@ -35,6 +46,17 @@ struct si_decode {
     pack_state pk;      /* with packed */
     si_rs_item *jitems; /* [B] with packed: image j's item, before the good rows move up */
     uint64_t spilled;   /* with packed: this batch's images resized here */
+    /* --decode gpu */
+    bool gpu_decode;
+    gpu_job *gj;          /* [B] */
+    int slot;             /* the engine slot being filled */
+    uint64_t gpu_decoded; /* this batch's images decoded by the GPU */
+    uint64_t gpu_retried; /* this batch's images the GPU rejected, decoded here instead */
+    double gpu_call_s;    /* this batch's seconds in the decoder's host call */
+    double cpu_share;     /* of the images the hardware could take, the part the CPU decodes */
+    bool share_fixed;     /* SI_DECODE_CPU_SHARE set it */
+    long reject_every;    /* SI_TEST_GPU_DECODE_REJECT=K: every K-th call fails (tests) */
+    long calls;
     /* the slot being filled */
     uint8_t *px, *pool;
     si_rs_item *items;
@@ -45,7 +67,7 @@ struct si_decode {
 static bool pack_take(pack_state *pk, size_t need, uint64_t *off) {
     pthread_mutex_lock(&pk->mu);
     SI_ASSERT(pk->pending > 0);
-    bool ok = pk->used + need + (size_t)(pk->pending - 1) * pk->crop <= pk->cap;
+    bool ok = pk->used + need + pk->bits + (size_t)(pk->pending - 1) * pk->crop <= pk->cap;
     if (ok) {
         *off = pk->used;
         pk->used += need;
@@ -54,6 +76,40 @@ static bool pack_take(pack_state *pk, size_t need, uint64_t *off) {
     pthread_mutex_unlock(&pk->mu);
     SI_ASSERT(ok || need > pk->crop);
     return ok;
+}
+
+/* --decode gpu: room for a bitstream of len bytes at the pool's end (*src) and for its decode of
+ * dec bytes in the device's area (*dst, 256-byte aligned). The image keeps its reserve until the
+ * decoder's call has succeeded (pack_gpu_done), so that a batch the decoder rejects can still be
+ * decoded here. False (nothing taken) when either is full. */
+static bool pack_take_gpu(pack_state *pk, size_t len, size_t dec, uint64_t *src, uint64_t *dst) {
+    pthread_mutex_lock(&pk->mu);
+    SI_ASSERT(pk->pending > 0);
+    size_t at = (pk->dec_used + 255) & ~(size_t)255;
+    bool ok = pk->used + pk->bits + len + (size_t)pk->pending * pk->crop <= pk->cap &&
+              at + dec <= pk->dec_cap;
+    if (ok) {
+        pk->bits += len;
+        *src = pk->cap - pk->bits;
+        *dst = pk->dec_base + at;
+        pk->dec_used = at + dec;
+    }
+    pthread_mutex_unlock(&pk->mu);
+    return ok;
+}
+
+/* --decode gpu, after the decoder's call: its n images placed (their reserves go), or, when the
+ * call failed, their bitstreams given up (the images are decoded here, from the read buffer, into
+ * their reserves). */
+static void pack_gpu_done(pack_state *pk, uint32_t n, bool decoded) {
+    pthread_mutex_lock(&pk->mu);
+    if (decoded) {
+        SI_ASSERT(pk->pending >= n);
+        pk->pending -= n;
+    } else {
+        pk->bits = 0;
+    }
+    pthread_mutex_unlock(&pk->mu);
 }
 
 /* An image that failed: its reserve goes back. */
@@ -137,6 +193,189 @@ static void decode_for_gpu_resize(si_decode *d, const si_read_slot *sl, int32_t 
     d->spilled = spilled;
 }
 
+/* --decode gpu: the batch's decoder call, made by thread 0 of the OpenMP team while the others
+ * decode the CPU's share. Copies the jobs' bitstreams into the slot's page-locked
+ * buffer first (the decoder reads them from there while the slot's batch is in flight). */
+typedef struct {
+    si_decode *d;
+    const si_read_slot *sl;
+    si_status st;
+    double seconds;
+    char msg[512];
+} gpu_call;
+
+static void gpu_call_main(gpu_call *c) {
+    si_decode *d = c->d;
+    double t = si_now();
+    for (uint32_t j = 0; j < c->sl->n; j++)
+        if (d->gj[j].on_gpu)
+            memcpy(d->pool + d->gj[j].src, c->sl->buf.data + c->sl->off[j], d->gj[j].len);
+    if (d->reject_every > 0 && ++d->calls % d->reject_every == 0)
+        c->st = si_error(SI_ERR_FORMAT, "the decoder's call failed (SI_TEST_GPU_DECODE_REJECT)");
+    else
+        c->st = si_engine_jpeg_decode(d->e, d->slot);
+    if (c->st != SI_OK) snprintf(c->msg, sizeof c->msg, "%s", si_error_msg());
+    c->seconds = si_now() - t;
+}
+
+/* --decode gpu, phase 1 for image j: the header checks (a failure is the image's status) and
+ * whether the hardware decoder can take it and the GPU resize its full-size decode (kind 2) or
+ * only the CPU can (kind 1). */
+static si_image_status plan_one(si_decode *d, const uint8_t *data, size_t len, uint32_t j,
+                                char *msg) {
+    const si_preproc *pre = &d->cfg->pre;
+    si_gpu_plan plan;
+    gpu_job *g = &d->gj[j];
+    si_image_status st =
+        si_decode_plan_gpu(d->dec[omp_get_thread_num()], data, len, pre, &plan, msg, SI_MSG_LEN);
+    if (st != SI_IMG_OK) return st;
+    si_rs_item *it = &d->jitems[j];
+    g->kind = 1;
+    if (!plan.cpu_reason &&
+        si_rs_item_make(plan.full_w, plan.full_h, pre->resize, pre->interp, pre->crop_h,
+                        pre->crop_w, it) &&
+        si_rs_gpu_fits(it)) {
+        g->kind = 2;
+        g->len = len;
+        g->w = plan.full_w;
+        g->h = plan.full_h;
+    }
+    return SI_IMG_OK;
+}
+
+/* --decode gpu: which of the images the hardware can take go to the CPU instead, as many as
+ * d->cpu_share of them, spread evenly; then room for the rest (an image without room stays on
+ * the CPU). Sequential: a few hundred cheap steps. */
+static int split_batch(si_decode *d, const si_read_slot *sl, uint32_t *n_cpu) {
+    int capable = 0;
+    for (uint32_t j = 0; j < sl->n; j++) capable += d->gj[j].kind == 2;
+    double acc = 0.5;
+    int n_gpu = 0;
+    *n_cpu = 0;
+    for (uint32_t j = 0; j < sl->n; j++) {
+        gpu_job *g = &d->gj[j];
+        g->on_gpu = false;
+        if (g->kind == 2) {
+            acc += d->cpu_share;
+            if (acc >= 1.0) {
+                acc -= 1.0;
+            } else if (pack_take_gpu(&d->pk, g->len, (size_t)g->w * (size_t)g->h * 3, &g->src,
+                                     &g->dst)) {
+                g->on_gpu = true;
+                d->jitems[j].off = g->dst;
+                n_gpu++;
+                continue;
+            }
+        }
+        if (g->kind) (*n_cpu)++;
+    }
+    (void)capable;
+    return n_gpu;
+}
+
+/* The split that would have made both sides finish together, from this batch's rates, folded
+ * into d->cpu_share (unless SI_DECODE_CPU_SHARE fixed it). */
+static void balance(si_decode *d, uint32_t n_cpu, int n_gpu, double t_cpu, double t_gpu) {
+    if (d->share_fixed || n_gpu == 0 || n_cpu == 0 || t_cpu <= 0 || t_gpu <= 0) return;
+    double r_cpu = n_cpu / t_cpu, r_gpu = n_gpu / t_gpu;
+    double ideal = r_cpu / (r_cpu + r_gpu); /* of all the batch's decodes */
+    double share = d->cpu_share + 0.3 * (ideal - (double)n_cpu / (n_cpu + n_gpu));
+    d->cpu_share = share < 0.02 ? 0.02 : share > 0.9 ? 0.9 : share;
+}
+
+/* --decode gpu: the images the GPU rejected as a batch, decoded here (their statuses are then
+ * libjpeg-turbo's, as with --decode cpu). */
+static void gpu_fallback(si_decode *d, const si_read_slot *sl, int32_t *status,
+                         char (*msgs)[SI_MSG_LEN], uint64_t *spilled) {
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < sl->n; j++) n += d->gj[j].on_gpu;
+    pack_gpu_done(&d->pk, n, false);
+    uint64_t sp = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : sp)
+    for (uint32_t j = 0; j < sl->n; j++) {
+        if (!d->gj[j].on_gpu) continue;
+        d->gj[j].on_gpu = false;
+        status[j] = (int32_t)decode_packed(d->dec[omp_get_thread_num()], sl->buf.data + sl->off[j],
+                                           sl->off[j + 1] - sl->off[j], &d->cfg->pre, &d->pk,
+                                           d->pool, &d->jitems[j], &sp, msgs[j], SI_MSG_LEN);
+    }
+    *spilled += sp;
+    d->gpu_retried += n;
+}
+
+/* --decode gpu: the headers first (phase 1), the split between the hardware decoder and the CPU
+ * (split_batch), then both at once: the decoder's call on thread 0, the CPU's share on the
+ * OpenMP team's others; a batch the decoder rejects is decoded here after all. */
+static void decode_for_gpu_decode(si_decode *d, const si_read_slot *sl, int32_t *status,
+                                  char (*msgs)[SI_MSG_LEN]) {
+    si_jpeg_jobs *q = si_engine_jpeg_jobs(d->e, d->slot);
+    SI_ASSERT(q);
+    d->pk.bits = d->pk.dec_used = 0;
+    d->pk.dec_base = q->dst_base;
+    d->pk.dec_cap = q->dst_cap;
+#pragma omp parallel for schedule(dynamic, 4)
+    for (uint32_t j = 0; j < sl->n; j++) {
+        d->gj[j].kind = 0;
+        if (status[j] != SI_IMG_OK) {
+            pack_drop(&d->pk);
+            continue;
+        }
+        msgs[j][0] = 0;
+        status[j] = (int32_t)plan_one(d, sl->buf.data + sl->off[j], sl->off[j + 1] - sl->off[j],
+                                      j, msgs[j]);
+        if (status[j] != SI_IMG_OK) pack_drop(&d->pk);
+    }
+    uint32_t n_cpu;
+    int n_gpu = split_batch(d, sl, &n_cpu);
+    q->n = 0;
+    for (uint32_t j = 0; j < sl->n; j++) {
+        const gpu_job *g = &d->gj[j];
+        if (!g->on_gpu) continue;
+        q->src[q->n] = g->src;
+        q->len[q->n] = g->len;
+        q->dst[q->n] = g->dst;
+        q->w[q->n] = g->w;
+        q->h[q->n] = g->h;
+        q->n++;
+    }
+    /* Thread 0 of the team, the thread that set up the engine, makes the decoder's call (nvJPEG's
+     * hardware backend returned allocator failures, status 5, when called from a thread of its
+     * own on the H100), then joins the others on what is left of the CPU's share. */
+    gpu_call call = {.d = d, .sl = sl, .st = SI_OK};
+    double t = si_now(), t_cpu = 0;
+    uint64_t spilled = 0;
+#pragma omp parallel reduction(+ : spilled) reduction(max : t_cpu)
+    {
+        int me = omp_get_thread_num();
+        if (me == 0 && n_gpu > 0) gpu_call_main(&call);
+        double t0 = si_now();
+#pragma omp for schedule(dynamic, 1) nowait
+        for (uint32_t j = 0; j < sl->n; j++) {
+            if (!d->gj[j].kind || d->gj[j].on_gpu) continue;
+            status[j] = (int32_t)decode_packed(
+                d->dec[omp_get_thread_num()], sl->buf.data + sl->off[j], sl->off[j + 1] - sl->off[j],
+                &d->cfg->pre, &d->pk, d->pool, &d->jitems[j], &spilled, msgs[j], SI_MSG_LEN);
+        }
+        /* the CPU side's time: the other threads' (thread 0 only helps once its call is done),
+         * or thread 0's own loop when it is alone */
+        if (me != 0 || omp_get_num_threads() == 1)
+            t_cpu = si_now() - (me == 0 ? t0 : t);
+    }
+    d->gpu_call_s = call.seconds;
+    balance(d, n_cpu, n_gpu, t_cpu, call.seconds);
+    if (call.st == SI_OK) {
+        pack_gpu_done(&d->pk, (uint32_t)n_gpu, true);
+    } else {
+        si_log_warn("images %llu..%llu: %s; decoding its images on the CPU",
+                    (unsigned long long)sl->first, (unsigned long long)(sl->first + sl->n - 1),
+                    call.msg);
+        gpu_fallback(d, sl, status, msgs, &spilled);
+        q->n = 0;
+    }
+    d->gpu_decoded = (uint64_t)q->n;
+    d->spilled = spilled;
+}
+
 /* JPEGs decoded, resized and cropped here. */
 static void decode_crops(si_decode *d, const si_read_slot *sl, int32_t *status,
                          char (*msgs)[SI_MSG_LEN]) {
@@ -170,10 +409,25 @@ si_decode *si_decode_create(const si_pipeline_config *cfg, si_engine *e, si_sour
     si_rs_item *items;
     size_t cap;
     d->packed = cfg->gpu_resize && !pixels_in && si_engine_pack(e, 0, &items, &cap) != NULL;
+    d->gpu_decode = d->packed && si_engine_jpeg_jobs(e, 0) != NULL;
     d->pk.crop = d->img;
     pthread_mutex_init(&d->pk.mu, NULL);
     d->jitems = si_xmalloc(sizeof(si_rs_item) * B);
-    d->run = pixels_in ? decode_from_pixels : d->packed ? decode_for_gpu_resize : decode_crops;
+    d->gj = si_xcalloc(B, sizeof *d->gj);
+    /* the CPU's first share; balance() moves it to what the measured rates call for.
+     * SI_DECODE_CPU_SHARE=F fixes it (0: the hardware decodes everything it can) */
+    d->cpu_share = 0.3;
+    const char *share = getenv("SI_DECODE_CPU_SHARE");
+    if (share && *share) {
+        d->cpu_share = atof(share);
+        d->share_fixed = true;
+    }
+    const char *reject = getenv("SI_TEST_GPU_DECODE_REJECT");
+    if (reject && *reject) d->reject_every = atol(reject);
+    d->run = pixels_in        ? decode_from_pixels
+             : d->gpu_decode ? decode_for_gpu_decode
+             : d->packed     ? decode_for_gpu_resize
+                             : decode_crops;
     return d;
 }
 
@@ -183,6 +437,7 @@ void si_decode_free(si_decode *d) {
     free(d->dec);
     free(d->gray_rgb);
     free(d->jitems);
+    free(d->gj);
     pthread_mutex_destroy(&d->pk.mu);
     free(d);
 }
@@ -208,8 +463,12 @@ static int good_rows(si_decode *d, const si_read_slot *sl, const int32_t *status
 
 int si_decode_batch(si_decode *d, int slot, const si_read_slot *sl, int32_t *status,
                     char (*msgs)[SI_MSG_LEN], int32_t *rowmap, size_t *packed,
-                    uint64_t *cpu_resized) {
+                    uint64_t *cpu_resized, uint64_t *gpu_decoded, uint64_t *gpu_retried,
+                    double *gpu_call_s) {
     d->px = si_engine_pixels(d->e, slot);
+    d->slot = slot;
+    d->gpu_decoded = d->gpu_retried = 0;
+    d->gpu_call_s = 0;
     if (d->packed) {
         d->pool = si_engine_pack(d->e, slot, &d->items, &d->pk.cap);
         d->pk.used = 0;
@@ -223,6 +482,9 @@ int si_decode_batch(si_decode *d, int slot, const si_read_slot *sl, int32_t *sta
     if (d->packed) { /* the good rows' items to the front; the pixels stay where they are */
         for (int r = 0; r < rows; r++) d->items[r] = d->jitems[rowmap[r]];
         *cpu_resized += d->spilled;
+        *gpu_decoded += d->gpu_decoded;
+        *gpu_retried += d->gpu_retried;
+        *gpu_call_s += d->gpu_call_s;
     } else { /* the good rows' crops to the front of the slot's input, as decoded */
         for (int r = 0; r < rows; r++)
             if (rowmap[r] != r)

@@ -55,6 +55,9 @@ typedef struct {
     uint64_t gpu_mem_kb;  /* device memory in use at the end (cudaMemGetInfo) */
     uint64_t cpu_resized; /* --resize-on gpu: images resized here instead (buffer full, or a
                              filter wider than the GPU's) */
+    uint64_t gpu_decoded; /* --decode gpu: images the GPU's hardware decoder decoded */
+    uint64_t gpu_retried; /* --decode gpu: images of batches it rejected, decoded here instead */
+    double gpu_call_s;    /* --decode gpu: seconds of the decode stage in the decoder's host call */
 } si_rank_stats;
 
 typedef struct {

@@ -90,8 +90,9 @@ void *si_reader_main(void *arg);
 
 /* decode.c: one rank's decoders (one per OpenMP thread) and the batch's way into an engine
  * slot, picked once at start: pre-decoded pixels resized and cropped, JPEGs decoded into the
- * slot's packed buffer for the GPU's resize (when the engine has one and cfg->gpu_resize),
- * or JPEGs decoded and cropped. Borrows cfg, e and set; free with si_decode_free. */
+ * slot's packed buffer for the GPU's resize (when the engine has one and cfg->gpu_resize), the
+ * same with the GPU's hardware JPEG decoder taking the images it can (when the engine has it:
+ * --decode gpu), or JPEGs decoded and cropped. Borrows cfg, e and set; free with si_decode_free. */
 typedef struct si_decode si_decode;
 si_decode *si_decode_create(const si_pipeline_config *cfg, si_engine *e, si_source *set);
 void si_decode_free(si_decode *d); /* accepts NULL */
@@ -99,9 +100,13 @@ void si_decode_free(si_decode *d); /* accepts NULL */
  * come in with the read's verdicts and leave with the decode's (failures logged). The good
  * rows go to the front, in order: rowmap[r] is row r's position in the batch. Returns the
  * number of rows; *packed = the packed bytes to submit (0: the rows are crops in the slot's
- * pixels); *cpu_resized counts images resized here although the GPU was to. */
+ * pixels); *cpu_resized counts images resized here although the GPU was to; with the GPU's JPEG
+ * decoder (the engine's jpeg_jobs), *gpu_decoded the images it decodes (queued on the slot's
+ * stream), *gpu_retried those of batches it rejected, decoded here instead, and *gpu_call_s
+ * the seconds its host calls took. */
 int si_decode_batch(si_decode *d, int slot, const si_read_slot *sl, int32_t *status,
                     char (*msgs)[SI_MSG_LEN], int32_t *rowmap, size_t *packed,
-                    uint64_t *cpu_resized);
+                    uint64_t *cpu_resized, uint64_t *gpu_decoded, uint64_t *gpu_retried,
+                    double *gpu_call_s);
 
 #endif
