@@ -17,6 +17,9 @@ Usage: e2e.py --shardinfer BIN --dir WORK SUBCOMMAND [...]
                           --resize-on cpu and of the CPU backend; so does --interpolation bicubic,
                           DCT-scaled and exact (where more images are too wide for the GPU's
                           filter than with bilinear); skipped (77) without a GPU
+  gpu-decode              --decode gpu: the statuses of --decode cpu, close scores, recycled
+                          slots bit for bit; skipped (77) without a hardware JPEG decoder
+  gpu-decode-fuzz --seconds S   mutated JPEGs through --decode gpu and cpu for S seconds
 """
 
 import argparse
@@ -344,15 +347,19 @@ def gpu_resize(a):
                     sset, "--output", out, "--batch", "5", "--overwrite"] + extra)
             return out, p
         ref, _ = go("cpu_backend", 1, ["--backend", "cpu"])
+        # the CPU's decoder throughout: these compare resizes, bit for bit (--decode gpu has
+        # its own test, gpu-decode)
+        dec = ["--decode", "cpu"]
         on_cpu, _ = go("resize_cpu", 1, ["--backend", "cuda", "--precision", "fp32",
                                          "--resize-on", "cpu"])
         on_gpu, _ = go("resize_gpu", 1, ["--backend", "cuda", "--precision", "fp32",
-                                         "--resize-on", "gpu"])
+                                         "--resize-on", "gpu"] + dec)
         spill, p = go("spill", 1, ["--backend", "cuda", "--precision", "fp32", "--resize-on", "gpu",
-                                   "--pack-kb", str(crop_kib + 1)])
+                                   "--pack-kb", str(crop_kib + 1)] + dec)
         if "resized on the CPU instead" not in p.stdout:
             sys.exit("FAIL: a buffer of one crop per image spilled nothing to the CPU resize")
-        two, _ = go("np2", 2, ["--backend", "cuda", "--precision", "fp32", "--resize-on", "gpu"])
+        two, _ = go("np2", 2, ["--backend", "cuda", "--precision", "fp32", "--resize-on", "gpu"] +
+                    dec)
         for other in (on_cpu, on_gpu, spill, two):
             sh([PY, os.path.join(HERE, "check_results.py"), "compare", ref, other])
         # exact: full-size decodes in buffers that hold them, to a resize (100) where photos of
@@ -365,12 +372,222 @@ def gpu_resize(a):
             ref, _ = go(f"bicubic_{mode}_cpu_backend", 1, ["--backend", "cpu"] + bic)
             on_gpu, p = go(f"bicubic_{mode}_resize_gpu", 1, ["--backend", "cuda", "--precision",
                                                               "fp32", "--resize-on", "gpu"] + bic +
-                           pack)
+                           pack + dec)
             if mode == "exact" and "resized on the CPU instead" not in p.stdout:
                 sys.exit("FAIL: no image was too wide for the GPU's bicubic filter")
             sh([PY, os.path.join(HERE, "check_results.py"), "compare", ref, on_gpu])
     print(f"gpu-resize: OK: {len(sets)} sets, --resize-on gpu (also spilling, also on 2 ranks, "
           "also bicubic) gives the results of --resize-on cpu and of the CPU backend")
+
+
+def skip_without_hw_decoder(a, model):
+    """Exits 77 (skipped) unless --decode auto picks the GPU's hardware decoder here."""
+    probe = sh([a.shardinfer, "run", "--model", model, "--input", os.path.join(a.dir, "set.h5"),
+                "--output", os.path.join(a.dir, "gpu_decode_probe.h5"), "--overwrite",
+                "--backend", "cuda", "--decode", "auto"])
+    if "decode gpu" not in probe.stderr:
+        print("this GPU has no hardware JPEG decoder (or nvJPEG is missing): skipped")
+        sys.exit(77)
+
+
+def gpu_decode(a):
+    """--decode gpu against --decode cpu on the same GPU: every image the same status (the hostile
+    ones included: what the hardware decoder must not take goes to libjpeg-turbo), scores close
+    (the hardware's IDCT and chroma upsampling differ from libjpeg-turbo's), the summary counting
+    both decoders; and the same batches through 1 and 3 slots bit for bit, many times over, so
+    that a slot whose buffers were reused while still in use shows as a difference."""
+    if cuda_devices() == 0:
+        print("no CUDA device: skipped")
+        sys.exit(77)
+    import h5py
+    import numpy as np
+    sys.path.insert(0, HERE)
+    from check_results import read_result
+    model = os.path.join(a.dir, "tiny.onnx")
+    skip_without_hw_decoder(a, model)
+    sets = [os.path.join(a.dir, "set.h5"), os.path.join(a.dir, "hostile", "set.h5")]
+    # the hostile set repeated: many batches through the slots
+    big = os.path.join(a.dir, "gpu_decode_big.h5")
+    sh([PY, os.path.join(HERE, "..", "bench", "repeat_set.py"), sets[1], big, "--count", "800"])
+    sets.append(big)
+    for k, sset in enumerate(sets):
+        def go(tag, extra, np_=1):
+            out = os.path.join(a.dir, f"gpu_decode_{k}_{tag}.h5")
+            p = sh(["mpirun", "-np", str(np_), a.shardinfer, "run", "--model", model, "--input",
+                    sset, "--output", out, "--batch", "8", "--overwrite", "--backend", "cuda",
+                    "--precision", "fp32"] + extra)
+            return out, p
+        cpu, _ = go("cpu", ["--decode", "cpu"])
+        gpu, p = go("gpu", ["--decode", "gpu"])
+        m = re.search(r"--decode gpu: (\d+) images decoded by the GPU", p.stdout)
+        if not m or int(m.group(1)) == 0:
+            sys.exit(f"FAIL: {sset}: no image decoded by the GPU:\n{p.stdout}")
+        rc, rg = read_result(cpu), read_result(gpu)
+        # the one known difference (tests/test_jpeg.c says why): damaged entropy-coded data in an
+        # intact structure, corrupt for libjpeg-turbo, decoded as it reads by the hardware
+        msgs = {} if rc["err_index"] is None else dict(zip(rc["err_index"].tolist(), rc["err_msg"]))
+        gap = [i for i in np.nonzero(rc["status"] != rg["status"])[0].tolist()
+               if rc["status"][i] == 4 and rg["status"][i] == 0 and
+               "extraneous bytes" in msgs.get(int(rc["index"][i]), "")]
+        diff = [i for i in np.nonzero(rc["status"] != rg["status"])[0].tolist() if i not in gap]
+        if diff:
+            i = diff[0]
+            sys.exit(f"FAIL: {sset}: status of {rc['ids'][i]!r}: {rc['status'][i]} with --decode "
+                     f"cpu, {rg['status'][i]} with --decode gpu ({len(diff)} differ)")
+        if gap:
+            print(f"gpu-decode: {len(gap)} image(s) corrupt for libjpeg-turbo (extraneous bytes "
+                  "in an intact structure) decoded by the hardware: the documented gap")
+        ok = (rc["status"] == 0) & (rg["status"] == 0)
+        top1 = float(np.mean(rc["topk_class"][ok, 0] == rg["topk_class"][ok, 0]))
+        dp = float(np.max(np.abs(rc["topk_prob"][ok, 0] - rg["topk_prob"][ok, 0])))
+        print(f"gpu-decode: {os.path.basename(sset)}: {int(m.group(1))} of {len(rc['ids'])} "
+              f"on the GPU, statuses equal, top-1 agreement {top1:.3f}, max |dp| {dp:.4f}")
+        if top1 < 0.9 or dp > 0.1:
+            sys.exit("FAIL: --decode gpu scores too far from --decode cpu")
+        if sset == big:
+            # recycled slots: 1 slot vs 3 vs 3 again, bit for bit, with the split between the
+            # hardware and the CPU fixed (it follows measured rates otherwise): all on the
+            # hardware, and half of them on the CPU
+            ones = {}
+            for share in ("0", "0.5"):
+                os.environ["SI_DECODE_CPU_SHARE"] = share
+                one, _ = go(f"slots1_{share}", ["--decode", "gpu", "--slots", "1"])
+                ones[share] = one
+                for rep in range(2):
+                    three, _ = go(f"slots3_{share}_{rep}", ["--decode", "gpu", "--slots", "3"])
+                    with h5py.File(one) as f1, h5py.File(three) as f3:
+                        for name in ("status", "topk_class", "topk_prob"):
+                            if not np.array_equal(f1[name][()], f3[name][()]):
+                                sys.exit(f"FAIL: /{name} differs between --slots 1 and 3 "
+                                         f"(CPU share {share})")
+            # 2 ranks: other batches, so the same images only with the split fixed at "all the
+            # hardware can take" (a share splits each batch's images by their place in it)
+            os.environ["SI_DECODE_CPU_SHARE"] = "0"
+            two, _ = go("np2", ["--decode", "gpu"], np_=2)
+            del os.environ["SI_DECODE_CPU_SHARE"]
+            sh([PY, os.path.join(HERE, "check_results.py"), "compare", ones["0"], two])
+            # batches the decoder rejects as a whole are decoded on the CPU after all: every
+            # call failed in a pool of one crop per image (no room to spare for the bitstreams
+            # beside the reserves), then every third call with the pool's default size; the
+            # statuses are libjpeg-turbo's, the scores --decode cpu's
+            import onnx
+            dims = [d.dim_value for d in onnx.load(model).graph.input[0].type.tensor_type.shape.dim]
+            tight = ["--pack-kb", str((dims[2] * dims[3] * 3 + 1023) // 1024)]
+            cpu_tight, _ = go("cpu_tight", ["--decode", "cpu"] + tight)
+            for every, extra, ref in (("1", tight, cpu_tight), ("3", [], cpu)):
+                os.environ["SI_TEST_GPU_DECODE_REJECT"] = every
+                rej, p = go(f"reject{every}", ["--decode", "gpu"] + extra)
+                del os.environ["SI_TEST_GPU_DECODE_REJECT"]
+                if "decoding its images on the CPU" not in p.stderr:
+                    sys.exit(f"FAIL: SI_TEST_GPU_DECODE_REJECT={every}: no batch fell back")
+                if every == "1":  # all of it libjpeg-turbo's: --decode cpu's file
+                    sh([PY, os.path.join(HERE, "check_results.py"), "compare", ref, rej])
+                    continue
+                sr, sj = read_result(ref)["status"], read_result(rej)["status"]
+                odd = [i for i in np.nonzero(sr != sj)[0].tolist() if not (sr[i] == 4 and sj[i] == 0)]
+                if odd:
+                    sys.exit(f"FAIL: SI_TEST_GPU_DECODE_REJECT=3: {len(odd)} statuses differ from "
+                             "--decode cpu")
+    print("gpu-decode: OK")
+
+
+def gpu_decode_fuzz(a):
+    """A bounded fuzz run of --decode gpu: rounds of mutated JPEGs (bits flipped anywhere or in the
+    headers, bytes overwritten, inserted or cut, truncations, forged sizes), each round packed
+    and run with --decode gpu and --decode cpu. Neither may crash, hang or lose an image; every
+    status must be the CPU's, except the documented gap (entropy-coded data that libjpeg-turbo
+    calls corrupt, decoded as it reads by the hardware). Runs --seconds, then prints the tally."""
+    import random
+    import time
+    import h5py
+    import numpy as np
+    sys.path.insert(0, HERE)
+    from check_results import read_result
+    if cuda_devices() == 0:
+        print("no CUDA device: skipped")
+        sys.exit(77)
+    seeds = []
+    for sset in (os.path.join(a.dir, "set.h5"), os.path.join(a.dir, "hostile", "set.h5")):
+        with h5py.File(sset, "r") as f:
+            off, data = f["/images/offsets"][:], f["/images/data"][:]
+        seeds += [data[off[i]:off[i + 1]].tobytes() for i in range(len(off) - 1)]
+    seeds = [s for s in seeds if s[:2] == b"\xff\xd8" and len(s) > 600]
+    rng = random.Random(a.seed)
+
+    def mutate(b):
+        b = bytearray(b)
+        kind = rng.randrange(7)
+        if kind == 0:      # bits anywhere
+            for _ in range(rng.randint(1, 16)):
+                i = rng.randrange(len(b))
+                b[i] ^= 1 << rng.randrange(8)
+        elif kind == 1:    # bits in the headers
+            for _ in range(rng.randint(1, 4)):
+                i = rng.randrange(min(len(b), 700))
+                b[i] ^= 1 << rng.randrange(8)
+        elif kind == 2:    # a run overwritten
+            i = rng.randrange(len(b))
+            n = rng.randint(1, 64)
+            b[i:i + n] = bytes(rng.randrange(256) for _ in range(n))
+        elif kind == 3:    # a chunk inserted, or one cut out
+            i, n = rng.randrange(len(b)), rng.randint(1, 256)
+            if rng.random() < 0.5:
+                b[i:i] = bytes(rng.randrange(256) for _ in range(n))
+            else:
+                del b[i:i + n]
+        elif kind == 4:    # truncated
+            b = b[:rng.randrange(2, len(b))]
+        elif kind == 5:    # a forged size in the frame header
+            i = b.find(b"\xff\xc0")
+            if i > 0 and i + 9 < len(b):
+                b[i + 5:i + 9] = rng.randrange(65536).to_bytes(2, "big") + \
+                    rng.randrange(65536).to_bytes(2, "big")
+        else:              # a marker byte changed
+            marks = [i for i in range(len(b) - 1) if b[i] == 0xFF and b[i + 1] not in (0, 0xFF)]
+            if marks:
+                b[rng.choice(marks) + 1] = rng.randrange(256)
+        return bytes(b)
+
+    model = os.path.join(a.dir, "tiny.onnx")
+    skip_without_hw_decoder(a, model)
+    tally, rounds, images, t_end = {}, 0, 0, time.time() + a.seconds
+    while time.time() < t_end:
+        d = os.path.join(a.dir, "fuzz", f"r{rounds}")
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(os.path.join(d, "img"))
+        for i in range(a.count):
+            b = seeds[i % len(seeds)] if i % 4 == 0 else mutate(rng.choice(seeds))
+            with open(os.path.join(d, "img", f"{i:05d}.jpg"), "wb") as f:
+                f.write(b)
+        sset = os.path.join(d, "set.h5")
+        sh([a.shardinfer, "pack", os.path.join(d, "img"), "--output", sset])
+        res = {}
+        for dec in ("cpu", "gpu"):
+            out = os.path.join(d, f"{dec}.h5")
+            sh([a.shardinfer, "run", "--model", model, "--input", sset, "--output", out,
+                "--batch", "64", "--backend", "cuda", "--precision", "fp32", "--decode", dec,
+                "--progress", "none"])
+            res[dec] = read_result(out)
+        rc, rg = res["cpu"], res["gpu"]
+        for x, y in zip(rc["status"].tolist(), rg["status"].tolist()):
+            tally[(x, y)] = tally.get((x, y), 0) + 1
+            if x != y and not (x == 4 and y == 0):
+                sys.exit(f"FAIL: round {rounds} (seed {a.seed}, kept in {d}): status {x} with "
+                         f"--decode cpu, {y} with --decode gpu")
+        # every image once, in order, with the status just compared (and scores where OK)
+        for dec in ("cpu", "gpu"):
+            exp = os.path.join(d, f"{dec}.status")
+            with open(exp, "w") as f:
+                for name, code in zip(res[dec]["ids"], res[dec]["status"].tolist()):
+                    f.write(f"{name}\t{code}\n")
+            sh([PY, os.path.join(HERE, "check_results.py"), "verify", os.path.join(d, f"{dec}.h5"),
+                "--input", sset, "--expect-status-file", exp])
+        shutil.rmtree(d)
+        rounds += 1
+        images += a.count
+    pairs = ", ".join(f"cpu {x}/gpu {y}: {n}" for (x, y), n in sorted(tally.items()))
+    print(f"gpu-decode-fuzz: OK: {rounds} rounds, {images} images (3 in 4 mutated), seed "
+          f"{a.seed}; statuses {pairs}")
 
 
 def layouts(a):
@@ -593,6 +810,11 @@ def main():
     h = sub.add_parser("hostile")
     h.add_argument("--io-dir", required=True, help="tests/io_ref.py's output directory")
     sub.add_parser("gpu-resize")
+    sub.add_parser("gpu-decode")
+    fz = sub.add_parser("gpu-decode-fuzz")
+    fz.add_argument("--seconds", type=float, default=60)
+    fz.add_argument("--count", type=int, default=2000, help="images a round")
+    fz.add_argument("--seed", type=int, default=16)
     sub.add_parser("odd-ids")
     sub.add_parser("output-lock")
     tc = sub.add_parser("thread-counts")
@@ -602,7 +824,8 @@ def main():
     a = ap.parse_args()
     {"prepare": prepare, "run": run, "compare": compare, "demo": demo,
      "bad-inputs": bad_inputs, "hostile": hostile, "layouts": layouts,
-     "gpu-resize": gpu_resize, "odd-ids": odd_ids, "output-lock": output_lock,
+     "gpu-resize": gpu_resize, "gpu-decode": gpu_decode,
+     "gpu-decode-fuzz": gpu_decode_fuzz, "odd-ids": odd_ids, "output-lock": output_lock,
      "thread-counts": thread_counts, "autotune": autotune}[a.cmd](a)
 
 
