@@ -5,7 +5,8 @@
 # e2e/ (build/testdata/e2e: the e2e and hostile sets and tiny.onnx); CASES_DIR the ONNX node
 # tests and onnxruntime cases (build/testdata/cases); SET150.h5 the 150 photos of
 # datasets/make_bench_set.py packed by `shardinfer pack`. Logs go to OUT_DIR; a table is last.
-# SECTIONS (default "parity models compute e2e resize"; also "transformers", "e2e_clip") picks
+# SECTIONS (default "parity models compute e2e resize"; also "transformers", "e2e_clip",
+# "gpu_decode" (its tests, FUZZ_S seconds of fuzz), "decode_bench" (issue 16's table)) picks
 # what runs; CASES_DIR may be a
 # .tar.xz of that folder (the GPU machine takes 64 MiB of carried files).
 set -u
@@ -198,5 +199,58 @@ print(f"--resize-on cpu vs gpu on {ok.sum()} photos: top-1 equal "
       f"{np.mean(np.all(a['topk_class'][ok] == b['topk_class'][ok], axis=1)) * 100:.2f}%, "
       f"max |prob diff| {np.abs(a['topk_prob'][ok] - b['topk_prob'][ok]).max():.3g}")
 PYEOF
+fi
+if want gpu_decode; then
+step "--decode gpu: statuses and scores against --decode cpu, recycled slots, rejected batches, fuzz, memcheck"
+rm -rf $W/e2e && cp -r $BIN/e2e $W/e2e
+timeout 500 $PY $HERE/tests/e2e.py --shardinfer $BIN/shardinfer --dir $W/e2e gpu-decode \
+  > $OUT/gpu_e2e_decode.log 2>&1
+row "gpu_e2e_decode (statuses = cpu, slots 1 = 3, np2, rejected)" "rc=$? $(tail -1 $OUT/gpu_e2e_decode.log)"
+timeout 500 $PY $HERE/tests/e2e.py --shardinfer $BIN/shardinfer --dir $W/e2e gpu-decode-fuzz \
+  --seconds ${FUZZ_S:-240} > $OUT/gpu_decode_fuzz.log 2>&1
+rc=$?; row "gpu_decode_fuzz (${FUZZ_S:-240} s)" "rc=$rc $(tail -1 $OUT/gpu_decode_fuzz.log | cut -c1-200)"
+[ $rc -eq 0 ] || tar czf $OUT/fuzz_kept.tgz -C $W/e2e fuzz 2>/dev/null
+if [ -n "$SAN" ]; then
+  timeout 300 $SAN $BIN/shardinfer run --model $W/e2e/tiny.onnx --input $W/e2e/gpu_decode_big.h5 \
+    --output $W/san.h5 --overwrite --backend cuda --decode gpu --batch 32 --progress none \
+    > $OUT/memcheck_decode.log 2>&1
+  row "compute-sanitizer memcheck, --decode gpu" "rc=$? $(grep -o 'ERROR SUMMARY: [0-9]* errors' $OUT/memcheck_decode.log) $(grep -o '[0-9]* images decoded by the GPU' $OUT/memcheck_decode.log)"
+fi
+
+fi
+if want decode_bench; then
+step "end to end with --decode gpu and cpu: ResNet-50 and MobileNetV2 FP16, peers beside"
+[ -f $W/set.h5 ] || $PY $HERE/bench/repeat_set.py $SET150 $W/set.h5 --count $N > $OUT/set.log 2>&1
+mkdir -p $W/peer
+for a in resnet50 mobilenet_v2; do
+  [ -f $W/peer/$a.onnx ] || $PY $HERE/bench/torch_peer.py --arch $a --export-onnx $W/peer/$a.onnx \
+    > $OUT/export_$a.log 2>&1
+  timeout 100 $BIN/shardinfer bench --model $W/peer/$a.onnx --backend cuda --batch 256 --iters 30 \
+    --compute-only > $OUT/compute_$a.log 2>&1
+  row "$a compute only (bench --compute-only)" "$(grep -o 'images_per_s=[0-9.]*' $OUT/compute_$a.log)"
+done
+run1() { # tag, model, extra args: one 1-GPU run of the set
+  local tag=$1 a=$2; shift 2
+  timeout 200 $BIN/shardinfer run --model $W/peer/$a.onnx --input $W/set.h5 --output $W/r_$tag.h5 \
+    --overwrite --backend cuda --batch 256 --progress none --timeline $OUT/tl_$tag.csv "$@" \
+    > $OUT/run_$tag.log 2>&1
+  row "run $tag" "rc=$? $(grep -o '[0-9.]* images/s$' $OUT/run_$tag.log) steady $(grep -o 'steady state [0-9.]*' $OUT/run_$tag.log | cut -d' ' -f3) $(grep -o '[0-9]* images decoded by the GPU' $OUT/run_$tag.log)"
+}
+run1 r50_gpu resnet50 --decode gpu
+SI_DECODE_CPU_SHARE=0 run1 r50_gpu_share0 resnet50 --decode gpu
+run1 r50_cpu resnet50 --decode cpu
+run1 mnv2_gpu mobilenet_v2 --decode gpu
+run1 mnv2_cpu mobilenet_v2 --decode cpu
+timeout 200 mpirun -np 2 --bind-to none $BIN/shardinfer run --model $W/peer/resnet50.onnx \
+  --input $W/set.h5 --output $W/r_np2.h5 --overwrite --backend cuda --batch 256 --progress none \
+  --decode gpu > $OUT/run_r50_np2.log 2>&1
+row "run r50_gpu, 2 ranks on the one GPU" "rc=$? $(grep -o '[0-9.]* images/s$' $OUT/run_r50_np2.log) steady $(grep -o 'steady state [0-9.]*' $OUT/run_r50_np2.log | cut -d' ' -f3)"
+timeout 300 $PY $HERE/bench/torch_gpu_peer.py --arch resnet50 --input $W/set.h5 \
+  --output $W/torch_gpu.h5 > $OUT/torch_gpu_peer.log 2>&1
+row "PyTorch GPU-decode peer (torch_gpu_peer.py)" "rc=$? $(grep -o 'images_per_s=[0-9.]*' $OUT/torch_gpu_peer.log | tr '\n' ' ')"
+$PY $HERE/bench/repeat_set.py $SET150 $W/set20k.h5 --count 20000 > /dev/null 2>&1
+timeout 300 torchrun --nproc-per-node 1 $HERE/bench/torch_peer.py --arch resnet50 \
+  --input $W/set20k.h5 --output $W/torch_dl.h5 --workers 16 > $OUT/torch_dl_peer.log 2>&1
+row "PyTorch DataLoader peer, 20,000 images (torch_peer.py)" "rc=$? $(grep -o "[0-9.]* images/s" $OUT/torch_dl_peer.log | tail -1)"
 fi
 echo "== done: $(date +%T)"; cat $OUT/table.txt
