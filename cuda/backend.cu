@@ -419,6 +419,7 @@ static si_status cuda_jpeg_decode(si_engine *e, int slot) {
     SI_ASSERT(cs->jpeg && sl->pack_h);
     nvtxRangePushA("jpeg");
     si_status st = si_cuda_jpeg_decode(cs->jpeg, slot, sl->pack_h, sl->pack_d, sl->stream);
+    sl->jpeg_queued = st == SI_OK;
     nvtxRangePop();
     return st;
 }
@@ -434,13 +435,19 @@ static si_status cuda_submit(si_engine *e, int slot, int rows, size_t packed) {
     cudaCheck(cudaEventRecord(sl->t_begin, sl->stream));
     int64_t px = (int64_t)rows * cs->in_pixels;
     nvtxRangePushA("upload");
-    cudaError_t ce;
-    if (packed) { // the decoded images as they are, resized here into the crops in_d holds
+    cudaError_t ce = cudaSuccess;
+    // the packed path: images decoded here (packed bytes of them) or by the hardware decoder
+    // (already in pack_d: a batch it decoded whole has packed == 0)
+    bool resize = packed || sl->jpeg_queued;
+    sl->jpeg_queued = false;
+    if (resize) { // the decoded images as they are, resized here into the crops in_d holds
         if (!sl->pack_h || packed > cs->plan.pack_cap)
             return si_error(SI_ERR_INTERNAL, "cuda: %zu packed bytes, planned for %zu", packed,
                             sl->pack_h ? cs->plan.pack_cap : 0);
         const si_value *in = &e->g->values[e->g->inputs[0]];
-        ce = cudaMemcpyAsync(sl->pack_d, sl->pack_h, packed, cudaMemcpyHostToDevice, sl->stream);
+        if (packed)
+            ce = cudaMemcpyAsync(sl->pack_d, sl->pack_h, packed, cudaMemcpyHostToDevice,
+                                 sl->stream);
         if (ce == cudaSuccess)
             ce = cudaMemcpyAsync(sl->items_d, sl->items_h, sizeof(si_rs_item) * (size_t)rows,
                                  cudaMemcpyHostToDevice, sl->stream);

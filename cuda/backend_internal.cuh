@@ -61,6 +61,7 @@ typedef struct {
     si_rs_item *items_d, *items_h;                // and their items
     cudaGraphExec_t exec;
     int rows; // of the batch in flight
+    bool jpeg_queued; // --decode gpu: the hardware decoder wrote images of this batch into pack_d
 } slot_x;
 
 typedef struct {

@@ -3,8 +3,11 @@
  * max|cpu|), FP16 within 1e-2 relative L2 and the same top-1 on at least 99% of rows. Then the
  * steady state: 30 more batches through the ring may make no cudaMalloc, cudaFree or
  * cudaHostAlloc (the backend counts its own) and may not change the device's free memory
- * (which would show any library allocating behind our back). Usage: test_gpu_engine MODEL.onnx */
+ * (which would show any library allocating behind our back). The same for --decode gpu's path
+ * where the GPU has hardware JPEG decoders: batches of JPEGs through nvJPEG and the resize, whose
+ * outputs repeat bit for bit. Usage: test_gpu_engine MODEL.onnx */
 #include <string.h>
+#include <turbojpeg.h>
 
 #include "cuda/cuda.h"
 #include "io/jpeg.h"
@@ -117,6 +120,110 @@ static void check_precision(const char *model, int prec) {
     si_engine_free(cpu);
 }
 
+/* --decode gpu's path: B JPEGs of different sizes decoded by the hardware into the slots'
+ * decode areas and resized there, 30 batches over 2 slots. After each slot's first batch no
+ * allocation call (nvJPEG's buffers come through our counting allocators) and no change in the
+ * device memory in use; every batch's outputs equal the first's bit for bit. */
+static void check_jpeg_steady(const char *model) {
+    char why[256];
+    if (!si_cuda_hw_jpeg(why, sizeof why)) {
+        printf("jpeg: no hardware JPEG decoder here (%s): skipped\n", why);
+        return;
+    }
+    si_graph *g;
+    si_engine *gpu = NULL;
+    CHECK_MSG(si_graph_load(model, NULL, &g) == SI_OK, "%s", si_error_msg());
+    si_engine_opts o = {.precision = SI_PREC_FP16, .slots = 2, .pixels = true,
+                        .pack_per_image = (size_t)1 << 20,
+                        .gpu_decode_per_image = SI_GPU_DECODE_PER_IMAGE};
+    for (int c = 0; c < 3; c++) o.mean[c] = 0.45f, o.std[c] = 0.225f;
+    if (si_engine_create_opts(g, "cuda", B, &o, &gpu) != SI_OK) {
+        CHECK_MSG(0, "engine: %s", si_error_msg());
+        return;
+    }
+    si_shape in = gpu->g->values[gpu->g->inputs[0]].shape;
+    int ch = (int)in.dims[2], cw = (int)in.dims[3];
+    si_shape os;
+    si_engine_output(gpu, 0, &os);
+    size_t out_n = (size_t)si_shape_numel(&os) / (size_t)os.dims[0] * B;
+    uint8_t *jpg[B];
+    unsigned long len[B];
+    int jw[B], jh[B];
+    unsigned seed = 20261126u;
+    tjhandle tj = tjInitCompress();
+    for (int j = 0; j < B; j++) { /* gradients with noise, 4:2:0 and 4:4:4 */
+        jw[j] = 160 + 37 * j, jh[j] = 120 + 23 * j;
+        uint8_t *px = malloc((size_t)jw[j] * (size_t)jh[j] * 3);
+        for (int y = 0; y < jh[j]; y++)
+            for (int x = 0; x < jw[j] * 3; x++)
+                px[(size_t)y * (size_t)jw[j] * 3 + (size_t)x] =
+                    (uint8_t)((x / 3 + 2 * y + 40 * (x % 3)) + (test_rand(&seed) & 15));
+        jpg[j] = NULL;
+        len[j] = 0;
+        CHECK(tjCompress2(tj, px, jw[j], 0, jh[j], TJPF_RGB, &jpg[j], &len[j],
+                          j % 3 ? TJSAMP_420 : TJSAMP_444, 90, 0) == 0);
+        free(px);
+    }
+    tjDestroy(tj);
+    float *first = malloc(out_n * sizeof(float));
+    const float *outs[SI_MAX_OUTPUTS];
+    long calls = 0;
+    size_t used0 = 0, used1 = 0, total = 0;
+    int same = 0, collected = 0;
+    for (int k = 0; k < 32; k++) {
+        int slot = k % 2;
+        if (k >= 2) {
+            CHECK_MSG(si_engine_collect(gpu, slot, outs) == SI_OK, "%s", si_error_msg());
+            if (k == 2) memcpy(first, outs[0], out_n * sizeof(float));
+            same += !memcmp(first, outs[0], out_n * sizeof(float));
+            collected++;
+        }
+        if (k == 2) { /* both slots have decoded once */
+            calls = si_cuda_backend_alloc_calls();
+            CHECK(si_cuda_mem_info(&used0, &total) == SI_OK);
+        }
+        if (k >= 30) continue;
+        si_rs_item *items;
+        size_t cap, dec = 0, src;
+        uint8_t *pool = si_engine_pack(gpu, slot, &items, &cap);
+        si_jpeg_jobs *q = si_engine_jpeg_jobs(gpu, slot);
+        CHECK(pool && q && q->n == 0);
+        src = cap;
+        for (int j = 0; j < B; j++) { /* bitstreams at the pool's end, decodes in the area */
+            src -= len[j];
+            memcpy(pool + src, jpg[j], len[j]);
+            size_t at = (dec + 255) & ~(size_t)255;
+            dec = at + (size_t)jw[j] * (size_t)jh[j] * 3;
+            CHECK(dec <= q->dst_cap);
+            q->src[j] = src, q->len[j] = len[j], q->dst[j] = q->dst_base + at;
+            q->w[j] = jw[j], q->h[j] = jh[j];
+            CHECK(si_rs_item_make(jw[j], jh[j], ch * 8 / 7, SI_INTERP_BILINEAR, ch, cw, &items[j]));
+            items[j].off = q->dst[j];
+            q->n++;
+        }
+        CHECK_MSG(si_engine_jpeg_decode(gpu, slot) == SI_OK, "%s", si_error_msg());
+        /* every image on the hardware: nothing packed here, the resize still runs */
+        CHECK_MSG(si_engine_submit(gpu, slot, B, 0) == SI_OK, "%s", si_error_msg());
+    }
+    CHECK(si_cuda_mem_info(&used1, &total) == SI_OK);
+    CHECK_MSG(si_cuda_backend_alloc_calls() == calls, "jpeg: %ld allocation calls in the steady "
+              "state", si_cuda_backend_alloc_calls() - calls);
+    if (!getenv("SI_TEST_UNDER_SANITIZER"))
+        CHECK_MSG(used1 == used0, "jpeg: device memory in use went from %zu to %zu bytes", used0,
+                  used1);
+    CHECK_MSG(same == collected, "jpeg: %d of %d batches' outputs equal the first's", same,
+              collected);
+    /* and they are the photos' (not the unused pixel buffer's zeros): not all rows alike */
+    size_t per = out_n / B;
+    CHECK_MSG(memcmp(first, first + per, per * sizeof(float)) != 0, "jpeg: rows 0 and 1 equal");
+    printf("jpeg: %d batches of %d JPEGs through the hardware decoder: %ld allocation calls after "
+           "the first two, device memory in use %zu -> %zu bytes, outputs repeat bit for bit\n",
+           collected, B, si_cuda_backend_alloc_calls() - calls, used0, used1);
+    for (int j = 0; j < B; j++) tjFree(jpg[j]);
+    free(first);
+    si_engine_free(gpu);
+}
+
 int main(int argc, char **argv) {
     if (si_cuda_device_count() == 0) {
         printf("no CUDA device: skipped\n");
@@ -129,5 +236,6 @@ int main(int argc, char **argv) {
     check_precision(argv[1], SI_PREC_FP32);
     check_precision(argv[1], SI_PREC_FP16);
     check_precision(argv[1], SI_PREC_BF16);
+    check_jpeg_steady(argv[1]);
     return test_finish();
 }

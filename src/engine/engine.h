@@ -83,9 +83,10 @@ typedef struct {
      * max_batch items (io/resample.h), to decode into for the GPU's resize. NULL (and *cap 0)
      * where the backend has no resize of its own (the CPU) */
     uint8_t *(*pack)(si_engine *e, int slot, si_rs_item **items, size_t *cap);
-    /* starts the slot's batch: preprocessing (normalisation; with packed > 0 the resize of
-     * items[0, rows) over the first `packed` bytes of the packed buffer, else the rows are crops
-     * in pixels), the model, the outputs' way back. Asynchronous on a GPU (upload and download
+    /* starts the slot's batch: preprocessing (normalisation; with packed > 0, or after a
+     * jpeg_decode of the slot's batch, the resize of items[0, rows) from the packed buffer, whose
+     * first `packed` bytes are uploaded first; else the rows are crops in pixels), the model,
+     * the outputs' way back. Asynchronous on a GPU (upload and download
      * included), synchronous on the CPU */
     si_status (*submit)(si_engine *e, int slot, int rows, size_t packed);
     /* with opts.gpu_decode_per_image: the slot's job list to fill (n = 0 when handed out), and
