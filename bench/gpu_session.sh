@@ -229,6 +229,12 @@ for a in resnet50 mobilenet_v2; do
     --compute-only > $OUT/compute_$a.log 2>&1
   row "$a compute only (bench --compute-only)" "$(grep -o 'images_per_s=[0-9.]*' $OUT/compute_$a.log)"
 done
+if [ -x $BIN/test_gpu_engine ]; then # the slot ring's steady state, the JPEG path's included
+  [ -f $M/mobilenet_v2/model.onnx ] || timeout 200 $PY $HERE/tests/export_models.py \
+    --output-dir $M --models mobilenet_v2 > $OUT/export_models.log 2>&1
+  timeout 300 $BIN/test_gpu_engine $M/mobilenet_v2/model.onnx > $OUT/test_gpu_engine.log 2>&1
+  row "test_gpu_engine (mobilenet_v2; jpeg steady state)" "rc=$? $(grep '^jpeg:' $OUT/test_gpu_engine.log | cut -c1-150)"
+fi
 run1() { # tag, model, extra args: one 1-GPU run of the set
   local tag=$1 a=$2; shift 2
   timeout 200 $BIN/shardinfer run --model $W/peer/$a.onnx --input $W/set.h5 --output $W/r_$tag.h5 \

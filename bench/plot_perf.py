@@ -260,9 +260,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     label = a.label if a.label is not None else machine_label(a.results)
     scaling = read_csv(os.path.join(a.results, "scaling.csv"))
-    if scaling is None:
-        sys.exit(f"plot_perf: no scaling.csv in {a.results}")
-    made = plot_scaling(scaling, a.metric, label, out)
+    made = plot_scaling(scaling, a.metric, label, out) if scaling else []
     stages = read_csv(os.path.join(a.results, "stages.csv"))
     if stages:
         made += plot_stages(stages, a.stage_kind, label, out)
@@ -273,6 +271,8 @@ def main():
     gather = read_csv(os.path.join(a.results, "gather.csv"))
     if gather:
         made += plot_gather(gather, label, out)
+    if not made:
+        sys.exit(f"plot_perf: nothing to plot in {a.results}")
     for p in made:
         print(f"plot_perf: {p}")
 
