@@ -4,6 +4,7 @@
 about 500x375 (ImageNet's most common size), seeded, so every machine benchmarks the same bytes.
 
 Usage: make_bench_set.py --output-dir DIR [--count 512] [--seed 1] [--size-scale 1] [--no-grain]
+                         [--source-dir SKIMAGE_DATA]
 Writes DIR/bench_NNNNN.jpg and prints a summary (sizes, qualities, subsamplings).
 --size-scale multiplies every target size (2 gives ~1000x750, where libjpeg's 1/2 DCT scaling
 applies at resize 256); --no-grain leaves out the grain described below.
@@ -34,7 +35,7 @@ from PIL import Image, ImageFilter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from make_demo_photos import load_rgb, photo_paths  # noqa: E402
+from make_demo_photos import SKIMAGE_DATA, load_rgb, photo_paths  # noqa: E402
 
 
 def target_size(rng, scale):
@@ -65,12 +66,14 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--size-scale", type=float, default=1.0)
     ap.add_argument("--no-grain", action="store_true")
+    ap.add_argument("--source-dir", default=None,
+                    help="the skimage photos' folder (default: Debian's python3-skimage data)")
     args = ap.parse_args()
     if args.count < 1 or not 0.05 <= args.size_scale <= 8:
         sys.exit("make_bench_set.py: --count must be >= 1 and --size-scale in [0.05, 8]")
     rng = random.Random(args.seed)
     nprng = np.random.default_rng(args.seed)
-    photos = [load_rgb(p) for p in photo_paths()]
+    photos = [load_rgb(p) for p in (photo_paths(args.source_dir or SKIMAGE_DATA))]
     os.makedirs(args.output_dir, exist_ok=True)
     sizes, subs, portrait, quals = [], {"4:2:0": 0, "4:4:4": 0}, 0, []
     for i in range(args.count):
