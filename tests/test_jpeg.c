@@ -12,6 +12,7 @@
  * difference is a bug; the measured maximum difference is printed for each file. */
 #include "io/jpeg.h"
 #include "io/jpeg_scan.h"
+#include "io/yuv.h"
 #include "io/resample.h"
 #include "tests/test_util.h"
 
@@ -545,6 +546,72 @@ static void test_tables_per_image(void) {
     tjFree(a);
 }
 
+/* io/yuv.h against libjpeg-turbo: the planes of tjDecompressToYUVPlanes upsampled and converted
+ * pixel by pixel give tjDecompress2's RGB exactly, for 4:4:4, 4:2:2, 4:2:0 and 4:4:0, odd and
+ * even sizes, smooth images and noise (the GPU decode's path to libjpeg-turbo's pixels). */
+static void test_yuv_matches_libjpeg(void) {
+    static const struct { int ss, hs, vs; } samp[] = {
+        {TJSAMP_444, 1, 1}, {TJSAMP_422, 2, 1}, {TJSAMP_420, 2, 2}, {TJSAMP_440, 1, 2}};
+    static const int sizes[][2] = {{67, 45}, {64, 48}, {5, 7}, {6, 1}, {1, 6}, {33, 2}, {250, 131}};
+    unsigned seed = 20261126u;
+    tjhandle tj = tjInitDecompress();
+    long checked = 0;
+    for (size_t k = 0; k < sizeof samp / sizeof samp[0]; k++)
+        for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+            si_yuv_shape sh = {sizes[z][0], sizes[z][1], samp[k].hs, samp[k].vs};
+            if (!si_yuv_fancy(&sh)) continue; /* libjpeg replicates there: the CPU's case */
+            for (int smooth = 0; smooth < 2; smooth++) {
+                unsigned long len;
+                uint8_t *jpg;
+                if (smooth) { /* gradients: the fancy filters' interpolation shows */
+                    uint8_t *px = malloc((size_t)sh.w * (size_t)sh.h * 3);
+                    for (int i = 0; i < sh.w * sh.h * 3; i++)
+                        px[i] = (uint8_t)((i % 3) * 70 + (i / 3 % sh.w) * 5 + (i / 3 / sh.w) * 3);
+                    tjhandle c = tjInitCompress();
+                    jpg = NULL;
+                    len = 0;
+                    CHECK(tjCompress2(c, px, sh.w, 0, sh.h, TJPF_RGB, &jpg, &len, samp[k].ss, 90,
+                                      0) == 0);
+                    tjDestroy(c);
+                    free(px);
+                } else {
+                    jpg = make_jpeg(sh.w, sh.h, samp[k].ss, 0, &seed, &len);
+                }
+                if (!jpg) continue;
+                int cw = si_yuv_cw(&sh), ch = si_yuv_ch(&sh);
+                int pw = tjPlaneWidth(0, sh.w, samp[k].ss), ph = tjPlaneHeight(0, sh.h, samp[k].ss);
+                CHECK(tjPlaneWidth(1, sh.w, samp[k].ss) == cw &&
+                      tjPlaneHeight(1, sh.h, samp[k].ss) == ch);
+                uint8_t *y = malloc((size_t)pw * (size_t)ph), *yuv = malloc(si_yuv_bytes(&sh));
+                uint8_t *cb = yuv + (size_t)sh.w * (size_t)sh.h, *cr = cb + (size_t)cw * (size_t)ch;
+                uint8_t *planes[3] = {y, cb, cr};
+                int strides[3] = {pw, cw, cw};
+                CHECK_MSG(tjDecompressToYUVPlanes(tj, jpg, len, planes, sh.w, strides, sh.h, 0) == 0,
+                          "%s", tjGetErrorStr2(tj));
+                for (int r = 0; r < sh.h; r++) /* the luma plane packed to pitch w */
+                    memcpy(yuv + (size_t)r * (size_t)sh.w, y + (size_t)r * (size_t)pw, (size_t)sh.w);
+                uint8_t *want = malloc((size_t)sh.w * (size_t)sh.h * 3);
+                CHECK(tjDecompress2(tj, jpg, len, want, sh.w, 0, sh.h, TJPF_RGB, 0) == 0);
+                int bad = 0;
+                for (int r = 0; r < sh.h; r++)
+                    for (int x = 0; x < sh.w; x++) {
+                        uint8_t got[3];
+                        si_yuv_rgb(yuv, &sh, x, r, got);
+                        bad += memcmp(got, want + ((size_t)r * (size_t)sh.w + (size_t)x) * 3, 3) != 0;
+                        checked++;
+                    }
+                CHECK_MSG(bad == 0, "sampling %dx%d, %dx%d %s: %d pixels differ from libjpeg-turbo's",
+                          samp[k].hs, samp[k].vs, sh.w, sh.h, smooth ? "smooth" : "noise", bad);
+                free(y);
+                free(yuv);
+                free(want);
+                tjFree(jpg);
+            }
+        }
+    tjDestroy(tj);
+    CHECK(checked > 100000);
+}
+
 static void test_normalize(void) {
     unsigned seed = 12345;
     int h = 37, w = 53;
@@ -596,6 +663,7 @@ int main(int argc, char **argv) {
     }
     test_gpu_plan_hostile(argv[1], d);
     test_jpeg_scan();
+    test_yuv_matches_libjpeg();
     test_tables_per_image();
     test_gpu_fit_rule();
     test_interp_names();
