@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""How far `--decode gpu` (nvJPEG's hardware decoder) is from `--decode cpu` (libjpeg-turbo), on
-one GPU (issue 16, item 3): the same folder of JPEGs packed once, classified with both decoders
-by the same model, and the crops themselves compared on the first --crops photos (an Identity
-model at the model's input size under --post raw, mean 0 and std 1, so the raw output is the
-crop in 0..1).
+"""How far `--decode gpu` and `--decode gpu-exact` (nvJPEG's hardware decoder: its RGB, or its
+planes converted as libjpeg-turbo does) are from `--decode cpu` (libjpeg-turbo), on one GPU
+(issue 16, item 3): the same folder of JPEGs packed once, classified with each decoder by the
+same model, and the crops themselves compared on the first --crops photos (an Identity model at
+the model's input size under --post raw, mean 0 and std 1, so the raw output is the crop in
+0..1).
 
   decode_agreement.py --shardinfer BIN --model M.onnx --images DIR --work W [--crops 400]
 
@@ -53,22 +54,24 @@ def main():
     sset = os.path.join(a.work, "set.h5")
     sh([a.shardinfer, "pack", a.images, "--output", sset, "--overwrite"])
     r = {}
-    for dec in ("cpu", "gpu"):
+    for dec in ("cpu", "gpu", "gpu-exact"):
         out = os.path.join(a.work, f"classify_{dec}.h5")
         note = run(a, a.model, sset, out, dec, ["--topk", "5"])
         with h5py.File(out, "r") as f:
             r[dec] = {k: f[k][()] for k in ("status", "topk_class")}
         if note:
             print(f"decode_agreement: {note}")
-    st_eq = r["cpu"]["status"] == r["gpu"]["status"]
-    ok = (r["cpu"]["status"] == 0) & (r["gpu"]["status"] == 0)
-    c, g = r["cpu"]["topk_class"][ok], r["gpu"]["topk_class"][ok]
-    top1 = np.mean(c[:, 0] == g[:, 0])
-    sets = np.mean([set(x) == set(y) for x, y in zip(c.tolist(), g.tolist())])
-    within = np.mean([x[0] in y and y[0] in x for x, y in zip(c.tolist(), g.tolist())])
-    print(f"decode_agreement: {len(st_eq)} images, statuses equal {st_eq.mean() * 100:.2f}%; on "
-          f"the {ok.sum()} ok: top-1 agreement {top1 * 100:.2f}%, top-5 sets equal "
-          f"{sets * 100:.2f}%, each top-1 within the other's top-5 {within * 100:.2f}%")
+    for dec in ("gpu", "gpu-exact"):
+        st_eq = r["cpu"]["status"] == r[dec]["status"]
+        ok = (r["cpu"]["status"] == 0) & (r[dec]["status"] == 0)
+        c, g = r["cpu"]["topk_class"][ok], r[dec]["topk_class"][ok]
+        top1 = np.mean(c[:, 0] == g[:, 0])
+        sets = np.mean([set(x) == set(y) for x, y in zip(c.tolist(), g.tolist())])
+        within = np.mean([x[0] in y and y[0] in x for x, y in zip(c.tolist(), g.tolist())])
+        print(f"decode_agreement: --decode {dec}: {len(st_eq)} images, statuses equal "
+              f"{st_eq.mean() * 100:.2f}%; on the {ok.sum()} ok: top-1 agreement "
+              f"{top1 * 100:.2f}%, top-5 sets equal {sets * 100:.2f}%, each top-1 within the "
+              f"other's top-5 {within * 100:.2f}%")
 
     # the crops: the first --crops images, through an Identity model of the model's input size
     dims = [d.dim_value for d in onnx.load(a.model, load_external_data=False)
@@ -92,18 +95,20 @@ def main():
     cset = os.path.join(a.work, "crops.h5")
     sh([a.shardinfer, "pack", sub, "--output", cset, "--overwrite"])
     px = {}
-    for dec in ("cpu", "gpu"):
+    for dec in ("cpu", "gpu", "gpu-exact"):
         out = os.path.join(a.work, f"crops_{dec}.h5")
         run(a, ident, cset, out, dec, ["--post", "raw", "--mean", "0,0,0", "--std", "1,1,1"])
         with h5py.File(out, "r") as f:
             px[dec] = f["raw/pixels"][()].astype(np.float64) * 255.0
-    d = np.abs(px["cpu"] - px["gpu"])
-    ok = ~np.isnan(d).reshape(len(d), -1).any(axis=1)
-    d = d[ok]
-    per = d.reshape(len(d), -1).mean(axis=1)
-    print(f"decode_agreement: crops of {len(d)} images ({dims[2]}x{dims[3]}): mean |diff| "
-          f"{d.mean():.3f}, max {d.max():.0f} (of 255); per image median {np.median(per):.3f}, "
-          f"worst {per.max():.3f}; values equal {np.mean(d < 0.5) * 100:.1f}%")
+    for dec in ("gpu", "gpu-exact"):
+        d = np.abs(px["cpu"] - px[dec])
+        ok = ~np.isnan(d).reshape(len(d), -1).any(axis=1)
+        d = d[ok]
+        per = d.reshape(len(d), -1).mean(axis=1)
+        print(f"decode_agreement: --decode {dec}: crops of {len(d)} images ({dims[2]}x{dims[3]}): "
+              f"mean |diff| {d.mean():.3f}, max {d.max():.0f} (of 255); per image median "
+              f"{np.median(per):.3f}, worst {per.max():.3f}; values equal "
+              f"{np.mean(d < 0.5) * 100:.1f}%")
 
 
 if __name__ == "__main__":

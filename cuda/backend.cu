@@ -341,7 +341,7 @@ static si_status init_steps(si_engine *e, cuda_state *cs) {
     if (st == SI_OK && e->opts.gpu_decode_per_image) {
         if (!cs->plan.dec_cap)
             return si_error(SI_ERR_ARG, "--decode gpu needs the GPU resize (--resize-on gpu)");
-        if (!(cs->jpeg = si_cuda_jpeg_create(slots, e->max_batch))) return SI_ERR_UNSUPPORTED;
+        if (!(cs->jpeg = si_cuda_jpeg_create(slots, e->max_batch, e->opts.gpu_decode_exact))) return SI_ERR_UNSUPPORTED;
     }
     STEP(2);
     if (st == SI_OK) st = init_nodes(e, cs);

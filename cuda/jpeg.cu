@@ -2,6 +2,9 @@
 // batches of 256 ImageNet-sized photos at about 20,000 images/s from one host thread; decode-time
 // scaling through nvjpegDecodeBatchedEx gave wrong pixels there (mean |diff| ~60 against
 // libjpeg-turbo at the same scale), so images decode at full size and the resize scales them.
+// The hardware's planes are libjpeg-turbo's bit for bit, its RGB output is not (it replicates
+// chroma where libjpeg-turbo interpolates), so images decode to planes and k_yuv_rgb converts
+// them with libjpeg-turbo's own arithmetic (io/yuv.h): --decode cpu's pixels.
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +30,7 @@ bool si_cuda_jpeg_available(char *why, size_t cap) {
                        "scripts/setup.sh installs it)");
     return false;
 }
-si_cuda_jpeg *si_cuda_jpeg_create(int, int) {
+si_cuda_jpeg *si_cuda_jpeg_create(int, int, bool) {
     char why[256];
     si_cuda_jpeg_available(why, sizeof why);
     si_error(SI_ERR_UNSUPPORTED, "--decode gpu: %s", why);
@@ -62,16 +65,37 @@ static struct {
     char why[256];
 } api;
 
+// One image's conversion from its planes to RGB, offsets into the slot's device buffer.
+typedef struct {
+    uint64_t yuv, rgb;
+    int32_t w, h, hs, vs;
+} yuv_job;
+
+// libjpeg-turbo's RGB of each image from its planes (io/yuv.h); image blockIdx.y, pixels strided.
+__global__ void k_yuv_rgb(uint8_t *base, const yuv_job *jobs) {
+    const yuv_job J = jobs[blockIdx.y];
+    const si_yuv_shape s = {J.w, J.h, J.hs, J.vs};
+    const uint8_t *yuv = base + J.yuv;
+    uint8_t *rgb = base + J.rgb;
+    const int n = J.w * J.h;
+    for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < n; p += gridDim.x * blockDim.x) {
+        int y = p / J.w, x = p - y * J.w;
+        si_yuv_rgb(yuv, &s, x, y, rgb + (size_t)p * 3);
+    }
+}
+
 struct si_cuda_jpeg {
     nvjpegHandle_t h;
     int device; // the engine's: the calls may come from a thread that has not chosen it
     int slots, max_batch;
+    bool exact; // planes converted by k_yuv_rgb (libjpeg-turbo's pixels), else the hardware's RGB
     nvjpegJpegState_t *state; // [slots]
     si_jpeg_jobs *jobs;       // [slots], their arrays carved from `arrays`
     void *arrays;
     const unsigned char **data; // [max_batch]: one call's arguments
     size_t *lens;
     nvjpegImage_t *dst;
+    yuv_job *conv_h, *conv_d; // [slots * max_batch]: the conversions' arguments, pinned and device
     // what nvJPEG allocated through the hooks below
     size_t dev_bytes, pinned_bytes;
     long calls;
@@ -178,7 +202,7 @@ bool si_cuda_jpeg_available(char *why, size_t cap) {
     return answer == 1;
 }
 
-si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch) {
+si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact) {
     char why[256];
     if (!si_cuda_jpeg_available(why, sizeof why)) {
         si_error(SI_ERR_UNSUPPORTED, "--decode gpu: %s", why);
@@ -189,6 +213,7 @@ si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch) {
     spare = NULL;
     j->slots = slots;
     j->max_batch = max_batch;
+    j->exact = exact;
     if (cudaGetDevice(&j->device) != cudaSuccess) j->device = 0;
     if (r != 0) {
         si_error(SI_ERR_UNSUPPORTED, "--decode gpu: nvjpegCreateExV2 failed (status %d)", r);
@@ -202,8 +227,8 @@ si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch) {
             si_cuda_jpeg_free(j);
             return NULL;
         }
-    // per slot: src, len, dst (uint64) and w, h (int32), max_batch each
-    size_t per = (size_t)max_batch * (3 * sizeof(uint64_t) + 2 * sizeof(int32_t));
+    // per slot: src, len, dst (uint64) and w, h, sub (int32), max_batch each
+    size_t per = (size_t)max_batch * (3 * sizeof(uint64_t) + 3 * sizeof(int32_t));
     uint8_t *a = (uint8_t *)si_xcalloc((size_t)slots, per);
     j->arrays = a;
     j->jobs = (si_jpeg_jobs *)si_xcalloc((size_t)slots, sizeof *j->jobs);
@@ -214,10 +239,21 @@ si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch) {
         q->dst = q->len + max_batch;
         q->w = (int32_t *)(q->dst + max_batch);
         q->h = q->w + max_batch;
+        q->sub = q->h + max_batch;
     }
     j->data = (const unsigned char **)si_xcalloc((size_t)max_batch, sizeof *j->data);
     j->lens = (size_t *)si_xcalloc((size_t)max_batch, sizeof *j->lens);
     j->dst = (nvjpegImage_t *)si_xcalloc((size_t)max_batch, sizeof *j->dst);
+    size_t conv = (size_t)slots * (size_t)max_batch * sizeof(yuv_job);
+    __atomic_add_fetch(&n_jpeg_allocs, 2, __ATOMIC_RELAXED);
+    if (cudaHostAlloc((void **)&j->conv_h, conv, cudaHostAllocDefault) != cudaSuccess ||
+        cudaMalloc((void **)&j->conv_d, conv) != cudaSuccess) {
+        si_error(SI_ERR_NOMEM, "--decode gpu: cannot allocate %zu bytes for the conversions", conv);
+        si_cuda_jpeg_free(j);
+        return NULL;
+    }
+    j->pinned_bytes += conv;
+    j->dev_bytes += conv;
     return j;
 }
 
@@ -232,6 +268,8 @@ void si_cuda_jpeg_free(si_cuda_jpeg *j) {
     free(j->data);
     free(j->lens);
     free(j->dst);
+    if (j->conv_h) cudaFreeHost(j->conv_h);
+    if (j->conv_d) cudaFree(j->conv_d);
     free(j);
 }
 
@@ -240,32 +278,71 @@ si_jpeg_jobs *si_cuda_jpeg_jobs(si_cuda_jpeg *j, int k) {
     return &j->jobs[k];
 }
 
-si_status si_cuda_jpeg_decode(si_cuda_jpeg *j, int k, const uint8_t *pack_h, uint8_t *pack_d,
-                              cudaStream_t s) {
-    const si_jpeg_jobs *q = &j->jobs[k];
-    if (q->n == 0) return SI_OK;
-    SI_ASSERT(q->n <= j->max_batch);
-    cudaCheck(cudaSetDevice(j->device));
-    for (int i = 0; i < q->n; i++) {
-        j->data[i] = pack_h + q->src[i];
-        j->lens[i] = (size_t)q->len[i];
-        memset(&j->dst[i], 0, sizeof j->dst[i]);
-        j->dst[i].channel[0] = pack_d + q->dst[i];
-        j->dst[i].pitch[0] = (size_t)q->w[i] * 3;
-    }
-    int r = (int)api.batch_init(j->h, j->state[k], q->n, 1, NVJPEG_OUTPUT_RGBI);
-    if (r == 0) r = (int)api.batch_decode(j->h, j->state[k], j->data, j->lens, j->dst, s);
-    if (r == 0) return SI_OK;
-    // whatever the failed call left queued finishes before the caller reuses the buffers
+// After a call nvJPEG failed with status r: whatever it left queued finishes before the caller
+// reuses the buffers, and the slot gets a fresh state (a failed batch leaves it unusable).
+static si_status rejected(si_cuda_jpeg *j, int k, cudaStream_t s, int r) {
     cudaCheck(cudaStreamSynchronize(s));
-    // a failed batch leaves the state unusable: a fresh one for the slot's next batch
     api.state_destroy(j->state[k]);
     j->state[k] = NULL;
     int r2 = (int)api.state_create(j->h, &j->state[k]);
     if (r2 != 0)
         return si_error(SI_ERR_INTERNAL, "nvjpegJpegStateCreate failed (status %d) after a batch "
                                          "the decoder rejected", r2);
-    return si_error(SI_ERR_FORMAT, "nvJPEG rejected the batch of %d images (status %d)", q->n, r);
+    return si_error(SI_ERR_FORMAT, "nvJPEG rejected the batch of %d images (status %d)",
+                    j->jobs[k].n, r);
+}
+
+si_status si_cuda_jpeg_decode(si_cuda_jpeg *j, int k, const uint8_t *pack_h, uint8_t *pack_d,
+                              cudaStream_t s) {
+    const si_jpeg_jobs *q = &j->jobs[k];
+    if (q->n == 0) return SI_OK;
+    SI_ASSERT(q->n <= j->max_batch);
+    cudaCheck(cudaSetDevice(j->device));
+    if (!j->exact) { // the hardware's own RGB
+        for (int i = 0; i < q->n; i++) {
+            j->data[i] = pack_h + q->src[i];
+            j->lens[i] = (size_t)q->len[i];
+            memset(&j->dst[i], 0, sizeof j->dst[i]);
+            j->dst[i].channel[0] = pack_d + q->dst[i];
+            j->dst[i].pitch[0] = (size_t)q->w[i] * 3;
+        }
+        int r = (int)api.batch_init(j->h, j->state[k], q->n, 1, NVJPEG_OUTPUT_RGBI);
+        if (r == 0) r = (int)api.batch_decode(j->h, j->state[k], j->data, j->lens, j->dst, s);
+        return r == 0 ? SI_OK : rejected(j, k, s, r);
+    }
+    yuv_job *conv = j->conv_h + (size_t)k * (size_t)j->max_batch;
+    int most = 0;
+    for (int i = 0; i < q->n; i++) {
+        const int w = q->w[i], h = q->h[i];
+        yuv_job *c = &conv[i];
+        *c = (yuv_job){q->dst[i] + si_jpeg_rgb_bytes(w, h), q->dst[i], w, h, q->sub[i] & 255,
+                       q->sub[i] >> 8};
+        const si_yuv_shape sh = {w, h, c->hs, c->vs};
+        const size_t cw = (size_t)si_yuv_cw(&sh), chroma = cw * (size_t)si_yuv_ch(&sh);
+        j->data[i] = pack_h + q->src[i];
+        j->lens[i] = (size_t)q->len[i];
+        memset(&j->dst[i], 0, sizeof j->dst[i]);
+        uint8_t *planes = pack_d + c->yuv;
+        j->dst[i].channel[0] = planes;
+        j->dst[i].pitch[0] = (size_t)w;
+        j->dst[i].channel[1] = planes + (size_t)w * (size_t)h;
+        j->dst[i].pitch[1] = cw;
+        j->dst[i].channel[2] = planes + (size_t)w * (size_t)h + chroma;
+        j->dst[i].pitch[2] = cw;
+        if (w * h > most) most = w * h;
+    }
+    int r = (int)api.batch_init(j->h, j->state[k], q->n, 1, NVJPEG_OUTPUT_YUV);
+    if (r == 0) r = (int)api.batch_decode(j->h, j->state[k], j->data, j->lens, j->dst, s);
+    if (r == 0) {
+        yuv_job *conv_d = j->conv_d + (size_t)k * (size_t)j->max_batch;
+        cudaCheck(cudaMemcpyAsync(conv_d, conv, sizeof(yuv_job) * (size_t)q->n,
+                                  cudaMemcpyHostToDevice, s));
+        dim3 grid((unsigned)((most + 255) / 256 < 48 ? (most + 255) / 256 : 48), (unsigned)q->n);
+        k_yuv_rgb<<<grid, 256, 0, s>>>(pack_d, conv_d);
+        cudaCheck(cudaGetLastError());
+        return SI_OK;
+    }
+    return rejected(j, k, s, r);
 }
 
 void si_cuda_jpeg_memory(const si_cuda_jpeg *j, size_t *dev, size_t *pinned, long *calls) {

@@ -10,6 +10,7 @@
  * -DSI_JPEG_NO_SIMD (to test them on x86 too). */
 #include "io/jpeg.h"
 #include "io/jpeg_scan.h"
+#include "io/yuv.h"
 #include "io/resample.h"
 
 #include <math.h>
@@ -688,6 +689,24 @@ si_image_status si_decode_plan_gpu(si_decoder *d, const uint8_t *data, size_t le
     if (!plan->cpu_reason && hi.orient != 1) plan->cpu_reason = "EXIF orientation";
     if (!plan->cpu_reason && (L.width != hi.w || L.height != hi.h))
         plan->cpu_reason = "frame size differs from libjpeg's";
+    /* --decode gpu-exact: the planes' shape for libjpeg's upsampling (io/yuv.h), and whether
+     * the conversion gives libjpeg-turbo's pixels */
+    static const int sub[][2] = {[SI_JS_444] = {1, 1}, [SI_JS_422] = {2, 1}, [SI_JS_420] = {2, 2},
+                                 [SI_JS_440] = {1, 2}};
+    if (plan->cpu_reason) {
+        plan->exact_reason = plan->cpu_reason;
+    } else if (L.sampling == SI_JS_GRAY) {
+        plan->exact_reason = "gray"; /* one plane: libjpeg-turbo's decode is cheap */
+    } else {
+        SI_ASSERT(L.sampling >= SI_JS_444 && L.sampling <= SI_JS_440);
+        si_yuv_shape s = {hi.w, hi.h, sub[L.sampling][0], sub[L.sampling][1]};
+        plan->hs = s.hs;
+        plan->vs = s.vs;
+        if (!si_yuv_fancy(&s)) plan->exact_reason = "chroma plane 2 samples wide or less";
+        /* 4:4:0 (a losslessly rotated 4:2:2) upsamples right in io/yuv.h (tests/test_jpeg.c),
+         * but the hardware's planes for it were not checked against libjpeg-turbo's */
+        if (L.sampling == SI_JS_440) plan->exact_reason = "4:4:0";
+    }
     plan->denom = hi.sf.denom / hi.sf.num;
     plan->w = TJSCALED(hi.w, hi.sf);
     plan->h = TJSCALED(hi.h, hi.sf);

@@ -47,11 +47,16 @@ si_image_status si_decode_scaled(si_decoder *d, const uint8_t *data, size_t len,
 /* An image's way through --decode gpu, from its headers alone (io/jpeg_scan.h): the size the
  * decode has at the DCT scale si_decode_scaled would pick, and cpu_reason == NULL when the GPU's
  * hardware decoder can take it (baseline, one scan, YCbCr or gray, a supported sampling, EXIF
- * orientation 1, markers well formed through EOI). */
+ * orientation 1, markers well formed through EOI), and exact_reason == NULL when, moreover, its
+ * planes converted by io/yuv.h give libjpeg-turbo's pixels (YCbCr 4:4:4, 4:2:2 or 4:2:0 that
+ * libjpeg upsamples with its fancy filters). */
 typedef struct {
     int w, h;               /* the decoded size at 1/denom (what si_decode_scaled gives) */
     int denom;              /* 1, 2, 4 or 8 */
     int full_w, full_h;     /* the stored size, the hardware decoder's output */
+    int hs, vs;             /* chroma subsampling (io/yuv.h), where exact_reason is NULL */
+    const char *exact_reason; /* why --decode gpu-exact leaves it to libjpeg-turbo (NULL: the
+                                 hardware's planes converted by io/yuv.h give its pixels) */
     const char *cpu_reason; /* why libjpeg-turbo decodes it instead (a static string) */
 } si_gpu_plan;
 

@@ -392,8 +392,11 @@ def skip_without_hw_decoder(a, model):
 
 def gpu_decode_crops(a):
     """The crops themselves (an Identity model, --post raw) from batches the hardware decodes
-    whole (SI_DECODE_CPU_SHARE=0, plain baseline photos only, so no image is left to the CPU):
-    close to libjpeg-turbo's, which they were not when such a batch skipped the GPU resize."""
+    whole (SI_DECODE_CPU_SHARE=0, plain baseline photos in 4:2:0, 4:2:2 and 4:4:4 only, so no
+    image is left to the CPU), with --exact-preprocess so that the CPU decodes them at full size
+    too rather than at a DCT scale: --decode gpu-exact gives libjpeg-turbo's crops to the bit
+    (the hardware's planes converted as libjpeg-turbo does, io/yuv.h); --decode gpu close ones
+    (the hardware's RGB: chroma replicated where libjpeg-turbo interpolates)."""
     import h5py
     import numpy as np
     import onnx
@@ -412,7 +415,7 @@ def gpu_decode_crops(a):
                        127 + 100 * np.sin((x + y) / (40 * c[4]) + c[5])], axis=2)
         px += rng.normal(0, 6, px.shape)
         Image.fromarray(np.clip(px, 0, 255).astype(np.uint8)).save(
-            os.path.join(d, "img", f"{i:03d}.jpg"), quality=90, subsampling=2 if i % 4 else 0)
+            os.path.join(d, "img", f"{i:03d}.jpg"), quality=90, subsampling=i % 3)
     sset = os.path.join(d, "set.h5")
     sh([a.shardinfer, "pack", os.path.join(d, "img"), "--output", sset])
     shape = ["N", 3, 64, 64]
@@ -422,30 +425,36 @@ def gpu_decode_crops(a):
     model = os.path.join(d, "pixels.onnx")
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), model)
     px = {}
-    for dec in ("cpu", "gpu"):
+    for dec in ("cpu", "gpu", "gpu-exact"):
         out = os.path.join(d, f"{dec}.h5")
         env = dict(os.environ, SI_DECODE_CPU_SHARE="0")
         p = subprocess.run([a.shardinfer, "run", "--model", model, "--input", sset, "--output",
                             out, "--batch", "8", "--backend", "cuda", "--precision", "fp32",
                             "--post", "raw", "--mean", "0,0,0", "--std", "1,1,1", "--decode",
-                            dec, "--progress", "none"], env=env, capture_output=True, text=True,
+                            dec, "--progress", "none", "--exact-preprocess"], env=env,
+                           capture_output=True, text=True,
                            timeout=120)
         if p.returncode != 0:
             sys.exit(f"FAIL: --decode {dec}: exit {p.returncode}\n{p.stderr}")
-        if dec == "gpu" and "40 images decoded by the GPU" not in p.stdout:
+        if dec != "cpu" and "40 images decoded by the GPU" not in p.stdout:
             sys.exit(f"FAIL: with SI_DECODE_CPU_SHARE=0 not every photo went to the GPU:\n"
                      f"{p.stdout}")
         with h5py.File(out, "r") as f:
             px[dec] = f["raw/pixels"][()] * 255.0
-    diff = np.abs(px["cpu"] - px["gpu"])
-    per_image = diff.reshape(len(diff), -1).mean(axis=1)
-    print(f"gpu-decode: crops of 40 photos decoded whole by the hardware: mean |diff| "
-          f"{diff.mean():.3f} of 255, worst image {per_image.max():.3f}, max {diff.max():.1f}")
-    # measured on an H100: mean 0.90, worst image 5.0 (strong chroma noise, which 4:2:0 keeps
-    # at half resolution, brings out the two decoders' different chroma upsampling); a batch
-    # whose crops were not resized from the decodes differs by tens
-    if diff.mean() > 2.5 or per_image.max() > 10.0:
-        sys.exit("FAIL: the hardware decoder's crops are far from libjpeg-turbo's")
+    for dec in ("gpu", "gpu-exact"):
+        diff = np.abs(px["cpu"] - px[dec])
+        per_image = diff.reshape(len(diff), -1).mean(axis=1)
+        print(f"gpu-decode: crops of 40 photos decoded whole by the hardware, --decode {dec}: "
+              f"mean |diff| {diff.mean():.3f} of 255, worst image {per_image.max():.3f}, max "
+              f"{diff.max():.1f}")
+        if dec == "gpu-exact" and diff.max() != 0:
+            sys.exit(f"FAIL: --decode gpu-exact: the crops of {int(np.sum(per_image > 0))} of 40 "
+                     "photos differ from libjpeg-turbo's")
+        # measured on an H100: mean 0.90, worst image 5.0 (strong chroma noise brings out the
+        # replicated chroma); a batch whose crops were not resized from the decodes differs by
+        # tens
+        if dec == "gpu" and (diff.mean() > 2.5 or per_image.max() > 10.0):
+            sys.exit("FAIL: --decode gpu: the crops are far from libjpeg-turbo's")
 
 
 def gpu_decode(a):
@@ -503,6 +512,13 @@ def gpu_decode(a):
               f"on the GPU, statuses equal, top-1 agreement {top1:.3f}, max |dp| {dp:.4f}")
         if top1 < 0.9 or dp > 0.1:
             sys.exit("FAIL: --decode gpu scores too far from --decode cpu")
+        if sset != big:
+            # with both decoding at full size (no DCT scaling on the CPU), the same file: the
+            # hardware's images get libjpeg-turbo's pixels (io/yuv.h)
+            cpu_x, _ = go("cpu_exact", ["--decode", "cpu", "--exact-preprocess"])
+            gpu_x, p = go("gpu_exact", ["--decode", "gpu-exact", "--exact-preprocess"])
+            if not gap:
+                sh([PY, os.path.join(HERE, "check_results.py"), "compare", cpu_x, gpu_x])
         if sset == big:
             # recycled slots: 1 slot vs 3 vs 3 again, bit for bit, with the split between the
             # hardware and the CPU fixed (it follows measured rates otherwise): all on the
@@ -623,8 +639,10 @@ def gpu_decode_fuzz(a):
         res = {}
         for dec in ("cpu", "gpu"):
             out = os.path.join(d, f"{dec}.h5")
+            # the hardware's RGB and its planes by turns
+            mode = dec if dec == "cpu" or rounds % 2 == 0 else "gpu-exact"
             sh([a.shardinfer, "run", "--model", model, "--input", sset, "--output", out,
-                "--batch", "64", "--backend", "cuda", "--precision", "fp32", "--decode", dec,
+                "--batch", "64", "--backend", "cuda", "--precision", "fp32", "--decode", mode,
                 "--progress", "none"])
             res[dec] = read_result(out)
         rc, rg = res["cpu"], res["gpu"]

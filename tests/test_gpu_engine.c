@@ -124,7 +124,7 @@ static void check_precision(const char *model, int prec) {
  * decode areas and resized there, 30 batches over 2 slots. After each slot's first batch no
  * allocation call (nvJPEG's buffers come through our counting allocators) and no change in the
  * device memory in use; every batch's outputs equal the first's bit for bit. */
-static void check_jpeg_steady(const char *model) {
+static void check_jpeg_steady(const char *model, bool exact) {
     char why[256];
     if (!si_cuda_hw_jpeg(why, sizeof why)) {
         printf("jpeg: no hardware JPEG decoder here (%s): skipped\n", why);
@@ -135,7 +135,8 @@ static void check_jpeg_steady(const char *model) {
     CHECK_MSG(si_graph_load(model, NULL, &g) == SI_OK, "%s", si_error_msg());
     si_engine_opts o = {.precision = SI_PREC_FP16, .slots = 2, .pixels = true,
                         .pack_per_image = (size_t)1 << 20,
-                        .gpu_decode_per_image = SI_GPU_DECODE_PER_IMAGE};
+                        .gpu_decode_per_image = SI_GPU_DECODE_PER_IMAGE,
+                        .gpu_decode_exact = exact};
     for (int c = 0; c < 3; c++) o.mean[c] = 0.45f, o.std[c] = 0.225f;
     if (si_engine_create_opts(g, "cuda", B, &o, &gpu) != SI_OK) {
         CHECK_MSG(0, "engine: %s", si_error_msg());
@@ -193,10 +194,11 @@ static void check_jpeg_steady(const char *model) {
             src -= len[j];
             memcpy(pool + src, jpg[j], len[j]);
             size_t at = (dec + 255) & ~(size_t)255;
-            dec = at + (size_t)jw[j] * (size_t)jh[j] * 3;
+            int sub = j % 3 ? 2 : 1; /* 4:2:0 or 4:4:4, as compressed above */
+            dec = at + si_jpeg_area_bytes(jw[j], jh[j], sub, sub, exact);
             CHECK(dec <= q->dst_cap);
             q->src[j] = src, q->len[j] = len[j], q->dst[j] = q->dst_base + at;
-            q->w[j] = jw[j], q->h[j] = jh[j];
+            q->w[j] = jw[j], q->h[j] = jh[j], q->sub[j] = sub | sub << 8;
             CHECK(si_rs_item_make(jw[j], jh[j], ch * 8 / 7, SI_INTERP_BILINEAR, ch, cw, &items[j]));
             items[j].off = q->dst[j];
             q->n++;
@@ -216,9 +218,10 @@ static void check_jpeg_steady(const char *model) {
     /* and they are the photos' (not the unused pixel buffer's zeros): not all rows alike */
     size_t per = out_n / B;
     CHECK_MSG(memcmp(first, first + per, per * sizeof(float)) != 0, "jpeg: rows 0 and 1 equal");
-    printf("jpeg: %d batches of %d JPEGs through the hardware decoder: %ld allocation calls after "
-           "the first two, device memory in use %zu -> %zu bytes, outputs repeat bit for bit\n",
-           collected, B, si_cuda_backend_alloc_calls() - calls, used0, used1);
+    printf("jpeg%s: %d batches of %d JPEGs through the hardware decoder: %ld allocation calls "
+           "after the first two, device memory in use %zu -> %zu bytes, outputs repeat bit for "
+           "bit\n", exact ? " (exact)" : "", collected, B, si_cuda_backend_alloc_calls() - calls,
+           used0, used1);
     for (int j = 0; j < B; j++) tjFree(jpg[j]);
     free(first);
     si_engine_free(gpu);
@@ -236,6 +239,7 @@ int main(int argc, char **argv) {
     check_precision(argv[1], SI_PREC_FP32);
     check_precision(argv[1], SI_PREC_FP16);
     check_precision(argv[1], SI_PREC_BF16);
-    check_jpeg_steady(argv[1]);
+    check_jpeg_steady(argv[1], false);
+    check_jpeg_steady(argv[1], true);
     return test_finish();
 }

@@ -72,9 +72,11 @@ static const char run_usage[] =
     "                     images (default 9 * resize^2 bytes); larger ones are resized on the CPU\n"
     "  --decode D         cuda, --resize-on gpu: auto (default: gpu where every rank's GPU has\n"
     "                     hardware JPEG decoders, as A100, H100 and H200 do), gpu (nvJPEG's\n"
-    "                     hardware decoder; progressive, CMYK, 4:1:1, EXIF-rotated and malformed\n"
-    "                     files still decode on the CPU) or cpu (libjpeg-turbo, bit-exact as\n"
-    "                     before); the summary counts images per decoder\n"
+    "                     hardware decoder, fastest; its chroma upsampling differs from\n"
+    "                     libjpeg-turbo's; progressive, CMYK, 4:1:1, EXIF-rotated and malformed\n"
+    "                     files still decode on the CPU), gpu-exact (the hardware's planes,\n"
+    "                     upsampled as libjpeg-turbo does: cpu's results bit for bit, slower)\n"
+    "                     or cpu (libjpeg-turbo); the summary counts images per decoder\n"
     "  --autotune-cache D cuda: keep the convolutions' timed algorithm choices in folder D (one\n"
     "                     file per GPU model, cuDNN version and workspace; default\n"
     "                     $XDG_CACHE_HOME/shardinfer/autotune or ~/.cache/...), or off\n"
@@ -431,8 +433,10 @@ static const char *opt_cuda(int c, const char *arg, run_args *a, char *buf, size
     case O_DECODE:
         if (!strcmp(arg, "cpu")) a->job.decode = SI_DECODE_CPU;
         else if (!strcmp(arg, "gpu")) a->job.decode = SI_DECODE_GPU;
+        else if (!strcmp(arg, "gpu-exact")) a->job.decode = SI_DECODE_GPU_EXACT;
         else if (!strcmp(arg, "auto")) a->job.decode = SI_DECODE_AUTO;
-        else return usage_error(buf, cap, "--decode '%s': expected auto, cpu or gpu", arg);
+        else return usage_error(buf, cap, "--decode '%s': expected auto, cpu, gpu or gpu-exact",
+                                arg);
         return NULL;
     case O_AUTOTUNE:
         if (!*arg) return "--autotune-cache: expected a folder, or off";
@@ -495,7 +499,7 @@ static const char *check_backend(run_args *a, char *buf, size_t cap) {
 #endif
     if (automatic && !cuda &&
         (a->precision || j->eo.slots || j->eo.workspace_bytes || j->eo.no_graphs ||
-         a->resize_on == 1 || j->pack_kb || j->decode == SI_DECODE_GPU)) {
+         a->resize_on == 1 || j->pack_kb || j->decode >= SI_DECODE_GPU)) {
         /* the CUDA-only options say the user meant a GPU: say why there is none */
         if (!(a->precision && !strcmp(a->precision, "fp32"))) {
             snprintf(buf, cap,
@@ -516,10 +520,11 @@ static const char *check_backend(run_args *a, char *buf, size_t cap) {
     if (!cuda && (a->resize_on == 1 || j->pack_kb))
         return "--resize-on gpu and --pack-kb are for --backend cuda";
     if (a->resize_on == 0 && j->pack_kb) return "--pack-kb is for --resize-on gpu";
-    if (!cuda && j->decode == SI_DECODE_GPU)
-        return "--decode gpu is for --backend cuda (the GPU's JPEG decoder)";
-    if (a->resize_on == 0 && j->decode == SI_DECODE_GPU)
-        return "--decode gpu needs --resize-on gpu (the GPU resizes what it decodes)";
+    if (!cuda && j->decode >= SI_DECODE_GPU)
+        return "--decode gpu and gpu-exact are for --backend cuda (the GPU's JPEG decoder)";
+    if (a->resize_on == 0 && j->decode >= SI_DECODE_GPU)
+        return "--decode gpu and gpu-exact need --resize-on gpu (the GPU resizes what it "
+               "decodes)";
     j->pc.gpu_resize = cuda && (a->resize_on < 0 ? SI_GPU_RESIZE_DEFAULT : a->resize_on == 1);
     return NULL;
 }

@@ -226,6 +226,7 @@ static si_status choose_decoder(si_job_state *J) {
     if ((st = si_mpi_agree(J->m, st)) != SI_OK) return st;
     bool all = si_mpi_agree(J->m, ok ? SI_OK : SI_ERR_UNSUPPORTED) == SI_OK;
     J->eo.gpu_decode_per_image = all ? SI_GPU_DECODE_PER_IMAGE : 0;
+    J->eo.gpu_decode_exact = mode == SI_DECODE_GPU_EXACT;
     snprintf(J->decode_why, sizeof J->decode_why, "%s (%s%s)", all ? "gpu" : "cpu",
              mode == SI_DECODE_AUTO ? "auto: " : "",
              all || ok ? why : "a rank's GPU has no hardware JPEG decoder");

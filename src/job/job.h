@@ -23,7 +23,8 @@
 typedef enum {
     SI_DECODE_AUTO = 0, /* the GPU's hardware decoder where every rank's GPU has one */
     SI_DECODE_CPU,
-    SI_DECODE_GPU
+    SI_DECODE_GPU,
+    SI_DECODE_GPU_EXACT /* the hardware's planes, upsampled and converted as libjpeg-turbo does */
 } si_decode_mode;
 
 typedef struct {

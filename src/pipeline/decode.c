@@ -23,7 +23,7 @@ typedef struct {
 /* --decode gpu: one image's job before the batch's list is made in order. */
 typedef struct {
     uint64_t src, len, dst;
-    int32_t w, h;
+    int32_t w, h, hs, vs;
     int kind;    /* 0: failed or not to decode, 1: the CPU's, 2: the hardware could take it */
     bool on_gpu; /* the hardware decoder's job */
 } gpu_job;
@@ -231,7 +231,8 @@ static si_image_status plan_one(si_decode *d, const uint8_t *data, size_t len, u
     if (st != SI_IMG_OK) return st;
     si_rs_item *it = &d->jitems[j];
     g->kind = 1;
-    if (!plan.cpu_reason &&
+    const bool exact = d->e->opts.gpu_decode_exact;
+    if (!(exact ? plan.exact_reason : plan.cpu_reason) &&
         si_rs_item_make(plan.full_w, plan.full_h, pre->resize, pre->interp, pre->crop_h,
                         pre->crop_w, it) &&
         si_rs_gpu_fits(it)) {
@@ -239,6 +240,8 @@ static si_image_status plan_one(si_decode *d, const uint8_t *data, size_t len, u
         g->len = len;
         g->w = plan.full_w;
         g->h = plan.full_h;
+        g->hs = plan.hs;
+        g->vs = plan.vs;
     }
     return SI_IMG_OK;
 }
@@ -259,8 +262,9 @@ static int split_batch(si_decode *d, const si_read_slot *sl, uint32_t *n_cpu) {
             acc += d->cpu_share;
             if (acc >= 1.0) {
                 acc -= 1.0;
-            } else if (pack_take_gpu(&d->pk, g->len, (size_t)g->w * (size_t)g->h * 3, &g->src,
-                                     &g->dst)) {
+            } else if (pack_take_gpu(&d->pk, g->len, si_jpeg_area_bytes(g->w, g->h, g->hs, g->vs,
+                                                                     d->e->opts.gpu_decode_exact),
+                                     &g->src, &g->dst)) {
                 g->on_gpu = true;
                 d->jitems[j].off = g->dst;
                 n_gpu++;
@@ -336,6 +340,7 @@ static void decode_for_gpu_decode(si_decode *d, const si_read_slot *sl, int32_t 
         q->dst[q->n] = g->dst;
         q->w[q->n] = g->w;
         q->h[q->n] = g->h;
+        q->sub[q->n] = g->hs | g->vs << 8;
         q->n++;
     }
     /* Thread 0 of the team, the thread that set up the engine, makes the decoder's call (nvJPEG's
