@@ -244,6 +244,7 @@ run1() { # tag, model, extra args: one 1-GPU run of the set
 }
 run1 r50_gpu resnet50 --decode gpu
 SI_DECODE_CPU_SHARE=0 run1 r50_gpu_share0 resnet50 --decode gpu
+run1 r50_gpu_exact resnet50 --decode gpu-exact
 run1 r50_cpu resnet50 --decode cpu
 run1 mnv2_gpu mobilenet_v2 --decode gpu
 run1 mnv2_cpu mobilenet_v2 --decode cpu

@@ -706,6 +706,8 @@ si_image_status si_decode_plan_gpu(si_decoder *d, const uint8_t *data, size_t le
         /* 4:4:0 (a losslessly rotated 4:2:2) upsamples right in io/yuv.h (tests/test_jpeg.c),
          * but the hardware's planes for it were not checked against libjpeg-turbo's */
         if (L.sampling == SI_JS_440) plan->exact_reason = "4:4:0";
+        /* the CPU decodes it at a DCT scale, which the hardware does not do exactly */
+        if (hi.sf.num != hi.sf.denom) plan->exact_reason = "decoded at a DCT scale";
     }
     plan->denom = hi.sf.denom / hi.sf.num;
     plan->w = TJSCALED(hi.w, hi.sf);

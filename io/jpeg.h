@@ -48,8 +48,8 @@ si_image_status si_decode_scaled(si_decoder *d, const uint8_t *data, size_t len,
  * decode has at the DCT scale si_decode_scaled would pick, and cpu_reason == NULL when the GPU's
  * hardware decoder can take it (baseline, one scan, YCbCr or gray, a supported sampling, EXIF
  * orientation 1, markers well formed through EOI), and exact_reason == NULL when, moreover, its
- * planes converted by io/yuv.h give libjpeg-turbo's pixels (YCbCr 4:4:4, 4:2:2 or 4:2:0 that
- * libjpeg upsamples with its fancy filters). */
+ * planes converted by io/yuv.h give si_decode_scaled's pixels (YCbCr 4:4:4, 4:2:2 or 4:2:0 that
+ * libjpeg upsamples with its fancy filters, decoded at full size). */
 typedef struct {
     int w, h;               /* the decoded size at 1/denom (what si_decode_scaled gives) */
     int denom;              /* 1, 2, 4 or 8 */

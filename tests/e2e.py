@@ -513,12 +513,19 @@ def gpu_decode(a):
         if top1 < 0.9 or dp > 0.1:
             sys.exit("FAIL: --decode gpu scores too far from --decode cpu")
         if sset != big:
-            # with both decoding at full size (no DCT scaling on the CPU), the same file: the
-            # hardware's images get libjpeg-turbo's pixels (io/yuv.h)
-            cpu_x, _ = go("cpu_exact", ["--decode", "cpu", "--exact-preprocess"])
-            gpu_x, p = go("gpu_exact", ["--decode", "gpu-exact", "--exact-preprocess"])
-            if not gap:
-                sh([PY, os.path.join(HERE, "check_results.py"), "compare", cpu_x, gpu_x])
+            # --decode gpu-exact: --decode cpu's file (the hardware's images get libjpeg-turbo's
+            # pixels, io/yuv.h; the ones the CPU decodes at a DCT scale stay with it), with and
+            # without --exact-preprocess
+            for tag, extra in (("", []), ("_full", ["--exact-preprocess"])):
+                cpu_x, _ = go(f"cpu_x{tag}", ["--decode", "cpu"] + extra)
+                gpu_x, p = go(f"gpu_exact{tag}", ["--decode", "gpu-exact"] + extra)
+                m = re.search(r"(\d+) images decoded by the GPU", p.stdout)
+                print(f"gpu-decode: --decode gpu-exact{' --exact-preprocess' if extra else ''}: "
+                      f"{m.group(1) if m else 0} images on the GPU, --decode cpu's file")
+                if extra and not (m and int(m.group(1)) > 0):
+                    sys.exit("FAIL: --decode gpu-exact decoded nothing on the GPU")
+                if not gap:
+                    sh([PY, os.path.join(HERE, "check_results.py"), "compare", cpu_x, gpu_x])
         if sset == big:
             # recycled slots: 1 slot vs 3 vs 3 again, bit for bit, with the split between the
             # hardware and the CPU fixed (it follows measured rates otherwise): all on the
