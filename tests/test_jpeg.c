@@ -22,6 +22,15 @@
 #include <string.h>
 #include <turbojpeg.h>
 
+/* A manifest of io_ref.py gen's in dir, open for reading; NULL (and a failed check) if not. */
+static FILE *open_manifest(const char *dir, const char *name) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *m = fopen(path, "r");
+    CHECK_MSG(m != NULL, "%s", path);
+    return m;
+}
+
 static const int max_diff_allowed = 0;
 
 static uint8_t *slurp(const char *dir, const char *name, const char *suffix, size_t *len) {
@@ -66,10 +75,8 @@ static bool gpu_formula_crop(const uint8_t *src, int w, int h, const si_preproc 
 /* Every good JPEG: the plain decode (identity resize, full-size crop) against Pillow's
  * convert('RGB'), then the preprocessing against Pillow's resize + crop with filter interp. */
 static void test_good(const char *dir, si_decoder *d, si_interp interp) {
-    char mpath[4096], name[256], sfx[64];
-    snprintf(mpath, sizeof mpath, "%s/jpeg_manifest.tsv", dir);
-    FILE *m = fopen(mpath, "r");
-    CHECK_MSG(m != NULL, "%s", mpath);
+    char name[256], sfx[64];
+    FILE *m = open_manifest(dir, "jpeg_manifest.tsv");
     if (!m) return;
     int w, h, resize, ch, cw, files = 0, worst_dec = 0, worst_crop = 0;
     while (fscanf(m, "%255s %d %d %d %d %d", name, &w, &h, &resize, &ch, &cw) == 6) {
@@ -128,10 +135,8 @@ static void test_good(const char *dir, si_decoder *d, si_interp interp) {
 
 /* Random RGB images through si_resize_crop against Pillow's resize + crop with filter interp. */
 static void test_resize_noise(const char *dir, si_interp interp) {
-    char mpath[4096], name[256], sfx[64];
-    snprintf(mpath, sizeof mpath, "%s/resize_manifest.tsv", dir);
-    FILE *m = fopen(mpath, "r");
-    CHECK_MSG(m != NULL, "%s", mpath);
+    char name[256], sfx[64];
+    FILE *m = open_manifest(dir, "resize_manifest.tsv");
     if (!m) return;
     int w, h, resize, ch, cw, n = 0, worst = 0, gpu_checked = 0;
     while (fscanf(m, "%255s %d %d %d %d %d", name, &w, &h, &resize, &ch, &cw) == 6) {
@@ -180,10 +185,8 @@ static void test_resize_noise(const char *dir, si_interp interp) {
 /* Every EXIF orientation: the full decode and the crop (exact mode) against Pillow's
  * exif_transpose, and with no_exif the plain decode. */
 static void test_orient(const char *dir, si_decoder *d) {
-    char mpath[4096], name[256];
-    snprintf(mpath, sizeof mpath, "%s/orient_manifest.tsv", dir);
-    FILE *m = fopen(mpath, "r");
-    CHECK_MSG(m != NULL, "%s", mpath);
+    char name[256];
+    FILE *m = open_manifest(dir, "orient_manifest.tsv");
     if (!m) return;
     int ow, oh, w, h, resize, ch, cw, n = 0, worst = 0;
     while (fscanf(m, "%255s %d %d %d %d %d %d %d", name, &ow, &oh, &w, &h, &resize, &ch, &cw) ==
@@ -234,10 +237,8 @@ static void test_orient(const char *dir, si_decoder *d) {
  * same libjpeg for the same DCT scaling (or for none: then it is the exact path). Also prints
  * how far each scaled crop is from the exact one. */
 static void test_scaled(const char *dir, si_decoder *d, si_interp interp) {
-    char mpath[4096], name[256], suffix[64];
-    snprintf(mpath, sizeof mpath, "%s/scaled_manifest.tsv", dir);
-    FILE *m = fopen(mpath, "r");
-    CHECK_MSG(m != NULL, "%s", mpath);
+    char name[256], suffix[64];
+    FILE *m = open_manifest(dir, "scaled_manifest.tsv");
     if (!m) return;
     int resize, ch, cw, s, n = 0, nscaled = 0, worst = 0, worst_exact = 0, ngpu = 0;
     while (fscanf(m, "%255s %d %d %d %d", name, &resize, &ch, &cw, &s) == 5) {
@@ -358,10 +359,8 @@ static int status_of(const char *name) {
 }
 
 static void test_hostile(const char *dir, si_decoder *d) {
-    char mpath[4096], name[256], want[64];
-    snprintf(mpath, sizeof mpath, "%s/hostile_manifest.tsv", dir);
-    FILE *m = fopen(mpath, "r");
-    CHECK_MSG(m != NULL, "%s", mpath);
+    char name[256], want[64];
+    FILE *m = open_manifest(dir, "hostile_manifest.tsv");
     if (!m) return;
     int n = 0;
     while (fscanf(m, "%255s %63s", name, want) == 2) {
@@ -404,10 +403,8 @@ static void test_hostile(const char *dir, si_decoder *d) {
  * that --decode cpu turns into `corrupt`). Finding those takes about 80% of a CPU decode, which
  * would undo the GPU's; the hardware decodes them (as garbled pixels) and they get scores. */
 static void test_gpu_plan_hostile(const char *dir, si_decoder *d) {
-    char mpath[4096], name[256], want[64];
-    snprintf(mpath, sizeof mpath, "%s/hostile_manifest.tsv", dir);
-    FILE *m = fopen(mpath, "r");
-    CHECK_MSG(m != NULL, "%s", mpath);
+    char name[256], want[64];
+    FILE *m = open_manifest(dir, "hostile_manifest.tsv");
     if (!m) return;
     si_preproc p = {.resize = 256, .crop_h = 224, .crop_w = 224, .max_pixels = 50000000};
     while (fscanf(m, "%255s %63s", name, want) == 2) {
