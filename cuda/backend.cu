@@ -347,6 +347,7 @@ static si_status init_steps(si_engine *e, cuda_state *cs) {
     if (st == SI_OK) st = init_nodes(e, cs);
     STEP(3);
     if (st == SI_OK) st = warm_up(e, cs);
+    if (st == SI_OK && cs->jpeg) st = si_cuda_jpeg_ready(cs->jpeg); // made meanwhile
     STEP(4);
     if (st == SI_OK && !e->opts.no_graphs) st = capture_graphs(e, cs);
     STEP(5);

@@ -6,6 +6,7 @@
 // chroma where libjpeg-turbo interpolates), so images decode to planes and k_yuv_rgb converts
 // them with libjpeg-turbo's own arithmetic (io/yuv.h): --decode cpu's pixels.
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -37,6 +38,9 @@ si_cuda_jpeg *si_cuda_jpeg_create(int, int, bool) {
     return NULL;
 }
 void si_cuda_jpeg_free(si_cuda_jpeg *) {}
+si_status si_cuda_jpeg_ready(si_cuda_jpeg *) {
+    return SI_OK;
+}
 si_jpeg_jobs *si_cuda_jpeg_jobs(si_cuda_jpeg *, int) {
     return NULL;
 }
@@ -99,7 +103,20 @@ struct si_cuda_jpeg {
     // what nvJPEG allocated through the hooks below
     size_t dev_bytes, pinned_bytes;
     long calls;
+    // the decode states are made on a thread of their own while the engine sets up
+    pthread_t maker;
+    bool making;
+    int made; // nvJPEG's status (0: made)
 };
+
+// The slots' decode states (about 0.2 s each on an H100, nvJPEG's buffers through our hooks).
+static void *make_states(void *arg) {
+    si_cuda_jpeg *j = (si_cuda_jpeg *)arg;
+    j->made = cudaSetDevice(j->device) == cudaSuccess ? 0 : -1;
+    for (int k = 0; k < j->slots && j->made == 0; k++)
+        j->made = (int)api.state_create(j->h, &j->state[k]);
+    return NULL;
+}
 
 // nvJPEG's buffers through these, so that they are counted (the summary) and the steady state's
 // allocations can be checked.
@@ -221,12 +238,8 @@ si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact) {
         return NULL;
     }
     j->state = (nvjpegJpegState_t *)si_xcalloc((size_t)slots, sizeof *j->state);
-    for (int k = 0; k < slots; k++)
-        if ((r = (int)api.state_create(j->h, &j->state[k])) != 0) {
-            si_error(SI_ERR_INTERNAL, "nvjpegJpegStateCreate failed (status %d)", r);
-            si_cuda_jpeg_free(j);
-            return NULL;
-        }
+    j->making = pthread_create(&j->maker, NULL, make_states, j) == 0;
+    if (!j->making) make_states(j);
     // per slot: src, len, dst (uint64) and w, h, sub (int32), max_batch each
     size_t per = (size_t)max_batch * (3 * sizeof(uint64_t) + 3 * sizeof(int32_t));
     uint8_t *a = (uint8_t *)si_xcalloc((size_t)slots, per);
@@ -257,8 +270,17 @@ si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact) {
     return j;
 }
 
+si_status si_cuda_jpeg_ready(si_cuda_jpeg *j) {
+    if (j->making) pthread_join(j->maker, NULL);
+    j->making = false;
+    if (j->made != 0)
+        return si_error(SI_ERR_INTERNAL, "nvjpegJpegStateCreate failed (status %d)", j->made);
+    return SI_OK;
+}
+
 void si_cuda_jpeg_free(si_cuda_jpeg *j) {
     if (!j) return;
+    if (j->making) pthread_join(j->maker, NULL);
     for (int k = 0; j->state && k < j->slots; k++)
         if (j->state[k]) api.state_destroy(j->state[k]);
     if (j->h) api.destroy(j->h);

@@ -28,6 +28,11 @@ bool si_cuda_jpeg_available(char *why, size_t cap);
 si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact);
 void si_cuda_jpeg_free(si_cuda_jpeg *j);
 
+// The decoder's states are made on a thread of their own from si_cuda_jpeg_create on, so that
+// the engine's set-up runs meanwhile (nothing may capture a CUDA graph until then: their
+// allocations would break it); this waits for them. Call before the first decode.
+si_status si_cuda_jpeg_ready(si_cuda_jpeg *j);
+
 // Slot k's job list, emptied.
 si_jpeg_jobs *si_cuda_jpeg_jobs(si_cuda_jpeg *j, int k);
 
