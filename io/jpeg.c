@@ -709,9 +709,6 @@ si_image_status si_decode_plan_gpu(si_decoder *d, const uint8_t *data, size_t le
         /* the CPU decodes it at a DCT scale, which the hardware does not do exactly */
         if (hi.sf.num != hi.sf.denom) plan->exact_reason = "decoded at a DCT scale";
     }
-    plan->denom = hi.sf.denom / hi.sf.num;
-    plan->w = TJSCALED(hi.w, hi.sf);
-    plan->h = TJSCALED(hi.h, hi.sf);
     plan->full_w = hi.w;
     plan->full_h = hi.h;
     return SI_IMG_OK;

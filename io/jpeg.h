@@ -44,15 +44,13 @@ si_image_status si_decode_scaled(si_decoder *d, const uint8_t *data, size_t len,
                                  const si_preproc *p, const uint8_t **img, int *w, int *h,
                                  char *msg, size_t cap);
 
-/* An image's way through --decode gpu, from its headers alone (io/jpeg_scan.h): the size the
- * decode has at the DCT scale si_decode_scaled would pick, and cpu_reason == NULL when the GPU's
- * hardware decoder can take it (baseline, one scan, YCbCr or gray, a supported sampling, EXIF
- * orientation 1, markers well formed through EOI), and exact_reason == NULL when, moreover, its
- * planes converted by io/yuv.h give si_decode_scaled's pixels (YCbCr 4:4:4, 4:2:2 or 4:2:0 that
- * libjpeg upsamples with its fancy filters, decoded at full size). */
+/* An image's way through --decode gpu, from its headers alone (io/jpeg_scan.h): its stored size,
+ * cpu_reason == NULL when the GPU's hardware decoder can take it (baseline, one scan, YCbCr or
+ * gray, a supported sampling, EXIF orientation 1, markers well formed through EOI), and
+ * exact_reason == NULL when, moreover, its planes converted by io/yuv.h give si_decode_scaled's
+ * pixels (YCbCr 4:4:4, 4:2:2 or 4:2:0 that libjpeg upsamples with its fancy filters, decoded at
+ * full size). */
 typedef struct {
-    int w, h;               /* the decoded size at 1/denom (what si_decode_scaled gives) */
-    int denom;              /* 1, 2, 4 or 8 */
     int full_w, full_h;     /* the stored size, the hardware decoder's output */
     int hs, vs;             /* chroma subsampling (io/yuv.h), where exact_reason is NULL */
     const char *exact_reason; /* why --decode gpu-exact leaves it to libjpeg-turbo (NULL: the

@@ -250,8 +250,6 @@ static si_image_status plan_one(si_decode *d, const uint8_t *data, size_t len, u
  * d->cpu_share of them, spread evenly; then room for the rest (an image without room stays on
  * the CPU). Sequential: a few hundred cheap steps. */
 static int split_batch(si_decode *d, const si_read_slot *sl, uint32_t *n_cpu) {
-    int capable = 0;
-    for (uint32_t j = 0; j < sl->n; j++) capable += d->gj[j].kind == 2;
     double acc = 0.5;
     int n_gpu = 0;
     *n_cpu = 0;
@@ -273,7 +271,6 @@ static int split_batch(si_decode *d, const si_read_slot *sl, uint32_t *n_cpu) {
         }
         if (g->kind) (*n_cpu)++;
     }
-    (void)capable;
     return n_gpu;
 }
 
@@ -343,9 +340,9 @@ static void decode_for_gpu_decode(si_decode *d, const si_read_slot *sl, int32_t 
         q->sub[q->n] = g->hs | g->vs << 8;
         q->n++;
     }
-    /* Thread 0 of the team, the thread that set up the engine, makes the decoder's call (nvJPEG's
-     * hardware backend returned allocator failures, status 5, when called from a thread of its
-     * own on the H100), then joins the others on what is left of the CPU's share. */
+    /* Thread 0 of the team makes the decoder's call, then joins the others on what is left of
+     * the CPU's share (the decoder sets its device itself: a thread of its own without that got
+     * allocator failures, status 5, on the H100). */
     gpu_call call = {.d = d, .sl = sl, .st = SI_OK};
     double t = si_now(), t_cpu = 0;
     uint64_t spilled = 0;
