@@ -99,7 +99,7 @@ struct si_cuda_jpeg {
     const unsigned char **data; // [max_batch]: one call's arguments
     size_t *lens;
     nvjpegImage_t *dst;
-    yuv_job *conv_h, *conv_d; // [slots * max_batch]: the conversions' arguments, pinned and device
+    yuv_job *conv_h, *conv_d; // exact: [slots * max_batch], the conversions' arguments
     // what nvJPEG allocated through the hooks below
     size_t dev_bytes, pinned_bytes;
     long calls;
@@ -238,8 +238,6 @@ si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact) {
         return NULL;
     }
     j->state = (nvjpegJpegState_t *)si_xcalloc((size_t)slots, sizeof *j->state);
-    j->making = pthread_create(&j->maker, NULL, make_states, j) == 0;
-    if (!j->making) make_states(j);
     // per slot: src, len, dst (uint64) and w, h, sub (int32), max_batch each
     size_t per = (size_t)max_batch * (3 * sizeof(uint64_t) + 3 * sizeof(int32_t));
     uint8_t *a = (uint8_t *)si_xcalloc((size_t)slots, per);
@@ -257,16 +255,21 @@ si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact) {
     j->data = (const unsigned char **)si_xcalloc((size_t)max_batch, sizeof *j->data);
     j->lens = (size_t *)si_xcalloc((size_t)max_batch, sizeof *j->lens);
     j->dst = (nvjpegImage_t *)si_xcalloc((size_t)max_batch, sizeof *j->dst);
-    size_t conv = (size_t)slots * (size_t)max_batch * sizeof(yuv_job);
-    __atomic_add_fetch(&n_jpeg_allocs, 2, __ATOMIC_RELAXED);
-    if (cudaHostAlloc((void **)&j->conv_h, conv, cudaHostAllocDefault) != cudaSuccess ||
-        cudaMalloc((void **)&j->conv_d, conv) != cudaSuccess) {
-        si_error(SI_ERR_NOMEM, "--decode gpu: cannot allocate %zu bytes for the conversions", conv);
-        si_cuda_jpeg_free(j);
-        return NULL;
+    if (exact) {
+        size_t conv = (size_t)slots * (size_t)max_batch * sizeof(yuv_job);
+        __atomic_add_fetch(&n_jpeg_allocs, 2, __ATOMIC_RELAXED);
+        if (cudaHostAlloc((void **)&j->conv_h, conv, cudaHostAllocDefault) != cudaSuccess ||
+            cudaMalloc((void **)&j->conv_d, conv) != cudaSuccess) {
+            si_error(SI_ERR_NOMEM, "--decode gpu-exact: cannot allocate %zu bytes", conv);
+            si_cuda_jpeg_free(j);
+            return NULL;
+        }
+        j->pinned_bytes += conv;
+        j->dev_bytes += conv;
     }
-    j->pinned_bytes += conv;
-    j->dev_bytes += conv;
+    // last: from here on the states' allocations count the bytes above, on their own thread
+    j->making = pthread_create(&j->maker, NULL, make_states, j) == 0;
+    if (!j->making) make_states(j);
     return j;
 }
 
@@ -320,51 +323,46 @@ si_status si_cuda_jpeg_decode(si_cuda_jpeg *j, int k, const uint8_t *pack_h, uin
     if (q->n == 0) return SI_OK;
     SI_ASSERT(q->n <= j->max_batch);
     cudaCheck(cudaSetDevice(j->device));
-    if (!j->exact) { // the hardware's own RGB
-        for (int i = 0; i < q->n; i++) {
-            j->data[i] = pack_h + q->src[i];
-            j->lens[i] = (size_t)q->len[i];
-            memset(&j->dst[i], 0, sizeof j->dst[i]);
-            j->dst[i].channel[0] = pack_d + q->dst[i];
-            j->dst[i].pitch[0] = (size_t)q->w[i] * 3;
-        }
-        int r = (int)api.batch_init(j->h, j->state[k], q->n, 1, NVJPEG_OUTPUT_RGBI);
-        if (r == 0) r = (int)api.batch_decode(j->h, j->state[k], j->data, j->lens, j->dst, s);
-        return r == 0 ? SI_OK : rejected(j, k, s, r);
-    }
-    yuv_job *conv = j->conv_h + (size_t)k * (size_t)j->max_batch;
-    int most = 0;
+    // the call's arguments: the hardware's RGB at dst, or (exact) the planes after it
+    yuv_job *conv = j->exact ? j->conv_h + (size_t)k * (size_t)j->max_batch : NULL;
+    int most = 0; // pixels of the largest image
     for (int i = 0; i < q->n; i++) {
         const int w = q->w[i], h = q->h[i];
+        j->data[i] = pack_h + q->src[i];
+        j->lens[i] = (size_t)q->len[i];
+        memset(&j->dst[i], 0, sizeof j->dst[i]);
+        if (w * h > most) most = w * h;
+        if (!conv) {
+            j->dst[i].channel[0] = pack_d + q->dst[i];
+            j->dst[i].pitch[0] = (size_t)w * 3;
+            continue;
+        }
         yuv_job *c = &conv[i];
         *c = (yuv_job){q->dst[i] + si_jpeg_rgb_bytes(w, h), q->dst[i], w, h, q->sub[i] & 255,
                        q->sub[i] >> 8};
         const si_yuv_shape sh = {w, h, c->hs, c->vs};
-        const size_t cw = (size_t)si_yuv_cw(&sh), chroma = cw * (size_t)si_yuv_ch(&sh);
-        j->data[i] = pack_h + q->src[i];
-        j->lens[i] = (size_t)q->len[i];
-        memset(&j->dst[i], 0, sizeof j->dst[i]);
+        const size_t cw = (size_t)si_yuv_cw(&sh), luma = (size_t)w * (size_t)h;
         uint8_t *planes = pack_d + c->yuv;
         j->dst[i].channel[0] = planes;
         j->dst[i].pitch[0] = (size_t)w;
-        j->dst[i].channel[1] = planes + (size_t)w * (size_t)h;
+        j->dst[i].channel[1] = planes + luma;
         j->dst[i].pitch[1] = cw;
-        j->dst[i].channel[2] = planes + (size_t)w * (size_t)h + chroma;
+        j->dst[i].channel[2] = planes + luma + cw * (size_t)si_yuv_ch(&sh);
         j->dst[i].pitch[2] = cw;
-        if (w * h > most) most = w * h;
     }
-    int r = (int)api.batch_init(j->h, j->state[k], q->n, 1, NVJPEG_OUTPUT_YUV);
+    int r = (int)api.batch_init(j->h, j->state[k], q->n, 1,
+                                conv ? NVJPEG_OUTPUT_YUV : NVJPEG_OUTPUT_RGBI);
     if (r == 0) r = (int)api.batch_decode(j->h, j->state[k], j->data, j->lens, j->dst, s);
-    if (r == 0) {
+    if (r != 0) return rejected(j, k, s, r);
+    if (conv) { // the planes to libjpeg-turbo's RGB, on the same stream
         yuv_job *conv_d = j->conv_d + (size_t)k * (size_t)j->max_batch;
         cudaCheck(cudaMemcpyAsync(conv_d, conv, sizeof(yuv_job) * (size_t)q->n,
                                   cudaMemcpyHostToDevice, s));
         dim3 grid((unsigned)((most + 255) / 256 < 48 ? (most + 255) / 256 : 48), (unsigned)q->n);
         k_yuv_rgb<<<grid, 256, 0, s>>>(pack_d, conv_d);
         cudaCheck(cudaGetLastError());
-        return SI_OK;
     }
-    return rejected(j, k, s, r);
+    return SI_OK;
 }
 
 void si_cuda_jpeg_memory(const si_cuda_jpeg *j, size_t *dev, size_t *pinned, long *calls) {
