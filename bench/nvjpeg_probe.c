@@ -79,132 +79,117 @@ static int decode_one(nvjpegHandle_t h, nvjpegJpegState_t st, const uint8_t *jpg
     return r;
 }
 
-int main(int argc, char **argv) {
-    if (argc < 2) {
-        fprintf(stderr, "usage: nvjpeg_probe FILE.jpg...\n");
-        return 2;
+/* One named file: its bytes and header; false (with a message) unless a 4:2:0 or 4:4:4 JPEG
+ * whose planes and RGB fit AREA. */
+typedef struct {
+    uint8_t *jpg;
+    size_t len;
+    int w, h, ss;
+} image;
+
+static bool read_image(tjhandle tj, const char *path, image *im) {
+    int cs;
+    im->jpg = slurp(path, &im->len);
+    if (im->jpg && !tjDecompressHeader3(tj, im->jpg, im->len, &im->w, &im->h, &im->ss, &cs) &&
+        (im->ss == TJSAMP_420 || im->ss == TJSAMP_444) && (size_t)im->w * im->h * 6 <= AREA)
+        return true;
+    fprintf(stderr, "nvjpeg_probe: %s: skipped (not a 4:2:0 or 4:4:4 JPEG that fits)\n", path);
+    free(im->jpg);
+    im->jpg = NULL;
+    return false;
+}
+
+static si_yuv_shape shape_of(const image *im) {
+    const int sub = im->ss == TJSAMP_420 ? 2 : 1;
+    return (si_yuv_shape){im->w, im->h, sub, sub};
+}
+
+/* Where an image's output goes in format fmt at base: RGB interleaved or planar, or its Y, Cb,
+ * Cr planes packed as io/yuv.h has them. */
+static void place(const image *im, nvjpegOutputFormat_t fmt, uint8_t *base, nvjpegImage_t *img) {
+    const si_yuv_shape sh = shape_of(im);
+    const size_t px = (size_t)im->w * (size_t)im->h, cw = (size_t)si_yuv_cw(&sh);
+    memset(img, 0, sizeof *img);
+    if (fmt == NVJPEG_OUTPUT_RGBI) {
+        img->channel[0] = base, img->pitch[0] = (size_t)im->w * 3;
+    } else if (fmt == NVJPEG_OUTPUT_RGB) {
+        for (int c = 0; c < 3; c++)
+            img->channel[c] = base + px * (size_t)c, img->pitch[c] = (size_t)im->w;
+    } else {
+        img->channel[0] = base, img->pitch[0] = (size_t)im->w;
+        img->channel[1] = base + px, img->pitch[1] = cw;
+        img->channel[2] = base + px + cw * (size_t)si_yuv_ch(&sh), img->pitch[2] = cw;
     }
-    void *lib = dlopen("libnvjpeg.so.13", RTLD_NOW);
-    if (!lib) {
-        fprintf(stderr, "nvjpeg_probe: %s\n", dlerror());
-        return 1;
-    }
-    *(void **)&nv.create = dlsym(lib, "nvjpegCreateEx");
-    *(void **)&nv.state_create = dlsym(lib, "nvjpegJpegStateCreate");
-    *(void **)&nv.init = dlsym(lib, "nvjpegDecodeBatchedInitialize");
-    *(void **)&nv.decode = dlsym(lib, "nvjpegDecodeBatched");
-    nvjpegHandle_t h;
-    nvjpegJpegState_t st;
-    if (!nv.create || nv.create(NVJPEG_BACKEND_HARDWARE, NULL, NULL, 0, &h) != 0 ||
-        nv.state_create(h, &st) != 0) {
-        fprintf(stderr, "nvjpeg_probe: no hardware JPEG decoder here\n");
-        return 1;
-    }
-    tjhandle tj = tjInitDecompress();
-    uint8_t *dev;
-    if (cudaMalloc((void **)&dev, AREA * BATCH) != cudaSuccess) return 1;
-    tally planes = {0}, fancy = {0}, fast = {0}, converted = {0};
-    int files = 0, nf = argc - 1;
-    uint8_t **jpg = calloc((size_t)nf, sizeof *jpg);
-    size_t *len = calloc((size_t)nf, sizeof *len);
-    int *W = calloc((size_t)nf, sizeof *W), *H = calloc((size_t)nf, sizeof *H),
-        *SS = calloc((size_t)nf, sizeof *SS);
-    for (int f = 0; f < nf; f++) {
-        int cs;
-        jpg[f] = slurp(argv[1 + f], &len[f]);
-        if (!jpg[f] || tjDecompressHeader3(tj, jpg[f], len[f], &W[f], &H[f], &SS[f], &cs) ||
-            (SS[f] != TJSAMP_420 && SS[f] != TJSAMP_444) || (size_t)W[f] * H[f] * 6 > AREA) {
-            fprintf(stderr, "nvjpeg_probe: %s: skipped (not a 4:2:0 or 4:4:4 JPEG that fits)\n",
-                    argv[1 + f]);
-            SS[f] = -1;
-            continue;
-        }
-        const int w = W[f], hh = H[f], sub = SS[f] == TJSAMP_420 ? 2 : 1;
-        const si_yuv_shape sh = {w, hh, sub, sub};
-        const int cw = si_yuv_cw(&sh), ch = si_yuv_ch(&sh);
-        const size_t px = (size_t)w * (size_t)hh, chroma = (size_t)cw * (size_t)ch;
-        /* libjpeg-turbo: planes (its luma plane padded to the sampling), RGB both ways */
-        const int pw = tjPlaneWidth(0, w, SS[f]), ph = tjPlaneHeight(0, hh, SS[f]);
-        uint8_t *ty = malloc((size_t)pw * (size_t)ph), *tyuv = malloc(si_yuv_bytes(&sh));
-        uint8_t *tplanes[3] = {ty, tyuv + px, tyuv + px + chroma};
-        int strides[3] = {pw, cw, cw};
-        uint8_t *rgb_fancy = malloc(px * 3), *rgb_fast = malloc(px * 3), *got = malloc(px * 3);
-        uint8_t *nyuv = malloc(si_yuv_bytes(&sh));
-        if (tjDecompressToYUVPlanes(tj, jpg[f], len[f], tplanes, w, strides, hh, 0) ||
-            tjDecompress2(tj, jpg[f], len[f], rgb_fancy, w, 0, hh, TJPF_RGB, 0) ||
-            tjDecompress2(tj, jpg[f], len[f], rgb_fast, w, 0, hh, TJPF_RGB, TJFLAG_FASTUPSAMPLE)) {
-            fprintf(stderr, "nvjpeg_probe: %s: libjpeg-turbo: %s\n", argv[1 + f],
-                    tjGetErrorStr2(tj));
-            return 1;
-        }
+}
+
+typedef struct {
+    tally planes, fancy, fast, converted;
+} comparison;
+
+/* One image both ways: libjpeg-turbo's planes and RGB (default and fast upsampling) against the
+ * hardware's planes, its RGB, and its planes converted by io/yuv.h. */
+static bool compare(nvjpegHandle_t h, nvjpegJpegState_t st, tjhandle tj, uint8_t *dev,
+                    const image *im, const char *path, comparison *cmp) {
+    const si_yuv_shape sh = shape_of(im);
+    const int w = im->w, hh = im->h, cw = si_yuv_cw(&sh);
+    const size_t px = (size_t)w * (size_t)hh, planes = si_yuv_bytes(&sh);
+    const size_t chroma = (size_t)cw * (size_t)si_yuv_ch(&sh);
+    /* libjpeg-turbo's luma plane is padded to the sampling: packed to pitch w below */
+    const int pw = tjPlaneWidth(0, w, im->ss), ph = tjPlaneHeight(0, hh, im->ss);
+    uint8_t *ty = malloc((size_t)pw * (size_t)ph), *tyuv = malloc(planes), *nyuv = malloc(planes);
+    uint8_t *tplanes[3] = {ty, tyuv + px, tyuv + px + chroma};
+    int strides[3] = {pw, cw, cw};
+    uint8_t *rgb_fancy = malloc(px * 3), *rgb_fast = malloc(px * 3), *got = malloc(px * 3);
+    bool ok = !tjDecompressToYUVPlanes(tj, im->jpg, im->len, tplanes, w, strides, hh, 0) &&
+              !tjDecompress2(tj, im->jpg, im->len, rgb_fancy, w, 0, hh, TJPF_RGB, 0) &&
+              !tjDecompress2(tj, im->jpg, im->len, rgb_fast, w, 0, hh, TJPF_RGB,
+                             TJFLAG_FASTUPSAMPLE);
+    if (!ok) fprintf(stderr, "nvjpeg_probe: %s: libjpeg-turbo: %s\n", path, tjGetErrorStr2(tj));
+    nvjpegImage_t img;
+    int r1 = 0, r2 = 0;
+    if (ok) {
         for (int r = 0; r < hh; r++)
             memcpy(tyuv + (size_t)r * (size_t)w, ty + (size_t)r * (size_t)pw, (size_t)w);
-        /* the hardware: planes, then RGB */
-        nvjpegImage_t img;
-        memset(&img, 0, sizeof img);
-        img.channel[0] = dev, img.pitch[0] = (size_t)w;
-        img.channel[1] = dev + px, img.pitch[1] = (size_t)cw;
-        img.channel[2] = dev + px + chroma, img.pitch[2] = (size_t)cw;
-        int r1 = decode_one(h, st, jpg[f], len[f], NVJPEG_OUTPUT_YUV, &img);
-        cudaMemcpy(nyuv, dev, si_yuv_bytes(&sh), cudaMemcpyDeviceToHost);
-        memset(&img, 0, sizeof img);
-        img.channel[0] = dev, img.pitch[0] = (size_t)w * 3;
-        int r2 = decode_one(h, st, jpg[f], len[f], NVJPEG_OUTPUT_RGBI, &img);
+        place(im, NVJPEG_OUTPUT_YUV, dev, &img);
+        r1 = decode_one(h, st, im->jpg, im->len, NVJPEG_OUTPUT_YUV, &img);
+        cudaMemcpy(nyuv, dev, planes, cudaMemcpyDeviceToHost);
+        place(im, NVJPEG_OUTPUT_RGBI, dev, &img);
+        r2 = decode_one(h, st, im->jpg, im->len, NVJPEG_OUTPUT_RGBI, &img);
         cudaMemcpy(got, dev, px * 3, cudaMemcpyDeviceToHost);
-        if (r1 || r2) {
-            fprintf(stderr, "nvjpeg_probe: %s: nvJPEG status %d/%d\n", argv[1 + f], r1, r2);
-            return 1;
-        }
-        count(&planes, nyuv, tyuv, si_yuv_bytes(&sh));
-        count(&fancy, got, rgb_fancy, px * 3);
-        count(&fast, got, rgb_fast, px * 3);
+        if (r1 || r2) fprintf(stderr, "nvjpeg_probe: %s: nvJPEG status %d/%d\n", path, r1, r2);
+        ok = !r1 && !r2;
+    }
+    if (ok) {
+        count(&cmp->planes, nyuv, tyuv, planes);
+        count(&cmp->fancy, got, rgb_fancy, px * 3);
+        count(&cmp->fast, got, rgb_fast, px * 3);
         for (int y = 0; y < hh; y++)
-            for (int x = 0; x < w; x++) si_yuv_rgb(nyuv, &sh, x, y, got + ((size_t)y * w + x) * 3);
-        count(&converted, got, rgb_fancy, px * 3);
-        free(ty), free(tyuv), free(rgb_fancy), free(rgb_fast), free(got), free(nyuv);
-        files++;
+            for (int x = 0; x < w; x++)
+                si_yuv_rgb(nyuv, &sh, x, y, got + ((size_t)y * (size_t)w + (size_t)x) * 3);
+        count(&cmp->converted, got, rgb_fancy, px * 3);
     }
-    printf("%d images compared\n", files);
-    report("hardware Y/Cb/Cr planes vs libjpeg-turbo's", &planes);
-    report("hardware RGB vs libjpeg-turbo RGB (fancy upsampling)", &fancy);
-    report("hardware RGB vs libjpeg-turbo RGB (fast upsampling)", &fast);
-    report("hardware planes + io/yuv.h vs libjpeg-turbo RGB", &converted);
-    if (!files) return 1;
+    free(ty), free(tyuv), free(nyuv), free(rgb_fancy), free(rgb_fast), free(got);
+    return ok;
+}
 
-    /* timing: batches of BATCH of the files, each output format */
-    const unsigned char **data = calloc(BATCH, sizeof *data);
-    size_t *lens = calloc(BATCH, sizeof *lens);
-    int *pick = calloc(BATCH, sizeof *pick);
-    for (int i = 0, f = 0; i < BATCH; f = (f + 1) % nf) {
-        if (SS[f] < 0) continue;
-        pick[i] = f, data[i] = jpg[f], lens[i] = len[f];
-        i++;
-    }
+/* Batches of BATCH of the images (cycled) through each output format, best of 5 after a
+ * warm-up. */
+static void time_formats(nvjpegHandle_t h, nvjpegJpegState_t st, uint8_t *dev, const image *ims,
+                         int n) {
     static const struct {
         const char *name;
         nvjpegOutputFormat_t fmt;
     } formats[] = {{"RGBI", NVJPEG_OUTPUT_RGBI}, {"RGB (planar)", NVJPEG_OUTPUT_RGB},
                    {"YUV", NVJPEG_OUTPUT_YUV}, {"UNCHANGED", NVJPEG_OUTPUT_UNCHANGED},
                    {"Y", NVJPEG_OUTPUT_Y}};
+    const unsigned char **data = calloc(BATCH, sizeof *data);
+    size_t *lens = calloc(BATCH, sizeof *lens);
     nvjpegImage_t *imgs = calloc(BATCH, sizeof *imgs);
     for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++) {
         for (int i = 0; i < BATCH; i++) {
-            const int f = pick[i], w = W[f], hh = H[f], sub = SS[f] == TJSAMP_420 ? 2 : 1;
-            const si_yuv_shape sh = {w, hh, sub, sub};
-            const size_t px = (size_t)w * (size_t)hh, cw = (size_t)si_yuv_cw(&sh);
-            uint8_t *base = dev + AREA * (size_t)i;
-            memset(&imgs[i], 0, sizeof imgs[i]);
-            if (formats[k].fmt == NVJPEG_OUTPUT_RGBI) {
-                imgs[i].channel[0] = base, imgs[i].pitch[0] = (size_t)w * 3;
-            } else if (formats[k].fmt == NVJPEG_OUTPUT_RGB) {
-                for (int c = 0; c < 3; c++)
-                    imgs[i].channel[c] = base + px * (size_t)c, imgs[i].pitch[c] = (size_t)w;
-            } else {
-                imgs[i].channel[0] = base, imgs[i].pitch[0] = (size_t)w;
-                imgs[i].channel[1] = base + px, imgs[i].pitch[1] = cw;
-                imgs[i].channel[2] = base + px + cw * (size_t)si_yuv_ch(&sh);
-                imgs[i].pitch[2] = cw;
-            }
+            const image *im = &ims[i % n];
+            data[i] = im->jpg, lens[i] = im->len;
+            place(im, formats[k].fmt, dev + AREA * (size_t)i, &imgs[i]);
         }
         double best = 1e30;
         int r = 0;
@@ -221,5 +206,53 @@ int main(int argc, char **argv) {
             printf("%-14s %6.1f ms a batch of %d, %6.0f images/s\n", formats[k].name, best * 1e3,
                    BATCH, BATCH / best);
     }
+    free(data), free(lens), free(imgs);
+}
+
+/* A handle and a state on the hardware backend, from libnvjpeg.so.13 loaded here. */
+static bool open_nvjpeg(nvjpegHandle_t *h, nvjpegJpegState_t *st) {
+    void *lib = dlopen("libnvjpeg.so.13", RTLD_NOW);
+    if (!lib) {
+        fprintf(stderr, "nvjpeg_probe: %s\n", dlerror());
+        return false;
+    }
+    *(void **)&nv.create = dlsym(lib, "nvjpegCreateEx");
+    *(void **)&nv.state_create = dlsym(lib, "nvjpegJpegStateCreate");
+    *(void **)&nv.init = dlsym(lib, "nvjpegDecodeBatchedInitialize");
+    *(void **)&nv.decode = dlsym(lib, "nvjpegDecodeBatched");
+    if (!nv.create || nv.create(NVJPEG_BACKEND_HARDWARE, NULL, NULL, 0, h) != 0 ||
+        nv.state_create(*h, st) != 0) {
+        fprintf(stderr, "nvjpeg_probe: no hardware JPEG decoder here\n");
+        return false;
+    }
+    return true;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: nvjpeg_probe FILE.jpg...\n");
+        return 2;
+    }
+    nvjpegHandle_t h;
+    nvjpegJpegState_t st;
+    uint8_t *dev;
+    if (!open_nvjpeg(&h, &st) || cudaMalloc((void **)&dev, AREA * BATCH) != cudaSuccess) return 1;
+    tjhandle tj = tjInitDecompress();
+    image *ims = calloc((size_t)argc, sizeof *ims);
+    comparison cmp;
+    memset(&cmp, 0, sizeof cmp);
+    int n = 0;
+    for (int a = 1; a < argc; a++) {
+        if (!read_image(tj, argv[a], &ims[n])) continue;
+        if (!compare(h, st, tj, dev, &ims[n], argv[a], &cmp)) return 1;
+        n++;
+    }
+    printf("%d images compared\n", n);
+    report("hardware Y/Cb/Cr planes vs libjpeg-turbo's", &cmp.planes);
+    report("hardware RGB vs libjpeg-turbo RGB (fancy upsampling)", &cmp.fancy);
+    report("hardware RGB vs libjpeg-turbo RGB (fast upsampling)", &cmp.fast);
+    report("hardware planes + io/yuv.h vs libjpeg-turbo RGB", &cmp.converted);
+    if (n == 0) return 1;
+    time_formats(h, st, dev, ims, n);
     return 0;
 }
