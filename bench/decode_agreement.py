@@ -49,7 +49,8 @@ def main():
     ap.add_argument("--crops", type=int, default=400)
     a = ap.parse_args()
     import onnx
-    from onnx import TensorProto, helper
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from make_e2e_set import make_identity_model
     os.makedirs(a.work, exist_ok=True)
     sset = os.path.join(a.work, "set.h5")
     sh([a.shardinfer, "pack", a.images, "--output", sset, "--overwrite"])
@@ -74,19 +75,12 @@ def main():
               f"other's top-5 {within * 100:.2f}%")
 
     # the crops: the first --crops images, through an Identity model of the model's input size
-    dims = [d.dim_value for d in onnx.load(a.model, load_external_data=False)
-            .graph.input[0].type.tensor_type.shape.dim]
-    shape = ["N", 3, dims[2], dims[3]]
-    g_ = helper.make_graph([helper.make_node("Identity", ["input"], ["pixels"])], "pixels",
-                           [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
-                           [helper.make_tensor_value_info("pixels", TensorProto.FLOAT, shape)])
-    ident = os.path.join(a.work, "pixels.onnx")
     m = onnx.load(a.model, load_external_data=False)
-    meta = {p.key: p.value for p in m.metadata_props}
-    mm = helper.make_model(g_, opset_imports=[helper.make_opsetid("", 13)])
-    if meta:  # the model's preprocessing (resize, interpolation), but mean 0 and std 1
-        helper.set_model_props(mm, {k: v for k, v in meta.items() if k not in ("mean", "std")})
-    onnx.save(mm, ident)
+    dims = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
+    # the model's preprocessing (resize, interpolation), but mean 0 and std 1
+    meta = {p.key: p.value for p in m.metadata_props if p.key not in ("mean", "std")}
+    ident = os.path.join(a.work, "pixels.onnx")
+    make_identity_model(ident, dims[2], dims[3], meta or None)
     sub = os.path.join(a.work, "crops_img")
     shutil.rmtree(sub, ignore_errors=True)
     os.makedirs(sub)

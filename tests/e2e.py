@@ -399,8 +399,6 @@ def gpu_decode_crops(a):
     (the hardware's RGB: chroma replicated where libjpeg-turbo interpolates)."""
     import h5py
     import numpy as np
-    import onnx
-    from onnx import TensorProto, helper
     from PIL import Image
     d = os.path.join(a.dir, "gpu_decode_crops")
     shutil.rmtree(d, ignore_errors=True)
@@ -418,12 +416,10 @@ def gpu_decode_crops(a):
             os.path.join(d, "img", f"{i:03d}.jpg"), quality=90, subsampling=i % 3)
     sset = os.path.join(d, "set.h5")
     sh([a.shardinfer, "pack", os.path.join(d, "img"), "--output", sset])
-    shape = ["N", 3, 64, 64]
-    g = helper.make_graph([helper.make_node("Identity", ["input"], ["pixels"])], "pixels",
-                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
-                          [helper.make_tensor_value_info("pixels", TensorProto.FLOAT, shape)])
+    sys.path.insert(0, HERE)
+    from make_e2e_set import make_identity_model
     model = os.path.join(d, "pixels.onnx")
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), model)
+    make_identity_model(model, 64, 64)
     px = {}
     for dec in ("cpu", "gpu", "gpu-exact"):
         out = os.path.join(d, f"{dec}.h5")
@@ -582,7 +578,6 @@ def gpu_decode_fuzz(a):
     import random
     import time
     import h5py
-    import numpy as np
     sys.path.insert(0, HERE)
     from check_results import read_result
     if cuda_devices() == 0:

@@ -244,6 +244,21 @@ def make_images(out_dir, count, seed, tj):
 # Tiny model
 # --------------------------------------------------------------------------------------------
 
+def make_identity_model(path, h, w, props=None, name="pixels"):
+    """A model whose output "pixels" is its input (N, 3, h, w): under --post raw the result holds
+    the normalised crops themselves. props: metadata (e.g. {"interpolation": "bicubic"})."""
+    import onnx
+    from onnx import TensorProto, helper
+    shape = ["N", 3, h, w]
+    g = helper.make_graph([helper.make_node("Identity", ["input"], ["pixels"])], name,
+                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("pixels", TensorProto.FLOAT, shape)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    if props:
+        helper.set_model_props(m, props)
+    onnx.save(m, path)
+
+
 TINY_MEAN = [0.485, 0.456, 0.406]  # distinct per channel, so a channel-order slip shows
 TINY_STD = [0.229, 0.224, 0.225]
 

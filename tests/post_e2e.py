@@ -900,21 +900,14 @@ def t_interpolation(a):
     """--interpolation through the whole run: an Identity model under --post raw returns the
     normalized crops, which must be Pillow's to the bit."""
     import h5py
-    import onnx
-    from onnx import TensorProto, helper
+    from make_e2e_set import make_identity_model
     inp = load_inputs(a)
     with h5py.File(os.path.join(a.dir, "set.h5"), "r") as f:
         off, data = f["/images/offsets"][:], f["/images/data"][:]
     blobs = [data[off[i]:off[i + 1]].tobytes() for i in range(COUNT)]
-    shape = ["N", 3, SMALL, SMALL]
     for name, meta in (("pixels", None), ("pixels_bicubic", "bicubic"), ("pixels_bad", "cubic")):
-        g = helper.make_graph([helper.make_node("Identity", ["input"], ["pixels"])], name,
-                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
-                              [helper.make_tensor_value_info("pixels", TensorProto.FLOAT, shape)])
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-        if meta:
-            helper.set_model_props(m, {"interpolation": meta})
-        onnx.save(m, os.path.join(a.dir, "models", name + ".onnx"))
+        make_identity_model(os.path.join(a.dir, "models", name + ".onnx"), SMALL, SMALL,
+                            {"interpolation": meta} if meta else None, name)
     refs = {}
     for interp in ("bilinear", "bicubic"):
         for exact in (True, False):
