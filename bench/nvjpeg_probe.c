@@ -3,14 +3,27 @@
  * and Cr planes against tjDecompressToYUVPlanes', its RGB against tjDecompress2's (default
  * "fancy" chroma upsampling, and TJFLAG_FASTUPSAMPLE), and its planes converted by io/yuv.h
  * against tjDecompress2's; then batches of 256 of the files decoded in each output format, best
- * of 5 after a warm-up. Needs a GPU with hardware JPEG decoders and libnvjpeg.so.13.
+ * of 5 after a warm-up; then RGB batches on three streams (the legacy default one, a stream
+ * of the lowest priority and one of the highest), with the time the call takes to return beside
+ * the time to the batch's end, and the calls made as `shardinfer run` makes them (page-locked
+ * bitstreams, a state per slot, packed outputs): run it beside a GPU that computes something else
+ * to see what the decoder's call waits for. With --load, the stream timings run again while a
+ * thread of this process keeps the SMs busy with FP16 GEMMs (cuBLAS, 8192^3, a stream of the lowest
+ * priority), as a model does beside the decoder in `shardinfer run --decode gpu`; each --green
+ * SMS runs them once more with the GEMMs confined to a green context of SMS SMs (the decoder
+ * keeps the rest). Needs a GPU with hardware JPEG decoders and libnvjpeg.so.13.
  *
- *   nvjpeg_probe FILE.jpg...
+ *   nvjpeg_probe [--load [--green SMS]...] FILE.jpg...
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <cublas_v2.h>
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nvjpeg.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +34,7 @@
 #include "io/yuv.h"
 
 #define BATCH 256
-#define AREA ((size_t)4 << 20) /* device bytes per image in the timing runs */
+#define AREA  ((size_t)4 << 20) /* device bytes per image in the timing runs */
 
 static struct {
     nvjpegStatus_t (*create)(nvjpegBackend_t, nvjpegDevAllocator_t *, nvjpegPinnedAllocator_t *,
@@ -140,10 +153,10 @@ static bool compare(nvjpegHandle_t h, nvjpegJpegState_t st, tjhandle tj, uint8_t
     uint8_t *tplanes[3] = {ty, tyuv + px, tyuv + px + chroma};
     int strides[3] = {pw, cw, cw};
     uint8_t *rgb_fancy = malloc(px * 3), *rgb_fast = malloc(px * 3), *got = malloc(px * 3);
-    bool ok = !tjDecompressToYUVPlanes(tj, im->jpg, im->len, tplanes, w, strides, hh, 0) &&
-              !tjDecompress2(tj, im->jpg, im->len, rgb_fancy, w, 0, hh, TJPF_RGB, 0) &&
-              !tjDecompress2(tj, im->jpg, im->len, rgb_fast, w, 0, hh, TJPF_RGB,
-                             TJFLAG_FASTUPSAMPLE);
+    bool ok =
+        !tjDecompressToYUVPlanes(tj, im->jpg, im->len, tplanes, w, strides, hh, 0) &&
+        !tjDecompress2(tj, im->jpg, im->len, rgb_fancy, w, 0, hh, TJPF_RGB, 0) &&
+        !tjDecompress2(tj, im->jpg, im->len, rgb_fast, w, 0, hh, TJPF_RGB, TJFLAG_FASTUPSAMPLE);
     if (!ok) fprintf(stderr, "nvjpeg_probe: %s: libjpeg-turbo: %s\n", path, tjGetErrorStr2(tj));
     nvjpegImage_t img;
     int r1 = 0, r2 = 0;
@@ -179,8 +192,10 @@ static void time_formats(nvjpegHandle_t h, nvjpegJpegState_t st, uint8_t *dev, c
     static const struct {
         const char *name;
         nvjpegOutputFormat_t fmt;
-    } formats[] = {{"RGBI", NVJPEG_OUTPUT_RGBI}, {"RGB (planar)", NVJPEG_OUTPUT_RGB},
-                   {"YUV", NVJPEG_OUTPUT_YUV}, {"UNCHANGED", NVJPEG_OUTPUT_UNCHANGED},
+    } formats[] = {{"RGBI", NVJPEG_OUTPUT_RGBI},
+                   {"RGB (planar)", NVJPEG_OUTPUT_RGB},
+                   {"YUV", NVJPEG_OUTPUT_YUV},
+                   {"UNCHANGED", NVJPEG_OUTPUT_UNCHANGED},
                    {"Y", NVJPEG_OUTPUT_Y}};
     const unsigned char **data = calloc(BATCH, sizeof *data);
     size_t *lens = calloc(BATCH, sizeof *lens);
@@ -209,6 +224,183 @@ static void time_formats(nvjpegHandle_t h, nvjpegJpegState_t st, uint8_t *dev, c
     free(data), free(lens), free(imgs);
 }
 
+/* The median of x[0..n) (sorts x). */
+static double median(double *x, int n) {
+    for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && x[b] < x[b - 1]; b--) {
+            double t = x[b];
+            x[b] = x[b - 1], x[b - 1] = t;
+        }
+    return x[n / 2];
+}
+
+/* RGB batches on the legacy default stream and on created streams of the lowest and highest
+ * priority: the call's own time (host) and the time to the batch's end, medians of 9 after a
+ * warm-up. */
+static void time_streams(nvjpegHandle_t h, nvjpegJpegState_t st, uint8_t *dev, const image *ims,
+                         int n) {
+    int least = 0, greatest = 0;
+    cudaDeviceGetStreamPriorityRange(&least, &greatest);
+    cudaStream_t lo, hi;
+    cudaStreamCreateWithPriority(&lo, cudaStreamNonBlocking, least);
+    cudaStreamCreateWithPriority(&hi, cudaStreamNonBlocking, greatest);
+    const struct {
+        const char *name;
+        cudaStream_t s;
+    } streams[] = {{"default stream", 0}, {"lowest priority", lo}, {"highest priority", hi}};
+    const unsigned char **data = calloc(BATCH, sizeof *data);
+    size_t *lens = calloc(BATCH, sizeof *lens);
+    nvjpegImage_t *imgs = calloc(BATCH, sizeof *imgs);
+    for (int i = 0; i < BATCH; i++) {
+        data[i] = ims[i % n].jpg, lens[i] = ims[i % n].len;
+        place(&ims[i % n], NVJPEG_OUTPUT_RGBI, dev + AREA * (size_t)i, &imgs[i]);
+    }
+    enum { REPS = 9 };
+    for (size_t k = 0; k < sizeof streams / sizeof streams[0]; k++) {
+        double call[REPS], all[REPS];
+        int r = 0;
+        for (int rep = -1; rep < REPS && r == 0; rep++) {
+            double t = now();
+            r = (int)nv.init(h, st, BATCH, 1, NVJPEG_OUTPUT_RGBI);
+            if (r == 0) r = (int)nv.decode(h, st, data, lens, imgs, streams[k].s);
+            double t1 = now();
+            cudaStreamSynchronize(streams[k].s);
+            if (rep >= 0) call[rep] = t1 - t, all[rep] = now() - t;
+        }
+        if (r) {
+            printf("RGBI, %-16s nvJPEG status %d\n", streams[k].name, r);
+            continue;
+        }
+        const double c = median(call, REPS), a = median(all, REPS);
+        printf("RGBI, %-16s call %6.1f ms, batch done %6.1f ms (median of %d), %6.0f images/s\n",
+               streams[k].name, c * 1e3, a * 1e3, REPS, BATCH / a);
+    }
+    cudaStreamDestroy(lo), cudaStreamDestroy(hi);
+    free(data), free(lens), free(imgs);
+}
+
+typedef struct {
+    atomic_bool on;
+    int sms; /* > 0: the GEMMs in a green context of (about) this many SMs */
+} load_arg;
+
+/* A green context of at least `sms` of the device's SMs made current to this thread, and a
+ * stream in it at *s; false if the driver cannot. */
+static bool green_current(int sms, cudaStream_t *s) {
+    CUdevice dev;
+    CUdevResource all, part, rest;
+    CUdevResourceDesc desc;
+    CUgreenCtx g;
+    CUcontext c;
+    unsigned groups = 1;
+    if (cuDeviceGet(&dev, 0) || cuDeviceGetDevResource(dev, &all, CU_DEV_RESOURCE_TYPE_SM) ||
+        cuDevSmResourceSplitByCount(&part, &groups, &all, &rest, 0, (unsigned)sms) ||
+        cuDevResourceGenerateDesc(&desc, &part, 1) ||
+        cuGreenCtxCreate(&g, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM) || cuCtxFromGreenCtx(&c, g) ||
+        cuCtxSetCurrent(c) || cuGreenCtxStreamCreate((CUstream *)s, g, CU_STREAM_NON_BLOCKING, 0))
+        return false;
+    printf("load: a green context of %u of the %u SMs\n", part.sm.smCount, all.sm.smCount);
+    return true;
+}
+
+/* RGB batches the way `shardinfer run --decode gpu` makes them, one difference from the timings
+ * above at a time, then all: the bitstreams back to back in page-locked memory, three decode
+ * states in turn (one per slot), the outputs back to back (256-byte aligned). Medians of 9. */
+static void time_like_run(nvjpegHandle_t h, nvjpegJpegState_t st0, uint8_t *dev, const image *ims,
+                          int n) {
+    nvjpegJpegState_t st[3] = {st0, NULL, NULL};
+    for (int k = 1; k < 3; k++)
+        if (nv.state_create(h, &st[k]) != 0) return;
+    size_t bytes = 0;
+    for (int i = 0; i < BATCH; i++) bytes += ims[i % n].len;
+    uint8_t *pin;
+    if (cudaHostAlloc((void **)&pin, bytes, cudaHostAllocDefault) != cudaSuccess) return;
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    const unsigned char **data = calloc(BATCH, sizeof *data);
+    size_t *lens = calloc(BATCH, sizeof *lens);
+    nvjpegImage_t *imgs = calloc(BATCH, sizeof *imgs);
+    static const char *names[] = {"as above", "page-locked bitstreams", "3 states in turn",
+                                  "packed outputs", "all three (as a run)"};
+    for (int c = 0; c < 5; c++) {
+        const bool pinned = c == 1 || c == 4, states = c == 2 || c == 4, packed = c == 3 || c == 4;
+        size_t at = 0, out = 0;
+        for (int i = 0; i < BATCH; i++) {
+            const image *im = &ims[i % n];
+            data[i] = im->jpg, lens[i] = im->len;
+            if (pinned) memcpy(pin + at, im->jpg, im->len), data[i] = pin + at;
+            at += im->len;
+            place(im, NVJPEG_OUTPUT_RGBI, dev + (packed ? out : AREA * (size_t)i), &imgs[i]);
+            out += ((size_t)im->w * (size_t)im->h * 3 + 255) / 256 * 256;
+        }
+        enum { REPS = 9 };
+        double all[REPS];
+        int r = 0;
+        for (int rep = -3; rep < REPS && r == 0; rep++) {
+            nvjpegJpegState_t cur = st[states ? (rep + 3) % 3 : 0];
+            double t = now();
+            r = (int)nv.init(h, cur, BATCH, 1, NVJPEG_OUTPUT_RGBI);
+            if (r == 0) r = (int)nv.decode(h, cur, data, lens, imgs, s);
+            cudaStreamSynchronize(s);
+            if (rep >= 0) all[rep] = now() - t;
+        }
+        if (r) {
+            printf("RGBI, %-24s nvJPEG status %d\n", names[c], r);
+            continue;
+        }
+        const double a = median(all, REPS);
+        printf("RGBI, %-24s batch done %6.1f ms (median of %d), %6.0f images/s\n", names[c],
+               a * 1e3, REPS, BATCH / a);
+    }
+    cudaStreamDestroy(s), cudaFreeHost(pin);
+    free(data), free(lens), free(imgs);
+}
+
+/* The --load thread: FP16 GEMMs of 8192^3 back to back until arg->on turns false, on a stream of
+ * the lowest priority (or in a green context: --green); prints how many it ran and their rate. */
+static void *gemm_load(void *arg) {
+    load_arg *la = arg;
+    atomic_bool *on = &la->on;
+    const int n = 8192;
+    int least = 0, greatest = 0;
+    cudaDeviceGetStreamPriorityRange(&least, &greatest);
+    cudaStream_t s;
+    if (la->sms > 0) {
+        if (!green_current(la->sms, &s)) {
+            fprintf(stderr, "nvjpeg_probe: --green: no green context of %d SMs\n", la->sms);
+            return NULL;
+        }
+    } else {
+        cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, least);
+    }
+    cublasHandle_t cb;
+    void *a, *c;
+    if (cublasCreate(&cb) != CUBLAS_STATUS_SUCCESS ||
+        cudaMalloc(&a, (size_t)n * n * 2) != cudaSuccess ||
+        cudaMalloc(&c, (size_t)n * n * 2) != cudaSuccess) {
+        fprintf(stderr, "nvjpeg_probe: --load: no cuBLAS or no memory\n");
+        return NULL;
+    }
+    cudaMemset(a, 0, (size_t)n * n * 2);
+    cublasSetStream(cb, s);
+    const float one = 1, zero = 0;
+    long runs = 0;
+    double t = now();
+    while (atomic_load(on)) {
+        for (int k = 0; k < 4; k++)
+            cublasGemmEx(cb, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16F, n, a,
+                         CUDA_R_16F, n, &zero, c, CUDA_R_16F, n, CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT);
+        cudaStreamSynchronize(s);
+        runs += 4;
+    }
+    t = now() - t;
+    printf("load: %ld GEMMs of 8192^3 in %.1f s, %.0f TFLOP/s\n", runs, t,
+           2.0 * n * n * (double)n * (double)runs / t / 1e12);
+    cudaFree(a), cudaFree(c), cublasDestroy(cb);
+    return NULL;
+}
+
 /* A handle and a state on the hardware backend, from libnvjpeg.so.13 loaded here. */
 static bool open_nvjpeg(nvjpegHandle_t *h, nvjpegJpegState_t *st) {
     void *lib = dlopen("libnvjpeg.so.13", RTLD_NOW);
@@ -229,8 +421,13 @@ static bool open_nvjpeg(nvjpegHandle_t *h, nvjpegJpegState_t *st) {
 }
 
 int main(int argc, char **argv) {
+    const bool load = argc > 1 && strcmp(argv[1], "--load") == 0;
+    if (load) argv++, argc--;
+    int green[8], n_green = 0; /* --green SMS (repeatable): the load again in a green context */
+    while (argc > 2 && strcmp(argv[1], "--green") == 0 && n_green < 8)
+        green[n_green++] = atoi(argv[2]), argv += 2, argc -= 2;
     if (argc < 2) {
-        fprintf(stderr, "usage: nvjpeg_probe FILE.jpg...\n");
+        fprintf(stderr, "usage: nvjpeg_probe [--load [--green SMS]...] FILE.jpg...\n");
         return 2;
     }
     nvjpegHandle_t h;
@@ -254,5 +451,18 @@ int main(int argc, char **argv) {
     report("hardware planes + io/yuv.h vs libjpeg-turbo RGB", &cmp.converted);
     if (n == 0) return 1;
     time_formats(h, st, dev, ims, n);
+    time_streams(h, st, dev, ims, n);
+    time_like_run(h, st, dev, ims, n);
+    for (int k = -1; load && k < n_green; k++) {
+        load_arg la = {true, k < 0 ? 0 : green[k]};
+        pthread_t th;
+        pthread_create(&th, NULL, gemm_load, &la);
+        struct timespec wait = {1, 0};
+        nanosleep(&wait, NULL);
+        printf("with GEMMs running beside the decoder in this process:\n");
+        time_streams(h, st, dev, ims, n);
+        atomic_store(&la.on, false);
+        pthread_join(th, NULL);
+    }
     return 0;
 }
