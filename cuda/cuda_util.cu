@@ -2,6 +2,7 @@
 #include "cuda/check.cuh"
 #include "cuda/cuda.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -47,6 +48,37 @@ extern "C" si_status si_cuda_select_device(int local_rank, int *dev, char *info,
     *dev = (local_rank < 0 ? 0 : local_rank) % n;
     cudaCheck(cudaSetDevice(*dev));
     return si_cuda_device_info(*dev, info, cap);
+}
+
+static struct {
+    pthread_t thread;
+    bool running;
+    int local;
+    bool jpeg;
+} prewarm;
+
+static void *prewarm_main(void *) {
+    int n = si_cuda_device_count();
+    if (n == 0) return NULL;
+    if (cudaSetDevice(prewarm.local % n) != cudaSuccess || cudaFree(0) != cudaSuccess) {
+        cudaGetLastError(); // the main thread meets and reports the same failure itself
+        return NULL;
+    }
+    char why[256];
+    if (prewarm.jpeg) si_cuda_hw_jpeg(why, sizeof why);
+    return NULL;
+}
+
+extern "C" void si_cuda_prewarm_start(int local_rank, bool jpeg) {
+    if (prewarm.running) return;
+    prewarm.local = local_rank < 0 ? 0 : local_rank;
+    prewarm.jpeg = jpeg;
+    prewarm.running = pthread_create(&prewarm.thread, NULL, prewarm_main, NULL) == 0;
+}
+
+extern "C" void si_cuda_prewarm_join(void) {
+    if (prewarm.running) pthread_join(prewarm.thread, NULL);
+    prewarm.running = false;
 }
 
 extern "C" si_status si_cuda_mem_info(size_t *used, size_t *total) {

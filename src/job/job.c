@@ -234,15 +234,36 @@ static si_status choose_decoder(si_job_state *J) {
 }
 #endif
 
+/* The launcher's node-local rank of this process (Slurm's, OpenMPI's), else `fallback`. */
+static int launcher_local_rank(int fallback) {
+    const char *lr = getenv("SLURM_LOCALID");
+    if (!lr) lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    return lr ? atoi(lr) : fallback;
+}
+
+void si_job_prewarm_gpu(bool jpeg) {
+#ifdef SI_HAVE_CUDA
+    /* without a launcher MPI makes this process rank 0 of 1, node-local rank 0 */
+    si_cuda_prewarm_start(launcher_local_rank(0), jpeg);
+#else
+    (void)jpeg;
+#endif
+}
+
+void si_job_prewarm_join(void) {
+#ifdef SI_HAVE_CUDA
+    si_cuda_prewarm_join();
+#endif
+}
+
 /* --backend cuda: one GPU per rank, by node-local rank (the launcher's, else MPI's), and the
  * buffers of decoded images for the GPU resize. */
 static si_status select_gpu(si_job_state *J) {
 #ifdef SI_HAVE_CUDA
     const si_mpi *m = J->m;
+    si_cuda_prewarm_join(); /* its context and decoder handle are this rank's, made meanwhile */
     if (strcmp(J->cfg->backend, "cuda")) return SI_OK;
-    const char *lr = getenv("SLURM_LOCALID");
-    if (!lr) lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    int local = lr ? atoi(lr) : m->local_rank;
+    int local = launcher_local_rank(m->local_rank);
     char info[256] = "";
     si_status st = si_cuda_select_device(local, &J->gpu, info, sizeof info);
     if (st == SI_OK)
