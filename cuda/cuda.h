@@ -20,10 +20,11 @@ si_status si_cuda_device_info(int dev, char *buf, size_t cap);
 /* Makes device local_rank % count current for the calling thread (one GPU per rank); *dev and
  * a description in info. An error when no device is visible. */
 si_status si_cuda_select_device(int local_rank, int *dev, char *info, size_t cap);
-/* Before MPI starts: a thread makes device local_rank % count's context current and, with jpeg,
- * asks si_cuda_hw_jpeg (whose answer and decoder handle are kept), so that both (about 0.8 s on
- * an H100) overlap MPI's own start; nothing happens without a device. si_cuda_prewarm_join waits
- * for it (call it before the process uses CUDA elsewhere, and before it exits). */
+/* A thread makes device local_rank % count's context current and, with jpeg, asks
+ * si_cuda_hw_jpeg (whose answer and decoder handle are kept), so that both (about 0.8 s on an
+ * H100) overlap the caller's other set-up; nothing happens without a device. Nothing may call
+ * setenv until si_cuda_prewarm_join has waited for it (call that before the process uses the
+ * GPU elsewhere, and before it exits). */
 void si_cuda_prewarm_start(int local_rank, bool jpeg);
 void si_cuda_prewarm_join(void);
 /* Device memory in use (total - free, the whole device as the driver sees it) and its size. */

@@ -564,8 +564,8 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
 }
 
 /* Whether argv's options can leave the run on the GPU (not --backend cpu, not --help), and with
- * its hardware JPEG decoder (not --decode cpu, not --resize-on cpu): a look before MPI starts,
- * for si_job_prewarm_gpu; parse_run decides. */
+ * its hardware JPEG decoder (not --decode cpu, not --resize-on cpu): a look before parse_run
+ * (which decides), for si_job_prewarm_gpu. */
 static bool may_use_gpu(int argc, char **argv, bool *jpeg) {
     bool gpu = true;
     *jpeg = true;
@@ -584,9 +584,11 @@ static bool may_use_gpu(int argc, char **argv, bool *jpeg) {
 int si_cli_run(int argc, char **argv) {
     si_mpi m;
     double t_start = si_now();
-    bool jpeg;
-    if (may_use_gpu(argc, argv, &jpeg)) si_job_prewarm_gpu(jpeg); /* beside MPI's start */
     si_mpi_init(&argc, &argv, &m);
+    /* not before: MPI's start sets environment variables, and getenv (CUDA's start reads its
+     * own) is not safe beside setenv: an H100 run crashed in cuInit's getenv that way */
+    bool jpeg;
+    if (may_use_gpu(argc, argv, &jpeg)) si_job_prewarm_gpu(&m, jpeg);
     run_args a = {.job = si_job_config_default(), .m = &m, .resize_on = -1};
     a.job.backend = "auto"; /* the library's default is the CPU; the command's is the GPU if any */
     char buf[512];

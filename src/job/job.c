@@ -241,12 +241,11 @@ static int launcher_local_rank(int fallback) {
     return lr ? atoi(lr) : fallback;
 }
 
-void si_job_prewarm_gpu(bool jpeg) {
+void si_job_prewarm_gpu(const si_mpi *m, bool jpeg) {
 #ifdef SI_HAVE_CUDA
-    /* without a launcher MPI makes this process rank 0 of 1, node-local rank 0 */
-    si_cuda_prewarm_start(launcher_local_rank(0), jpeg);
+    si_cuda_prewarm_start(launcher_local_rank(m->local_rank), jpeg);
 #else
-    (void)jpeg;
+    (void)m, (void)jpeg;
 #endif
 }
 
