@@ -563,32 +563,10 @@ static const char *parse_run(int argc, char **argv, run_args *a, char *buf, size
     return check_run(a, buf, cap);
 }
 
-/* Whether argv's options can leave the run on the GPU (not --backend cpu, not --help), and with
- * its hardware JPEG decoder (not --decode cpu, not --resize-on cpu): a look before parse_run
- * (which decides), for si_job_prewarm_gpu. */
-static bool may_use_gpu(int argc, char **argv, bool *jpeg) {
-    bool gpu = true;
-    *jpeg = true;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) gpu = false;
-        if ((!strcmp(o, "--backend") && !strcmp(v, "cpu")) || !strcmp(o, "--backend=cpu"))
-            gpu = false;
-        if ((!strcmp(o, "--decode") && !strcmp(v, "cpu")) || !strcmp(o, "--decode=cpu") ||
-            (!strcmp(o, "--resize-on") && !strcmp(v, "cpu")) || !strcmp(o, "--resize-on=cpu"))
-            *jpeg = false;
-    }
-    return gpu;
-}
-
 int si_cli_run(int argc, char **argv) {
     si_mpi m;
     double t_start = si_now();
     si_mpi_init(&argc, &argv, &m);
-    /* not before: MPI's start sets environment variables, and getenv (CUDA's start reads its
-     * own) is not safe beside setenv: an H100 run crashed in cuInit's getenv that way */
-    bool jpeg;
-    if (may_use_gpu(argc, argv, &jpeg)) si_job_prewarm_gpu(&m, jpeg);
     run_args a = {.job = si_job_config_default(), .m = &m, .resize_on = -1};
     a.job.backend = "auto"; /* the library's default is the CPU; the command's is the GPU if any */
     char buf[512];
@@ -601,7 +579,6 @@ int si_cli_run(int argc, char **argv) {
             else
                 fprintf(stderr, "shardinfer run: %s\n", problem);
         }
-        si_job_prewarm_join();
         si_mpi_finalize();
         return help ? SI_EXIT_OK : SI_EXIT_USAGE;
     }
@@ -609,7 +586,6 @@ int si_cli_run(int argc, char **argv) {
     a.job.command_line = cmdline;
     a.job.t_start = t_start;
     int code = si_job_run(&a.job, &m);
-    si_job_prewarm_join(); /* a job that ended before its GPU set-up */
     free(cmdline);
     si_mpi_finalize();
     return code;

@@ -241,17 +241,17 @@ static int launcher_local_rank(int fallback) {
     return lr ? atoi(lr) : fallback;
 }
 
-void si_job_prewarm_gpu(const si_mpi *m, bool jpeg) {
+/* --backend cuda: the GPU select_gpu will pick gets its CUDA context and, where the run may
+ * decode on it, its hardware JPEG decoder's handle (0.5-0.8 s on an H100) on a thread of their
+ * own while the model and the input are opened; select_gpu (or job_free) joins it. MPI is up
+ * by now: its start calls setenv, which getenv (CUDA's start) is not safe beside. */
+static void prewarm_gpu(si_job_state *J) {
 #ifdef SI_HAVE_CUDA
-    si_cuda_prewarm_start(launcher_local_rank(m->local_rank), jpeg);
+    if (strcmp(J->cfg->backend, "cuda")) return;
+    si_cuda_prewarm_start(launcher_local_rank(J->m->local_rank),
+                          J->pc.gpu_resize && J->cfg->decode != SI_DECODE_CPU);
 #else
-    (void)m, (void)jpeg;
-#endif
-}
-
-void si_job_prewarm_join(void) {
-#ifdef SI_HAVE_CUDA
-    si_cuda_prewarm_join();
+    (void)J;
 #endif
 }
 
@@ -466,6 +466,9 @@ static int exit_code(si_status st) {
 }
 
 static void job_free(si_job_state *J) {
+#ifdef SI_HAVE_CUDA
+    si_cuda_prewarm_join(); /* a job that ended before its GPU set-up */
+#endif
     if (J->sha_running) pthread_join(J->sha_thread, NULL);
     si_progress_free(J->prog);
     si_pwriter_close(J->pwrite);
@@ -491,6 +494,7 @@ int si_job_run(const si_job_config *cfg, const si_mpi *m) {
     J.t_step[0] = t - J.t_start;
 #define STEP(k) (J.t_step[k] = si_now() - t, t = si_now())
     set_threads(&J);
+    prewarm_gpu(&J);
     si_status st = open_inputs(&J);
     STEP(1);
     if (st == SI_OK && J.complete) {

@@ -59,15 +59,6 @@ typedef struct {
 /* The defaults of `shardinfer run` with no options but the three paths (still NULL here). */
 si_job_config si_job_config_default(void);
 
-/* Called after si_mpi_init by a process about to run a job on the GPU: the GPU its node-local
- * rank will use (what si_job_run picks) gets its CUDA context and, with jpeg, its hardware JPEG
- * decoder's handle on a thread of their own while the options are read and the model loads.
- * si_job_run waits for them before its own GPU set-up; si_job_prewarm_join waits too (call it
- * before the process exits). Nothing may call setenv meanwhile (getenv, which CUDA calls, is not
- * safe beside it). Nothing happens in a build without CUDA. */
-void si_job_prewarm_gpu(const si_mpi *m, bool jpeg);
-void si_job_prewarm_join(void);
-
 /* Runs the job on the ranks of m (si_mpi_init; the caller finalizes MPI, so a process may run
  * several jobs). Collective. Borrows cfg. Returns the process exit code, the same on every
  * rank: SI_EXIT_OK, _FAIL, _VERIFY, _MAX_ERRORS or _INTERRUPTED (base/exit.h). */
