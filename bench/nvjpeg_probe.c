@@ -185,6 +185,35 @@ static bool compare(nvjpegHandle_t h, nvjpegJpegState_t st, tjhandle tj, uint8_t
     return ok;
 }
 
+/* One batched call's arguments: BATCH of the images (cycled), each with its output at
+ * dev + AREA * i, or (packed) back to back with 256-byte alignment; the bitstreams where they
+ * are, or copied back to back into the page-locked `pin`. */
+typedef struct {
+    const unsigned char *data[BATCH];
+    size_t lens[BATCH];
+    nvjpegImage_t imgs[BATCH];
+} batch;
+
+static void batch_fill(batch *b, const image *ims, int n, nvjpegOutputFormat_t fmt, uint8_t *dev,
+                       uint8_t *pin, bool packed) {
+    size_t at = 0, out = 0;
+    for (int i = 0; i < BATCH; i++) {
+        const image *im = &ims[i % n];
+        b->data[i] = im->jpg, b->lens[i] = im->len;
+        if (pin) memcpy(pin + at, im->jpg, im->len), b->data[i] = pin + at;
+        at += im->len;
+        place(im, fmt, dev + (packed ? out : AREA * (size_t)i), &b->imgs[i]);
+        out += ((size_t)im->w * (size_t)im->h * 3 + 255) / 256 * 256;
+    }
+}
+
+/* The batch decoded on stream s with state st; nvJPEG's status. */
+static int batch_decode(nvjpegHandle_t h, nvjpegJpegState_t st, batch *b, nvjpegOutputFormat_t fmt,
+                        cudaStream_t s) {
+    int r = (int)nv.init(h, st, BATCH, 1, fmt);
+    return r ? r : (int)nv.decode(h, st, b->data, b->lens, b->imgs, s);
+}
+
 /* Batches of BATCH of the images (cycled) through each output format, best of 5 after a
  * warm-up. */
 static void time_formats(nvjpegHandle_t h, nvjpegJpegState_t st, uint8_t *dev, const image *ims,
@@ -197,21 +226,14 @@ static void time_formats(nvjpegHandle_t h, nvjpegJpegState_t st, uint8_t *dev, c
                    {"YUV", NVJPEG_OUTPUT_YUV},
                    {"UNCHANGED", NVJPEG_OUTPUT_UNCHANGED},
                    {"Y", NVJPEG_OUTPUT_Y}};
-    const unsigned char **data = calloc(BATCH, sizeof *data);
-    size_t *lens = calloc(BATCH, sizeof *lens);
-    nvjpegImage_t *imgs = calloc(BATCH, sizeof *imgs);
+    batch *b = malloc(sizeof *b);
     for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++) {
-        for (int i = 0; i < BATCH; i++) {
-            const image *im = &ims[i % n];
-            data[i] = im->jpg, lens[i] = im->len;
-            place(im, formats[k].fmt, dev + AREA * (size_t)i, &imgs[i]);
-        }
+        batch_fill(b, ims, n, formats[k].fmt, dev, NULL, false);
         double best = 1e30;
         int r = 0;
         for (int rep = 0; rep < 6 && r == 0; rep++) {
             double t = now();
-            r = (int)nv.init(h, st, BATCH, 1, formats[k].fmt);
-            if (r == 0) r = (int)nv.decode(h, st, data, lens, imgs, 0);
+            r = batch_decode(h, st, b, formats[k].fmt, 0);
             cudaDeviceSynchronize();
             if (rep > 0 && now() - t < best) best = now() - t;
         }
@@ -221,7 +243,7 @@ static void time_formats(nvjpegHandle_t h, nvjpegJpegState_t st, uint8_t *dev, c
             printf("%-14s %6.1f ms a batch of %d, %6.0f images/s\n", formats[k].name, best * 1e3,
                    BATCH, BATCH / best);
     }
-    free(data), free(lens), free(imgs);
+    free(b);
 }
 
 /* The median of x[0..n) (sorts x). */
@@ -248,21 +270,15 @@ static void time_streams(nvjpegHandle_t h, nvjpegJpegState_t st, uint8_t *dev, c
         const char *name;
         cudaStream_t s;
     } streams[] = {{"default stream", 0}, {"lowest priority", lo}, {"highest priority", hi}};
-    const unsigned char **data = calloc(BATCH, sizeof *data);
-    size_t *lens = calloc(BATCH, sizeof *lens);
-    nvjpegImage_t *imgs = calloc(BATCH, sizeof *imgs);
-    for (int i = 0; i < BATCH; i++) {
-        data[i] = ims[i % n].jpg, lens[i] = ims[i % n].len;
-        place(&ims[i % n], NVJPEG_OUTPUT_RGBI, dev + AREA * (size_t)i, &imgs[i]);
-    }
+    batch *b = malloc(sizeof *b);
+    batch_fill(b, ims, n, NVJPEG_OUTPUT_RGBI, dev, NULL, false);
     enum { REPS = 9 };
     for (size_t k = 0; k < sizeof streams / sizeof streams[0]; k++) {
         double call[REPS], all[REPS];
         int r = 0;
         for (int rep = -1; rep < REPS && r == 0; rep++) {
             double t = now();
-            r = (int)nv.init(h, st, BATCH, 1, NVJPEG_OUTPUT_RGBI);
-            if (r == 0) r = (int)nv.decode(h, st, data, lens, imgs, streams[k].s);
+            r = batch_decode(h, st, b, NVJPEG_OUTPUT_RGBI, streams[k].s);
             double t1 = now();
             cudaStreamSynchronize(streams[k].s);
             if (rep >= 0) call[rep] = t1 - t, all[rep] = now() - t;
@@ -276,7 +292,7 @@ static void time_streams(nvjpegHandle_t h, nvjpegJpegState_t st, uint8_t *dev, c
                streams[k].name, c * 1e3, a * 1e3, REPS, BATCH / a);
     }
     cudaStreamDestroy(lo), cudaStreamDestroy(hi);
-    free(data), free(lens), free(imgs);
+    free(b);
 }
 
 typedef struct {
@@ -317,30 +333,19 @@ static void time_like_run(nvjpegHandle_t h, nvjpegJpegState_t st0, uint8_t *dev,
     if (cudaHostAlloc((void **)&pin, bytes, cudaHostAllocDefault) != cudaSuccess) return;
     cudaStream_t s;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    const unsigned char **data = calloc(BATCH, sizeof *data);
-    size_t *lens = calloc(BATCH, sizeof *lens);
-    nvjpegImage_t *imgs = calloc(BATCH, sizeof *imgs);
+    batch *b = malloc(sizeof *b);
     static const char *names[] = {"as above", "page-locked bitstreams", "3 states in turn",
                                   "packed outputs", "all three (as a run)"};
     for (int c = 0; c < 5; c++) {
         const bool pinned = c == 1 || c == 4, states = c == 2 || c == 4, packed = c == 3 || c == 4;
-        size_t at = 0, out = 0;
-        for (int i = 0; i < BATCH; i++) {
-            const image *im = &ims[i % n];
-            data[i] = im->jpg, lens[i] = im->len;
-            if (pinned) memcpy(pin + at, im->jpg, im->len), data[i] = pin + at;
-            at += im->len;
-            place(im, NVJPEG_OUTPUT_RGBI, dev + (packed ? out : AREA * (size_t)i), &imgs[i]);
-            out += ((size_t)im->w * (size_t)im->h * 3 + 255) / 256 * 256;
-        }
+        batch_fill(b, ims, n, NVJPEG_OUTPUT_RGBI, dev, pinned ? pin : NULL, packed);
         enum { REPS = 9 };
         double all[REPS];
         int r = 0;
         for (int rep = -3; rep < REPS && r == 0; rep++) {
             nvjpegJpegState_t cur = st[states ? (rep + 3) % 3 : 0];
             double t = now();
-            r = (int)nv.init(h, cur, BATCH, 1, NVJPEG_OUTPUT_RGBI);
-            if (r == 0) r = (int)nv.decode(h, cur, data, lens, imgs, s);
+            r = batch_decode(h, cur, b, NVJPEG_OUTPUT_RGBI, s);
             cudaStreamSynchronize(s);
             if (rep >= 0) all[rep] = now() - t;
         }
@@ -353,7 +358,7 @@ static void time_like_run(nvjpegHandle_t h, nvjpegJpegState_t st0, uint8_t *dev,
                a * 1e3, REPS, BATCH / a);
     }
     cudaStreamDestroy(s), cudaFreeHost(pin);
-    free(data), free(lens), free(imgs);
+    free(b);
 }
 
 /* The --load thread: FP16 GEMMs of 8192^3 back to back until arg->on turns false, on a stream of
