@@ -53,6 +53,12 @@ si_status si_cuda_normalize(const uint8_t *src, int n, int h, int w, const float
 si_status si_cuda_resize_crop(const uint8_t *pool, size_t pool_bytes, const si_rs_item *items,
                               int n, int ch, int cw, uint8_t *out);
 
+/* --decode gpu's recovery of libjpeg-turbo's pixels from the hardware's replicated chroma
+ * (io/yuv.h, cuda/jpeg.cu's kernels) on one w x h RGB image with hs x vs chroma subsampling, in
+ * place. Host pointer; copies in and out (for tests; nothing happens where si_yuv_replicated
+ * says no). */
+si_status si_cuda_unreplicate(uint8_t *rgb, int w, int h, int hs, int vs);
+
 #ifdef __cplusplus
 }
 #endif

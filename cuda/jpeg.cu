@@ -2,9 +2,12 @@
 // batches of 256 ImageNet-sized photos at about 20,000 images/s from one host thread; decode-time
 // scaling through nvjpegDecodeBatchedEx gave wrong pixels there (mean |diff| ~60 against
 // libjpeg-turbo at the same scale), so images decode at full size and the resize scales them.
-// The hardware's planes are libjpeg-turbo's bit for bit, its RGB output is not (it replicates
-// chroma where libjpeg-turbo interpolates), so images decode to planes and k_yuv_rgb converts
-// them with libjpeg-turbo's own arithmetic (io/yuv.h): --decode cpu's pixels.
+// The hardware's planes are libjpeg-turbo's bit for bit, its RGB output is not: it replicates
+// chroma where libjpeg-turbo interpolates. --decode gpu takes the RGB (the planar outputs run at a
+// third of its speed) and k_unreplicate + k_refancy recover the chroma planes from it and convert
+// again with libjpeg-turbo's upsampling (io/yuv.h): its pixels wherever no whole block of the
+// image was clamped. --decode gpu-exact decodes to planes and k_yuv_rgb converts them: --decode
+// cpu's pixels everywhere.
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -13,6 +16,113 @@
 #include "cuda/check.cuh"
 #include "cuda/cuda.h"
 #include "cuda/jpeg.cuh"
+
+// One image's conversion between its planes and its RGB, offsets into the slot's device buffer.
+typedef struct {
+    uint64_t yuv, rgb;
+    int32_t w, h, hs, vs;
+} yuv_job;
+
+// libjpeg-turbo's RGB of each image from its planes (io/yuv.h); image blockIdx.y, pixels strided.
+__global__ void k_yuv_rgb(uint8_t *base, const yuv_job *jobs) {
+    const yuv_job J = jobs[blockIdx.y];
+    const si_yuv_shape s = {J.w, J.h, J.hs, J.vs};
+    const uint8_t *yuv = base + J.yuv;
+    uint8_t *rgb = base + J.rgb;
+    const int n = J.w * J.h;
+    for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < n; p += gridDim.x * blockDim.x) {
+        int y = p / J.w, x = p - y * J.w;
+        si_yuv_rgb(yuv, &s, x, y, rgb + (size_t)p * 3);
+    }
+}
+
+// The hardware's RGB of each image: its chroma planes (cw x ch each, at yuv) from each block's
+// pixels (io/yuv.h); image blockIdx.y, chroma samples strided a warp at a time. A block clamped
+// whole is searched for by its whole warp, 32 candidates a step in si_yuv_unreplicate's order,
+// so the pair found is the host's.
+__global__ void k_unreplicate(uint8_t *base, const yuv_job *jobs) {
+    const yuv_job J = jobs[blockIdx.y];
+    const si_yuv_shape s = {J.w, J.h, J.hs, J.vs};
+    const int cw = si_yuv_cw(&s), n = cw * si_yuv_ch(&s), lane = (int)(threadIdx.x & 31);
+    const uint8_t *rgb = base + J.rgb;
+    uint8_t *cb = base + J.yuv, *cr = cb + n;
+    for (int p0 = (int)(blockIdx.x * blockDim.x + (threadIdx.x & ~31u)); p0 < n;
+         p0 += (int)(gridDim.x * blockDim.x)) {
+        const int p = p0 + lane;
+        int x = 0, y = 0, b = 0, r = 0;
+        bool exact = true;
+        if (p < n) {
+            y = p / cw;
+            x = p - y * cw;
+            exact = si_yuv_block_chroma(rgb, &s, x, y, &b, &r);
+        }
+        for (unsigned todo = __ballot_sync(~0u, !exact); todo; todo &= todo - 1) {
+            const int who = __ffs(todo) - 1;
+            const int wx = __shfl_sync(~0u, x, who), wy = __shfl_sync(~0u, y, who);
+            const int eb = __shfl_sync(~0u, b, who), er = __shfl_sync(~0u, r, who);
+            for (int i0 = 0; i0 < SI_YUV_CANDIDATES; i0 += 32) {
+                int tb = 0, tr = 0;
+                const bool ok = i0 + lane < SI_YUV_CANDIDATES &&
+                                si_yuv_try(rgb, &s, wx, wy, eb, er, i0 + lane, &tb, &tr);
+                const unsigned hit = __ballot_sync(~0u, ok);
+                if (!hit) continue;
+                tb = __shfl_sync(~0u, tb, __ffs(hit) - 1);
+                tr = __shfl_sync(~0u, tr, __ffs(hit) - 1);
+                if (lane == who) b = tb, r = tr;
+                break;
+            }
+        }
+        if (p < n) cb[p] = (uint8_t)b, cr[p] = (uint8_t)r;
+    }
+}
+
+// Then each chroma sample's pixels in place, from themselves and those planes: libjpeg-turbo's
+// RGB.
+__global__ void k_refancy(uint8_t *base, const yuv_job *jobs) {
+    const yuv_job J = jobs[blockIdx.y];
+    const si_yuv_shape s = {J.w, J.h, J.hs, J.vs};
+    const int cw = si_yuv_cw(&s), n = cw * si_yuv_ch(&s);
+    const uint8_t *cb = base + J.yuv, *cr = cb + n;
+    uint8_t *rgb = base + J.rgb;
+    for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < n; p += gridDim.x * blockDim.x) {
+        int y = p / cw, x = p - y * cw;
+        si_yuv_refancy(rgb, cb, cr, &s, x, y);
+    }
+}
+
+// The conversions of n images (jobs_d, device) in buffer base on stream s: planes to RGB
+// (exact: a thread per pixel), or the replicated RGB to libjpeg-turbo's (a thread per chroma
+// sample). most: the largest image's pixels or chroma samples.
+static void convert(uint8_t *base, const yuv_job *jobs_d, int n, int most, bool exact,
+                    cudaStream_t s) {
+    const int want = (most + 255) / 256;
+    dim3 grid((unsigned)(want < 48 ? (want > 0 ? want : 1) : 48), (unsigned)n);
+    if (exact) {
+        k_yuv_rgb<<<grid, 256, 0, s>>>(base, jobs_d);
+    } else {
+        k_unreplicate<<<grid, 256, 0, s>>>(base, jobs_d);
+        k_refancy<<<grid, 256, 0, s>>>(base, jobs_d);
+    }
+}
+
+extern "C" si_status si_cuda_unreplicate(uint8_t *rgb, int w, int h, int hs, int vs) {
+    const si_yuv_shape sh = {w, h, hs, vs};
+    if (!si_yuv_replicated(&sh)) return SI_OK;
+    const size_t px = si_jpeg_rgb_bytes(w, h), all = px + si_yuv_chroma_bytes(&sh);
+    uint8_t *d = NULL;
+    yuv_job *jd = NULL;
+    const yuv_job job = {px, 0, w, h, hs, vs};
+    cudaCheck(cudaMalloc((void **)&d, all));
+    cudaCheck(cudaMalloc((void **)&jd, sizeof job));
+    cudaCheck(cudaMemcpy(d, rgb, (size_t)w * (size_t)h * 3, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(jd, &job, sizeof job, cudaMemcpyHostToDevice));
+    convert(d, jd, 1, si_yuv_cw(&sh) * si_yuv_ch(&sh), false, 0);
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaMemcpy(rgb, d, (size_t)w * (size_t)h * 3, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaFree(d));
+    cudaCheck(cudaFree(jd));
+    return SI_OK;
+}
 
 static long n_jpeg_allocs; // every nvJPEG allocation and free through us, all decoders
 
@@ -69,37 +179,18 @@ static struct {
     char why[256];
 } api;
 
-// One image's conversion from its planes to RGB, offsets into the slot's device buffer.
-typedef struct {
-    uint64_t yuv, rgb;
-    int32_t w, h, hs, vs;
-} yuv_job;
-
-// libjpeg-turbo's RGB of each image from its planes (io/yuv.h); image blockIdx.y, pixels strided.
-__global__ void k_yuv_rgb(uint8_t *base, const yuv_job *jobs) {
-    const yuv_job J = jobs[blockIdx.y];
-    const si_yuv_shape s = {J.w, J.h, J.hs, J.vs};
-    const uint8_t *yuv = base + J.yuv;
-    uint8_t *rgb = base + J.rgb;
-    const int n = J.w * J.h;
-    for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < n; p += gridDim.x * blockDim.x) {
-        int y = p / J.w, x = p - y * J.w;
-        si_yuv_rgb(yuv, &s, x, y, rgb + (size_t)p * 3);
-    }
-}
-
 struct si_cuda_jpeg {
     nvjpegHandle_t h;
     int device; // the engine's: the calls may come from a thread that has not chosen it
     int slots, max_batch;
-    bool exact; // planes converted by k_yuv_rgb (libjpeg-turbo's pixels), else the hardware's RGB
+    bool exact; // planes converted by k_yuv_rgb, else the hardware's RGB with its chroma recovered
     nvjpegJpegState_t *state; // [slots]
     si_jpeg_jobs *jobs;       // [slots], their arrays carved from `arrays`
     void *arrays;
     const unsigned char **data; // [max_batch]: one call's arguments
     size_t *lens;
     nvjpegImage_t *dst;
-    yuv_job *conv_h, *conv_d; // exact: [slots * max_batch], the conversions' arguments
+    yuv_job *conv_h, *conv_d; // [slots * max_batch], the conversions' arguments
     // what nvJPEG allocated through the hooks below
     size_t dev_bytes, pinned_bytes;
     long calls;
@@ -255,18 +346,16 @@ si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact) {
     j->data = (const unsigned char **)si_xcalloc((size_t)max_batch, sizeof *j->data);
     j->lens = (size_t *)si_xcalloc((size_t)max_batch, sizeof *j->lens);
     j->dst = (nvjpegImage_t *)si_xcalloc((size_t)max_batch, sizeof *j->dst);
-    if (exact) {
-        size_t conv = (size_t)slots * (size_t)max_batch * sizeof(yuv_job);
-        __atomic_add_fetch(&n_jpeg_allocs, 2, __ATOMIC_RELAXED);
-        if (cudaHostAlloc((void **)&j->conv_h, conv, cudaHostAllocDefault) != cudaSuccess ||
-            cudaMalloc((void **)&j->conv_d, conv) != cudaSuccess) {
-            si_error(SI_ERR_NOMEM, "--decode gpu-exact: cannot allocate %zu bytes", conv);
-            si_cuda_jpeg_free(j);
-            return NULL;
-        }
-        j->pinned_bytes += conv;
-        j->dev_bytes += conv;
+    size_t conv = (size_t)slots * (size_t)max_batch * sizeof(yuv_job);
+    __atomic_add_fetch(&n_jpeg_allocs, 2, __ATOMIC_RELAXED);
+    if (cudaHostAlloc((void **)&j->conv_h, conv, cudaHostAllocDefault) != cudaSuccess ||
+        cudaMalloc((void **)&j->conv_d, conv) != cudaSuccess) {
+        si_error(SI_ERR_NOMEM, "--decode gpu: cannot allocate %zu bytes", conv);
+        si_cuda_jpeg_free(j);
+        return NULL;
     }
+    j->pinned_bytes += conv;
+    j->dev_bytes += conv;
     // last: from here on the states' allocations count the bytes above, on their own thread
     j->making = pthread_create(&j->maker, NULL, make_states, j) == 0;
     if (!j->making) make_states(j);
@@ -323,24 +412,30 @@ si_status si_cuda_jpeg_decode(si_cuda_jpeg *j, int k, const uint8_t *pack_h, uin
     if (q->n == 0) return SI_OK;
     SI_ASSERT(q->n <= j->max_batch);
     cudaCheck(cudaSetDevice(j->device));
-    // the call's arguments: the hardware's RGB at dst, or (exact) the planes after it
-    yuv_job *conv = j->exact ? j->conv_h + (size_t)k * (size_t)j->max_batch : NULL;
-    int most = 0; // pixels of the largest image
+    // the call's arguments: the hardware's RGB at dst, or (exact) the planes after it; and the
+    // conversions after the call: every image's (exact), or those with chroma to recover
+    yuv_job *conv = j->conv_h + (size_t)k * (size_t)j->max_batch;
+    int n_conv = 0, most = 0; // most: the largest image's work (convert)
     for (int i = 0; i < q->n; i++) {
         const int w = q->w[i], h = q->h[i];
+        const si_yuv_shape sh = {w, h, q->sub[i] & 255, q->sub[i] >> 8};
         j->data[i] = pack_h + q->src[i];
         j->lens[i] = (size_t)q->len[i];
         memset(&j->dst[i], 0, sizeof j->dst[i]);
-        if (w * h > most) most = w * h;
-        if (!conv) {
+        if (!j->exact && !si_yuv_replicated(&sh)) {
             j->dst[i].channel[0] = pack_d + q->dst[i];
             j->dst[i].pitch[0] = (size_t)w * 3;
             continue;
         }
-        yuv_job *c = &conv[i];
-        *c = (yuv_job){q->dst[i] + si_jpeg_rgb_bytes(w, h), q->dst[i], w, h, q->sub[i] & 255,
-                       q->sub[i] >> 8};
-        const si_yuv_shape sh = {w, h, c->hs, c->vs};
+        const int work = j->exact ? w * h : si_yuv_cw(&sh) * si_yuv_ch(&sh);
+        if (work > most) most = work;
+        yuv_job *c = &conv[n_conv++];
+        *c = (yuv_job){q->dst[i] + si_jpeg_rgb_bytes(w, h), q->dst[i], w, h, sh.hs, sh.vs};
+        if (!j->exact) {
+            j->dst[i].channel[0] = pack_d + q->dst[i];
+            j->dst[i].pitch[0] = (size_t)w * 3;
+            continue;
+        }
         const size_t cw = (size_t)si_yuv_cw(&sh), luma = (size_t)w * (size_t)h;
         uint8_t *planes = pack_d + c->yuv;
         j->dst[i].channel[0] = planes;
@@ -351,15 +446,14 @@ si_status si_cuda_jpeg_decode(si_cuda_jpeg *j, int k, const uint8_t *pack_h, uin
         j->dst[i].pitch[2] = cw;
     }
     int r = (int)api.batch_init(j->h, j->state[k], q->n, 1,
-                                conv ? NVJPEG_OUTPUT_YUV : NVJPEG_OUTPUT_RGBI);
+                                j->exact ? NVJPEG_OUTPUT_YUV : NVJPEG_OUTPUT_RGBI);
     if (r == 0) r = (int)api.batch_decode(j->h, j->state[k], j->data, j->lens, j->dst, s);
     if (r != 0) return rejected(j, k, s, r);
-    if (conv) { // the planes to libjpeg-turbo's RGB, on the same stream
+    if (n_conv > 0) { // to libjpeg-turbo's RGB, on the same stream
         yuv_job *conv_d = j->conv_d + (size_t)k * (size_t)j->max_batch;
-        cudaCheck(cudaMemcpyAsync(conv_d, conv, sizeof(yuv_job) * (size_t)q->n,
+        cudaCheck(cudaMemcpyAsync(conv_d, conv, sizeof(yuv_job) * (size_t)n_conv,
                                   cudaMemcpyHostToDevice, s));
-        dim3 grid((unsigned)((most + 255) / 256 < 48 ? (most + 255) / 256 : 48), (unsigned)q->n);
-        k_yuv_rgb<<<grid, 256, 0, s>>>(pack_d, conv_d);
+        convert(pack_d, conv_d, n_conv, most, j->exact, s);
         cudaCheck(cudaGetLastError());
     }
     return SI_OK;

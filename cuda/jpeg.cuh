@@ -22,8 +22,8 @@ long si_cuda_jpeg_alloc_calls(void);
 // Loads the library and creates (then frees) a handle on the first call; the answer is kept.
 bool si_cuda_jpeg_available(char *why, size_t cap);
 
-// A decoder for `slots` slots of up to max_batch images each, to the hardware's RGB or (exact)
-// to planes converted as libjpeg-turbo does (si_jpeg_jobs); NULL with the message set when
+// A decoder for `slots` slots of up to max_batch images each, to the hardware's RGB with its
+// chroma recovered or (exact) to planes converted as libjpeg-turbo does (si_jpeg_jobs); NULL with the message set when
 // si_cuda_jpeg_available says no. Free with si_cuda_jpeg_free (accepts NULL).
 si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact);
 void si_cuda_jpeg_free(si_cuda_jpeg *j);

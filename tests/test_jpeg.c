@@ -609,6 +609,196 @@ static void test_yuv_matches_libjpeg(void) {
     CHECK(checked > 100000);
 }
 
+/* --decode gpu's recovery of libjpeg-turbo's pixels from the hardware's RGB (io/yuv.h), on the
+ * host: the hardware's RGB is libjpeg-turbo's with TJFLAG_FASTUPSAMPLE, value for value (measured
+ * on an H100, docs/performance.md), so that decode stands in for it here. Recovers the chroma
+ * planes as k_unreplicate does and converts every pixel as k_refancy does; known[] says which
+ * chroma samples were exact. */
+static void unreplicate_image(uint8_t *rgb, const si_yuv_shape *s, uint8_t *known) {
+    const int cw = si_yuv_cw(s), ch = si_yuv_ch(s);
+    uint8_t *cb = malloc((size_t)cw * (size_t)ch * 2), *cr = cb + (size_t)cw * (size_t)ch;
+    for (int y = 0; y < ch; y++)
+        for (int x = 0; x < cw; x++)
+            known[y * cw + x] = si_yuv_unreplicate(rgb, s, x, y, cb + y * cw + x, cr + y * cw + x);
+    for (int y = 0; y < ch; y++)
+        for (int x = 0; x < cw; x++) si_yuv_refancy(rgb, cb, cr, s, x, y);
+    free(cb);
+}
+
+/* One JPEG through that recovery against libjpeg-turbo's own RGB: every pixel whose block and
+ * neighbouring blocks had their chroma recovered exactly must be libjpeg-turbo's (the others may
+ * differ). Adds to *values / *equal; returns the pixels that broke the rule. */
+static long check_unreplicate(tjhandle tj, const uint8_t *jpg, unsigned long len, int hs, int vs,
+                              long *values, long *equal, long *blocks, long *unknown) {
+    int w, h, ss, cs;
+    CHECK(tjDecompressHeader3(tj, jpg, len, &w, &h, &ss, &cs) == 0);
+    const si_yuv_shape s = {w, h, hs, vs};
+    const int cw = si_yuv_cw(&s), ch = si_yuv_ch(&s);
+    uint8_t *got = malloc((size_t)w * h * 3), *want = malloc((size_t)w * h * 3);
+    uint8_t *known = malloc((size_t)cw * ch);
+    CHECK(tjDecompress2(tj, jpg, len, got, w, 0, h, TJPF_RGB, TJFLAG_FASTUPSAMPLE) == 0);
+    CHECK(tjDecompress2(tj, jpg, len, want, w, 0, h, TJPF_RGB, 0) == 0);
+    unreplicate_image(got, &s, known);
+    long broken = 0;
+    for (int i = 0; i < cw * ch; i++) *unknown += !known[i];
+    *blocks += (long)cw * ch;
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            const size_t at = ((size_t)y * w + x) * 3;
+            int same = 0;
+            for (int c = 0; c < 3; c++) same += got[at + c] == want[at + c];
+            *values += 3;
+            *equal += same;
+            bool all_known = true;
+            for (int dy = -1; dy <= 1; dy++)
+                for (int dx = -1; dx <= 1; dx++) {
+                    int X = x / hs + dx, Y = y / vs + dy;
+                    if (X >= 0 && Y >= 0 && X < cw && Y < ch) all_known &= known[Y * cw + X] != 0;
+                }
+            broken += all_known && same != 3;
+        }
+    free(got);
+    free(want);
+    free(known);
+    return broken;
+}
+
+/* The inversion from offset differences to chroma over all 65,536 pairs; the search's candidates
+ * (each offset of the window once, rings outwards); the block-wise upsampling against
+ * si_yuv_chroma's at every pixel; then the recovery on made images of each subsampling (smooth
+ * ones, never clamped: every pixel exact; noise, often clamped) and on the photos of DIR. */
+static void test_unreplicate(const char *dir) {
+    int wrong = 0;
+    static int seen[2 * SI_YUV_SEARCH + 1][2 * SI_YUV_SEARCH + 1];
+    for (int i = 0, last = 0; i < SI_YUV_CANDIDATES; i++) {
+        int db, dr;
+        si_yuv_candidate(i, &db, &dr);
+        int ring = abs(db) > abs(dr) ? abs(db) : abs(dr);
+        CHECK_MSG(ring <= SI_YUV_SEARCH && ring >= last, "candidate %d: (%d, %d) after ring %d", i,
+                  db, dr, last);
+        if (ring > SI_YUV_SEARCH) break;
+        last = ring;
+        seen[db + SI_YUV_SEARCH][dr + SI_YUV_SEARCH]++;
+    }
+    for (int a = 0; a <= 2 * SI_YUV_SEARCH; a++)
+        for (int b = 0; b <= 2 * SI_YUV_SEARCH; b++) wrong += seen[a][b] != 1;
+    CHECK_MSG(wrong == 0, "si_yuv_candidate: %d offsets of the window not named exactly once",
+              wrong);
+    wrong = 0;
+    unsigned pseed = 7;
+    static const int shapes[][4] = {{67, 45, 2, 2}, {66, 44, 2, 2}, {7, 5, 2, 2}, {67, 45, 2, 1},
+                                    {6, 9, 2, 1},   {67, 45, 1, 2}, {5, 8, 1, 2}, {3, 3, 2, 2}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        si_yuv_shape sh = {shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3]};
+        int cw = si_yuv_cw(&sh), ch = si_yuv_ch(&sh);
+        uint8_t *pl = malloc((size_t)cw * ch);
+        for (int i = 0; i < cw * ch; i++) pl[i] = (uint8_t)(test_rand(&pseed) & 255);
+        for (int cy = 0; cy < ch; cy++)
+            for (int cx = 0; cx < cw; cx++) {
+                int out[4];
+                si_yuv_chroma_block(pl, cw, ch, sh.hs, sh.vs, cx, cy, out);
+                for (int dy = 0; dy < sh.vs; dy++)
+                    for (int dx = 0; dx < sh.hs; dx++) {
+                        int x = cx * sh.hs + dx, y = cy * sh.vs + dy;
+                        if (x < sh.w && y < sh.h)
+                            wrong +=
+                                out[dy * 2 + dx] != si_yuv_chroma(pl, cw, ch, sh.hs, sh.vs, x, y);
+                    }
+            }
+        free(pl);
+    }
+    CHECK_MSG(wrong == 0, "si_yuv_chroma_block: %d values differ from si_yuv_chroma's", wrong);
+    wrong = 0;
+    for (int b = 0; b < 256; b++)
+        for (int r = 0; r < 256; r++) {
+            int o[3], cb = -1, cr = -1;
+            si_yuv_offsets(b, r, o);
+            wrong += !si_yuv_chroma_of(o[0] - o[2], o[1] - o[2], &cb, &cr) || cb != b || cr != r;
+        }
+    CHECK_MSG(wrong == 0, "si_yuv_chroma_of: %d of 65536 chroma pairs not recovered", wrong);
+    static const struct {
+        int ss, hs, vs;
+    } samp[] = {{TJSAMP_422, 2, 1}, {TJSAMP_420, 2, 2}, {TJSAMP_440, 1, 2}};
+    static const int sizes[][2] = {{67, 45}, {64, 48}, {5, 7}, {33, 2}, {250, 131}};
+    unsigned seed = 20261126u;
+    tjhandle tj = tjInitDecompress();
+    for (size_t k = 0; k < sizeof samp / sizeof samp[0]; k++)
+        for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+            si_yuv_shape sh = {sizes[z][0], sizes[z][1], samp[k].hs, samp[k].vs};
+            if (!si_yuv_replicated(&sh)) continue;
+            for (int smooth = 0; smooth < 2; smooth++) {
+                unsigned long len = 0;
+                uint8_t *jpg = NULL;
+                if (smooth) { /* mid-range gradients: nothing clamps */
+                    uint8_t *px = malloc((size_t)sh.w * (size_t)sh.h * 3);
+                    for (int i = 0; i < sh.w * sh.h * 3; i++)
+                        px[i] = (uint8_t)(60 + (i % 3) * 30 + (i / 3 % sh.w) * 7 % 50 +
+                                          (i / 3 / sh.w) * 3 % 40);
+                    tjhandle c = tjInitCompress();
+                    CHECK(tjCompress2(c, px, sh.w, 0, sh.h, TJPF_RGB, &jpg, &len, samp[k].ss, 90,
+                                      0) == 0);
+                    tjDestroy(c);
+                    free(px);
+                } else {
+                    jpg = make_jpeg(sh.w, sh.h, samp[k].ss, 0, &seed, &len);
+                }
+                if (!jpg) continue;
+                long values = 0, equal = 0, blocks = 0, unknown = 0;
+                long broken = check_unreplicate(tj, jpg, len, sh.hs, sh.vs, &values, &equal,
+                                                &blocks, &unknown);
+                CHECK_MSG(broken == 0,
+                          "unreplicate %dx%d, %dx%d %s: %ld pixels differ from "
+                          "libjpeg-turbo's where every block was recovered",
+                          sh.hs, sh.vs, sh.w, sh.h, smooth ? "smooth" : "noise", broken);
+                if (smooth)
+                    CHECK_MSG(equal == values && unknown == 0,
+                              "unreplicate %dx%d, %dx%d smooth: %ld of %ld values equal, %ld of "
+                              "%ld blocks clamped",
+                              sh.hs, sh.vs, sh.w, sh.h, equal, values, unknown, blocks);
+                tjFree(jpg);
+            }
+        }
+    /* the photos: subsampled YCbCr ones */
+    static const char *photos[] = {
+        "chelsea_420.jpg",    "astronaut_422.jpg",       "motorcycle_progressive.jpg",
+        "retina_restart.jpg", "odd_301x227.jpg",         "odd_1000x50.jpg",
+        "odd_50x1000.jpg",    "hubble_1000x872_q95.jpg", "orig_rocket.jpg",
+        "orig_retina.jpg"};
+    long values = 0, equal = 0, blocks = 0, unknown = 0, broken = 0, fast_equal = 0;
+    int used = 0;
+    for (size_t i = 0; i < sizeof photos / sizeof photos[0]; i++) {
+        size_t len;
+        uint8_t *jpg = slurp(dir, photos[i], "", &len);
+        if (!jpg) continue;
+        int w, h, ss, cs;
+        CHECK(tjDecompressHeader3(tj, jpg, (unsigned long)len, &w, &h, &ss, &cs) == 0);
+        si_yuv_shape sh = {w, h, tjMCUWidth[ss] / 8, tjMCUHeight[ss] / 8};
+        if (cs == TJCS_YCbCr && si_yuv_replicated(&sh)) {
+            uint8_t *a = malloc((size_t)w * h * 3), *b = malloc((size_t)w * h * 3);
+            CHECK(tjDecompress2(tj, jpg, len, a, w, 0, h, TJPF_RGB, TJFLAG_FASTUPSAMPLE) == 0);
+            CHECK(tjDecompress2(tj, jpg, len, b, w, 0, h, TJPF_RGB, 0) == 0);
+            for (size_t v = 0; v < (size_t)w * h * 3; v++) fast_equal += a[v] == b[v];
+            free(a);
+            free(b);
+            broken += check_unreplicate(tj, jpg, (unsigned long)len, sh.hs, sh.vs, &values, &equal,
+                                        &blocks, &unknown);
+            used++;
+        }
+        free(jpg);
+    }
+    CHECK_MSG(used >= 6, "only %d subsampled photos", used);
+    CHECK_MSG(broken == 0, "unreplicate, photos: %ld pixels differ where every block was recovered",
+              broken);
+    /* the replicated RGB itself is far off; the recovery gets nearly all of it back */
+    CHECK_MSG(equal >= 0.99 * (double)values, "unreplicate, photos: only %ld of %ld values equal",
+              equal, values);
+    printf("unreplicate: %d photos, values equal %.3f%% (replicated chroma %.3f%%), blocks clamped "
+           "whole %.3f%%\n",
+           used, 100.0 * (double)equal / (double)values,
+           100.0 * (double)fast_equal / (double)values, 100.0 * (double)unknown / (double)blocks);
+    tjDestroy(tj);
+}
+
 static void test_normalize(void) {
     unsigned seed = 12345;
     int h = 37, w = 53;
@@ -661,6 +851,7 @@ int main(int argc, char **argv) {
     test_gpu_plan_hostile(argv[1], d);
     test_jpeg_scan();
     test_yuv_matches_libjpeg();
+    test_unreplicate(argv[1]);
     test_tables_per_image();
     test_gpu_fit_rule();
     test_interp_names();

@@ -15,17 +15,19 @@ typedef struct si_engine si_engine;
 #define SI_GPU_RESIZE_DEFAULT true
 
 /* --decode gpu: the device bytes per image of a slot's decode area (images decode there at full
- * size, as planes and then RGB: 3 MiB holds a 1024x682 4:2:0 photo's; a batch of larger ones
- * spills to the CPU decoder). */
+ * size, as RGB and chroma planes, or with gpu-exact all three planes and RGB: 3 MiB holds a
+ * 1024x682 4:2:0 photo's; a batch of larger ones spills to the CPU decoder). */
 #define SI_GPU_DECODE_PER_IMAGE ((size_t)3 << 20)
 
 /* --decode gpu: the images of one batch for the GPU's hardware JPEG decoder. Image k's
  * bitstream is bytes [src[k], src[k] + len[k]) of the slot's packed buffer (page-locked). It
  * decodes to RGB (h[k], w[k], 3) at byte dst[k] of the device's copy of that buffer, where the
- * resize reads it (its si_rs_item's off is dst[k]). With opts.gpu_decode_exact it decodes to
- * its component planes first (io/yuv.h, chroma subsampled hs x vs with sub[k] = hs | vs << 8)
- * at dst[k] + si_jpeg_rgb_bytes(w, h), converted from there to libjpeg-turbo's RGB at dst[k]:
- * si_jpeg_area_bytes in all. */
+ * resize reads it (its si_rs_item's off is dst[k]). Its chroma is subsampled hs x vs with
+ * sub[k] = hs | vs << 8 (0 for gray). The hardware's RGB replicates chroma where libjpeg-turbo
+ * interpolates: where si_yuv_replicated, the chroma planes are recovered from it at
+ * dst[k] + si_jpeg_rgb_bytes(w, h) and the RGB converted again as libjpeg-turbo does (io/yuv.h).
+ * With opts.gpu_decode_exact it decodes to its component planes there instead, converted from
+ * there to libjpeg-turbo's RGB at dst[k]. si_jpeg_area_bytes in all. */
 typedef struct {
     int n;
     uint64_t *src, *len, *dst; /* [max_batch] each */
@@ -38,10 +40,11 @@ typedef struct {
 static inline size_t si_jpeg_rgb_bytes(int w, int h) {
     return ((size_t)w * (size_t)h * 3 + 255) & ~(size_t)255;
 }
-/* All an image takes of the decode area: its RGB, then (exact) its planes. */
+/* All an image takes of the decode area: its RGB, then its planes (exact) or chroma planes. */
 static inline size_t si_jpeg_area_bytes(int w, int h, int hs, int vs, bool exact) {
     si_yuv_shape s = {w, h, hs, vs};
-    return si_jpeg_rgb_bytes(w, h) + (exact ? si_yuv_bytes(&s) : 0);
+    if (exact) return si_jpeg_rgb_bytes(w, h) + si_yuv_bytes(&s);
+    return si_jpeg_rgb_bytes(w, h) + (si_yuv_replicated(&s) ? si_yuv_chroma_bytes(&s) : 0);
 }
 
 typedef enum { SI_PREC_FP32 = 0, SI_PREC_FP16, SI_PREC_BF16 } si_precision;
@@ -63,7 +66,8 @@ typedef struct {
                                     image after each slot's packed buffer (--decode gpu) */
     bool gpu_decode_exact;       /* with gpu_decode_per_image: decode to planes and convert them
                                     as libjpeg-turbo does (si_jpeg_jobs), not to the hardware's
-                                    RGB (faster; chroma replicated where libjpeg interpolates) */
+                                    RGB with its chroma recovered (faster; libjpeg-turbo's pixels
+                                    but where a whole block was clamped) */
     bool verbose;             /* GPU: print each conv's algorithm choice */
     const char *autotune_dir; /* GPU: the autotune cache's folder (cuda/autotune.cuh); NULL: the
                                  default under $XDG_CACHE_HOME or ~/.cache; "off": none */
