@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""How far `--decode gpu` and `--decode gpu-exact` (nvJPEG's hardware decoder: its RGB, or its
-planes converted as libjpeg-turbo does) are from `--decode cpu` (libjpeg-turbo), on one GPU
+"""How far `--decode gpu` and `--decode gpu-exact` (nvJPEG's hardware decoder: its RGB with the
+chroma recovered, or its planes converted as libjpeg-turbo does) are from `--decode cpu` (libjpeg-turbo), on one GPU
 (issue 16, item 3): the same folder of JPEGs packed once, classified with each decoder by the
 same model, and the crops themselves compared on the first --crops photos (an Identity model at
 the model's input size under --post raw, mean 0 and std 1, so the raw output is the crop in

@@ -640,7 +640,7 @@ def gpu_decode_fuzz(a):
         res = {}
         for dec in ("cpu", "gpu"):
             out = os.path.join(d, f"{dec}.h5")
-            # the hardware's RGB and its planes by turns
+            # the hardware's RGB (its chroma recovered) and its planes by turns
             mode = dec if dec == "cpu" or rounds % 2 == 0 else "gpu-exact"
             sh([a.shardinfer, "run", "--model", model, "--input", sset, "--output", out,
                 "--batch", "64", "--backend", "cuda", "--precision", "fp32", "--decode", mode,
