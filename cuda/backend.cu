@@ -347,7 +347,14 @@ static si_status init_steps(si_engine *e, cuda_state *cs) {
     if (st == SI_OK) st = init_nodes(e, cs);
     STEP(3);
     if (st == SI_OK) st = warm_up(e, cs);
-    if (st == SI_OK && cs->jpeg) st = si_cuda_jpeg_ready(cs->jpeg); // made meanwhile
+    if (st == SI_OK && cs->jpeg && si_cuda_jpeg_ready(cs->jpeg) != SI_OK) { // made meanwhile
+        // no hardware decoder after all (the run planned for it while its handle was being
+        // made, si_cuda_hw_jpeg_expected): the CPU decodes, the job says so or stops
+        char why[256];
+        if (si_cuda_hw_jpeg(why, sizeof why)) si_log_warn("cuda: %s", si_error_msg());
+        si_cuda_jpeg_free(cs->jpeg);
+        cs->jpeg = NULL;
+    }
     STEP(4);
     if (st == SI_OK && !e->opts.no_graphs) st = capture_graphs(e, cs);
     STEP(5);

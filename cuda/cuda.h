@@ -23,9 +23,13 @@ si_status si_cuda_select_device(int local_rank, int *dev, char *info, size_t cap
 /* A thread makes device local_rank % count's context current and, with jpeg, asks
  * si_cuda_hw_jpeg (whose answer and decoder handle are kept), so that both (about 0.8 s on an
  * H100) overlap the caller's other set-up; nothing happens without a device. Nothing may call
- * setenv until si_cuda_prewarm_join has waited for it (call that before the process uses the
- * GPU elsewhere, and before it exits). */
+ * setenv until si_cuda_prewarm_join has waited for it (call that before the process exits).
+ * si_cuda_prewarm_context waits for the context alone (then the process may use the GPU
+ * elsewhere; si_cuda_hw_jpeg only after si_cuda_prewarm_join); si_cuda_prewarm_busy says
+ * whether the thread is still at work. Any thread may wait, any number of times. */
 void si_cuda_prewarm_start(int local_rank, bool jpeg);
+void si_cuda_prewarm_context(void);
+bool si_cuda_prewarm_busy(void);
 void si_cuda_prewarm_join(void);
 /* Device memory in use (total - free, the whole device as the driver sees it) and its size. */
 si_status si_cuda_mem_info(size_t *used, size_t *total);
@@ -36,6 +40,10 @@ long si_cuda_backend_alloc_calls(void);
 /* Whether the current device has a hardware JPEG decoder this process can use (nvJPEG's hardware
  * backend, loaded at run time): true with its description in why, false with the reason. */
 bool si_cuda_hw_jpeg(char *why, size_t cap);
+/* Whether device dev is of a kind that has hardware JPEG decoders (A100, A30, H100, H200,
+ * B200; not a MIG instance), before si_cuda_hw_jpeg's answer is in: a run may plan for the
+ * decoder while the set-up thread still makes its handle. False in a build without nvJPEG. */
+bool si_cuda_hw_jpeg_expected(int dev);
 
 /* Page-locked host memory for the buffers the GPU path uploads from (decoded uint8 batches), so
  * copies to the device run at full PCIe speed and asynchronously. NULL when there is no device

@@ -50,35 +50,69 @@ extern "C" si_status si_cuda_select_device(int local_rank, int *dev, char *info,
     return si_cuda_device_info(*dev, info, cap);
 }
 
+// The GPU's set-up thread: its progress under the lock (0 none, 1 started, 2 the context made or
+// failed, 3 done), so that the caller can wait for the context alone and a decoder's thread for
+// the whole (cuda/jpeg.cu).
+static pthread_mutex_t prewarm_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t prewarm_cv = PTHREAD_COND_INITIALIZER;
 static struct {
     pthread_t thread;
-    bool running;
+    int stage;
+    bool joined;
     int local;
     bool jpeg;
 } prewarm;
 
+static void prewarm_reach(int stage) {
+    pthread_mutex_lock(&prewarm_mu);
+    prewarm.stage = stage;
+    pthread_cond_broadcast(&prewarm_cv);
+    pthread_mutex_unlock(&prewarm_mu);
+}
+
 static void *prewarm_main(void *) {
     int n = si_cuda_device_count();
-    if (n == 0) return NULL;
-    if (cudaSetDevice(prewarm.local % n) != cudaSuccess || cudaFree(0) != cudaSuccess) {
-        cudaGetLastError(); // the main thread meets and reports the same failure itself
-        return NULL;
-    }
+    bool up = n > 0 && cudaSetDevice(prewarm.local % n) == cudaSuccess && cudaFree(0) == cudaSuccess;
+    if (!up) cudaGetLastError(); // the main thread meets and reports the same failure itself
+    prewarm_reach(2);
     char why[256];
-    if (prewarm.jpeg) si_cuda_hw_jpeg(why, sizeof why);
+    if (up && prewarm.jpeg) si_cuda_hw_jpeg(why, sizeof why);
+    prewarm_reach(3);
     return NULL;
 }
 
 extern "C" void si_cuda_prewarm_start(int local_rank, bool jpeg) {
-    if (prewarm.running) return;
+    if (prewarm.stage != 0) return;
     prewarm.local = local_rank < 0 ? 0 : local_rank;
     prewarm.jpeg = jpeg;
-    prewarm.running = pthread_create(&prewarm.thread, NULL, prewarm_main, NULL) == 0;
+    if (pthread_create(&prewarm.thread, NULL, prewarm_main, NULL) == 0) prewarm.stage = 1;
+}
+
+// Until the set-up thread reached `stage` (at once where none runs).
+static void prewarm_wait(int stage) {
+    pthread_mutex_lock(&prewarm_mu);
+    while (prewarm.stage != 0 && prewarm.stage < stage) pthread_cond_wait(&prewarm_cv, &prewarm_mu);
+    pthread_mutex_unlock(&prewarm_mu);
+}
+
+extern "C" void si_cuda_prewarm_context(void) {
+    prewarm_wait(2);
+}
+
+extern "C" bool si_cuda_prewarm_busy(void) {
+    pthread_mutex_lock(&prewarm_mu);
+    bool busy = prewarm.stage == 1 || prewarm.stage == 2;
+    pthread_mutex_unlock(&prewarm_mu);
+    return busy;
 }
 
 extern "C" void si_cuda_prewarm_join(void) {
-    if (prewarm.running) pthread_join(prewarm.thread, NULL);
-    prewarm.running = false;
+    prewarm_wait(3);
+    pthread_mutex_lock(&prewarm_mu);
+    bool join = prewarm.stage == 3 && !prewarm.joined;
+    prewarm.joined |= join;
+    pthread_mutex_unlock(&prewarm_mu);
+    if (join) pthread_join(prewarm.thread, NULL);
 }
 
 extern "C" si_status si_cuda_mem_info(size_t *used, size_t *total) {

@@ -10,6 +10,7 @@
 // cpu's pixels everywhere.
 #include <dlfcn.h>
 #include <pthread.h>
+#include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -141,6 +142,9 @@ bool si_cuda_jpeg_available(char *why, size_t cap) {
                        "scripts/setup.sh installs it)");
     return false;
 }
+extern "C" bool si_cuda_hw_jpeg_expected(int) {
+    return false;
+}
 si_cuda_jpeg *si_cuda_jpeg_create(int, int, bool) {
     char why[256];
     si_cuda_jpeg_available(why, sizeof why);
@@ -179,8 +183,16 @@ static struct {
     char why[256];
 } api;
 
-struct si_cuda_jpeg {
+// A handle on the hardware backend, and what nvJPEG allocated with it through the hooks below
+// (their context).
+typedef struct {
     nvjpegHandle_t h;
+    size_t dev_bytes, pinned_bytes;
+    long calls;
+} hw_handle;
+
+struct si_cuda_jpeg {
+    hw_handle *hw; // made or taken from the probe by make_states
     int device; // the engine's: the calls may come from a thread that has not chosen it
     int slots, max_batch;
     bool exact; // planes converted by k_yuv_rgb, else the hardware's RGB with its chroma recovered
@@ -191,28 +203,19 @@ struct si_cuda_jpeg {
     size_t *lens;
     nvjpegImage_t *dst;
     yuv_job *conv_h, *conv_d; // [slots * max_batch], the conversions' arguments
-    // what nvJPEG allocated through the hooks below
-    size_t dev_bytes, pinned_bytes;
-    long calls;
-    // the decode states are made on a thread of their own while the engine sets up
+    size_t conv_bytes;        // each of them
+    // the handle and the decode states are made on a thread of their own while the engine sets up
     pthread_t maker;
     bool making;
-    int made; // nvJPEG's status (0: made)
+    int made;      // nvJPEG's status (0: made; MADE_NONE: no hardware decoder, why says why)
+    char why[256];
 };
-
-// The slots' decode states (about 0.2 s each on an H100, nvJPEG's buffers through our hooks).
-static void *make_states(void *arg) {
-    si_cuda_jpeg *j = (si_cuda_jpeg *)arg;
-    j->made = cudaSetDevice(j->device) == cudaSuccess ? 0 : -1;
-    for (int k = 0; k < j->slots && j->made == 0; k++)
-        j->made = (int)api.state_create(j->h, &j->state[k]);
-    return NULL;
-}
+#define MADE_NONE (-2)
 
 // nvJPEG's buffers through these, so that they are counted (the summary) and the steady state's
 // allocations can be checked.
 static int dev_malloc(void *ctx, void **p, size_t n, cudaStream_t) {
-    si_cuda_jpeg *j = (si_cuda_jpeg *)ctx;
+    hw_handle *j = (hw_handle *)ctx;
     __atomic_add_fetch(&n_jpeg_allocs, 1, __ATOMIC_RELAXED);
     j->calls++;
     int r = (int)cudaMalloc(p, n);
@@ -220,13 +223,13 @@ static int dev_malloc(void *ctx, void **p, size_t n, cudaStream_t) {
     return r;
 }
 static int dev_free(void *ctx, void *p, size_t n, cudaStream_t) {
-    si_cuda_jpeg *j = (si_cuda_jpeg *)ctx;
+    hw_handle *j = (hw_handle *)ctx;
     __atomic_add_fetch(&n_jpeg_allocs, 1, __ATOMIC_RELAXED);
     if (p) j->dev_bytes -= n;
     return (int)cudaFree(p);
 }
 static int pin_malloc(void *ctx, void **p, size_t n, cudaStream_t) {
-    si_cuda_jpeg *j = (si_cuda_jpeg *)ctx;
+    hw_handle *j = (hw_handle *)ctx;
     __atomic_add_fetch(&n_jpeg_allocs, 1, __ATOMIC_RELAXED);
     j->calls++;
     int r = (int)cudaHostAlloc(p, n, cudaHostAllocDefault);
@@ -234,7 +237,7 @@ static int pin_malloc(void *ctx, void **p, size_t n, cudaStream_t) {
     return r;
 }
 static int pin_free(void *ctx, void *p, size_t n, cudaStream_t) {
-    si_cuda_jpeg *j = (si_cuda_jpeg *)ctx;
+    hw_handle *j = (hw_handle *)ctx;
     __atomic_add_fetch(&n_jpeg_allocs, 1, __ATOMIC_RELAXED);
     if (p) j->pinned_bytes -= n;
     return (int)cudaFreeHost(p);
@@ -267,26 +270,32 @@ static bool load_api(void) {
 }
 
 // A handle on the hardware backend with our allocators (ctx j); the nvJPEG status, 0 on success.
-static int create_handle(si_cuda_jpeg *j) {
+static int create_handle(hw_handle *j) {
     nvjpegDevAllocatorV2_t da = {dev_malloc, dev_free, j};
     nvjpegPinnedAllocatorV2_t pa = {pin_malloc, pin_free, j};
     return (int)api.create(NVJPEG_BACKEND_HARDWARE, &da, &pa, NVJPEG_FLAGS_DEFAULT, &j->h);
 }
 
-// The probe's decoder, kept for the first si_cuda_jpeg_create: creating a handle on the hardware
-// backend takes about half a second (the engines' set-up), once is enough.
-static si_cuda_jpeg *spare;
+// The probe's handle, kept for the first decoder: creating a handle on the hardware backend takes
+// about half a second (the engines' set-up), once is enough. The probe runs once per process,
+// under the lock (the GPU's set-up thread and a decoder's may both ask).
+static hw_handle *spare;
+static pthread_mutex_t probe_mu = PTHREAD_MUTEX_INITIALIZER;
 
 bool si_cuda_jpeg_available(char *why, size_t cap) {
     static int answer = -1; // per process: every rank asks once for its device
     static char reason[256];
+    pthread_mutex_lock(&probe_mu);
     if (answer < 0) {
         answer = 0;
-        si_cuda_jpeg *probe = (si_cuda_jpeg *)si_xcalloc(1, sizeof *probe);
+        hw_handle *probe = (hw_handle *)si_xcalloc(1, sizeof *probe);
         int r;
         unsigned engines = 0, cores = 0;
         if (!load_api()) {
             snprintf(reason, sizeof reason, "%s", api.why);
+            free(probe);
+        } else if (getenv("SI_TEST_NO_HW_JPEG")) { // tests: a GPU of the kind without them
+            snprintf(reason, sizeof reason, "SI_TEST_NO_HW_JPEG is set");
             free(probe);
         } else if ((r = create_handle(probe)) != 0) {
             snprintf(reason, sizeof reason,
@@ -307,27 +316,56 @@ bool si_cuda_jpeg_available(char *why, size_t cap) {
         }
     }
     snprintf(why, cap, "%s", reason);
+    pthread_mutex_unlock(&probe_mu);
     return answer == 1;
 }
 
-si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact) {
-    char why[256];
-    if (!si_cuda_jpeg_available(why, sizeof why)) {
-        si_error(SI_ERR_UNSUPPORTED, "--decode gpu: %s", why);
-        return NULL;
+extern "C" bool si_cuda_hw_jpeg_expected(int dev) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
     }
-    si_cuda_jpeg *j = spare ? spare : (si_cuda_jpeg *)si_xcalloc(1, sizeof *j);
-    int r = spare ? 0 : create_handle(j);
-    spare = NULL;
+    // A100 and A30 (8.0), H100 and H200 (9.0), B200 (10.0) carry NVJPG engines; a MIG instance
+    // may have none
+    return (p.major == 8 && p.minor == 0) || (p.major == 9 && p.minor == 0) ||
+           (p.major == 10 && p.minor == 0) ? !strstr(p.name, "MIG") : false;
+}
+
+// The handle (the probe's, else a new one) and the slots' decode states (about 0.2 s each on an
+// H100, nvJPEG's buffers through our hooks). The probe may still be running on the GPU's set-up
+// thread (si_cuda_prewarm_start): this waits for it, not the engine.
+static void *make_states(void *arg) {
+    si_cuda_jpeg *j = (si_cuda_jpeg *)arg;
+    si_cuda_prewarm_join();
+    j->made = cudaSetDevice(j->device) == cudaSuccess ? 0 : -1;
+    if (j->made == 0 && !si_cuda_jpeg_available(j->why, sizeof j->why)) j->made = MADE_NONE;
+    if (j->made == 0) {
+        pthread_mutex_lock(&probe_mu);
+        j->hw = spare;
+        spare = NULL;
+        pthread_mutex_unlock(&probe_mu);
+        if (!j->hw) {
+            j->hw = (hw_handle *)si_xcalloc(1, sizeof *j->hw);
+            if ((j->made = create_handle(j->hw)) != 0) {
+                free(j->hw);
+                j->hw = NULL;
+                snprintf(j->why, sizeof j->why, "nvjpegCreateExV2 failed (status %d)", j->made);
+                j->made = MADE_NONE;
+            }
+        }
+    }
+    for (int k = 0; k < j->slots && j->made == 0; k++)
+        j->made = (int)api.state_create(j->hw->h, &j->state[k]);
+    return NULL;
+}
+
+si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact) {
+    si_cuda_jpeg *j = (si_cuda_jpeg *)si_xcalloc(1, sizeof *j);
     j->slots = slots;
     j->max_batch = max_batch;
     j->exact = exact;
     if (cudaGetDevice(&j->device) != cudaSuccess) j->device = 0;
-    if (r != 0) {
-        si_error(SI_ERR_UNSUPPORTED, "--decode gpu: nvjpegCreateExV2 failed (status %d)", r);
-        free(j);
-        return NULL;
-    }
     j->state = (nvjpegJpegState_t *)si_xcalloc((size_t)slots, sizeof *j->state);
     // per slot: src, len, dst (uint64) and w, h, sub (int32), max_batch each
     size_t per = (size_t)max_batch * (3 * sizeof(uint64_t) + 3 * sizeof(int32_t));
@@ -354,9 +392,7 @@ si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact) {
         si_cuda_jpeg_free(j);
         return NULL;
     }
-    j->pinned_bytes += conv;
-    j->dev_bytes += conv;
-    // last: from here on the states' allocations count the bytes above, on their own thread
+    j->conv_bytes = conv;
     j->making = pthread_create(&j->maker, NULL, make_states, j) == 0;
     if (!j->making) make_states(j);
     return j;
@@ -365,6 +401,7 @@ si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact) {
 si_status si_cuda_jpeg_ready(si_cuda_jpeg *j) {
     if (j->making) pthread_join(j->maker, NULL);
     j->making = false;
+    if (j->made == MADE_NONE) return si_error(SI_ERR_UNSUPPORTED, "--decode gpu: %s", j->why);
     if (j->made != 0)
         return si_error(SI_ERR_INTERNAL, "nvjpegJpegStateCreate failed (status %d)", j->made);
     return SI_OK;
@@ -375,7 +412,8 @@ void si_cuda_jpeg_free(si_cuda_jpeg *j) {
     if (j->making) pthread_join(j->maker, NULL);
     for (int k = 0; j->state && k < j->slots; k++)
         if (j->state[k]) api.state_destroy(j->state[k]);
-    if (j->h) api.destroy(j->h);
+    if (j->hw) api.destroy(j->hw->h);
+    free(j->hw);
     free(j->state);
     free(j->jobs);
     free(j->arrays);
@@ -398,7 +436,7 @@ static si_status rejected(si_cuda_jpeg *j, int k, cudaStream_t s, int r) {
     cudaCheck(cudaStreamSynchronize(s));
     api.state_destroy(j->state[k]);
     j->state[k] = NULL;
-    int r2 = (int)api.state_create(j->h, &j->state[k]);
+    int r2 = (int)api.state_create(j->hw->h, &j->state[k]);
     if (r2 != 0)
         return si_error(SI_ERR_INTERNAL, "nvjpegJpegStateCreate failed (status %d) after a batch "
                                          "the decoder rejected", r2);
@@ -445,9 +483,9 @@ si_status si_cuda_jpeg_decode(si_cuda_jpeg *j, int k, const uint8_t *pack_h, uin
         j->dst[i].channel[2] = planes + luma + cw * (size_t)si_yuv_ch(&sh);
         j->dst[i].pitch[2] = cw;
     }
-    int r = (int)api.batch_init(j->h, j->state[k], q->n, 1,
+    int r = (int)api.batch_init(j->hw->h, j->state[k], q->n, 1,
                                 j->exact ? NVJPEG_OUTPUT_YUV : NVJPEG_OUTPUT_RGBI);
-    if (r == 0) r = (int)api.batch_decode(j->h, j->state[k], j->data, j->lens, j->dst, s);
+    if (r == 0) r = (int)api.batch_decode(j->hw->h, j->state[k], j->data, j->lens, j->dst, s);
     if (r != 0) return rejected(j, k, s, r);
     if (n_conv > 0) { // to libjpeg-turbo's RGB, on the same stream
         yuv_job *conv_d = j->conv_d + (size_t)k * (size_t)j->max_batch;
@@ -460,9 +498,9 @@ si_status si_cuda_jpeg_decode(si_cuda_jpeg *j, int k, const uint8_t *pack_h, uin
 }
 
 void si_cuda_jpeg_memory(const si_cuda_jpeg *j, size_t *dev, size_t *pinned, long *calls) {
-    *dev = j ? j->dev_bytes : 0;
-    *pinned = j ? j->pinned_bytes : 0;
-    *calls = j ? j->calls : 0;
+    *dev = j ? j->conv_bytes + (j->hw ? j->hw->dev_bytes : 0) : 0;
+    *pinned = j ? j->conv_bytes + (j->hw ? j->hw->pinned_bytes : 0) : 0;
+    *calls = j && j->hw ? j->hw->calls : 0;
 }
 
 #endif

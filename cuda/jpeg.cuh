@@ -23,14 +23,17 @@ long si_cuda_jpeg_alloc_calls(void);
 bool si_cuda_jpeg_available(char *why, size_t cap);
 
 // A decoder for `slots` slots of up to max_batch images each, to the hardware's RGB with its
-// chroma recovered or (exact) to planes converted as libjpeg-turbo does (si_jpeg_jobs); NULL with the message set when
-// si_cuda_jpeg_available says no. Free with si_cuda_jpeg_free (accepts NULL).
+// chroma recovered or (exact) to planes converted as libjpeg-turbo does (si_jpeg_jobs); NULL
+// with the message set when its buffers cannot be allocated. Free with si_cuda_jpeg_free
+// (accepts NULL).
 si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact);
 void si_cuda_jpeg_free(si_cuda_jpeg *j);
 
-// The decoder's states are made on a thread of their own from si_cuda_jpeg_create on, so that
-// the engine's set-up runs meanwhile (nothing may capture a CUDA graph until then: their
-// allocations would break it); this waits for them. Call before the first decode.
+// The decoder's handle (the GPU's set-up thread may still be making it: its probe's, see
+// si_cuda_prewarm_start) and its states are made on a thread of their own from
+// si_cuda_jpeg_create on, so that the engine's set-up runs meanwhile (joined before the graph
+// capture); this waits for them: SI_ERR_UNSUPPORTED with si_cuda_jpeg_available's reason where
+// there is no hardware decoder after all. Call before the first decode.
 si_status si_cuda_jpeg_ready(si_cuda_jpeg *j);
 
 // Slot k's job list, emptied.

@@ -71,6 +71,12 @@ void si_mpi_share(uint64_t n, int size, int rank, uint64_t *first, uint64_t *cou
     *count = q + (k < r ? 1 : 0);
 }
 
+bool si_mpi_all(const si_mpi *m, bool mine) {
+    int in = mine, out = 0;
+    mpiCheck(MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LAND, m->comm));
+    return out != 0;
+}
+
 si_status si_mpi_agree(const si_mpi *m, si_status st) {
     /* MINLOC over (failing rank or size) finds the lowest failing rank */
     int in[2] = {st == SI_OK ? m->size : m->rank, m->rank}, out[2];

@@ -40,6 +40,9 @@ void si_mpi_share(uint64_t n, int size, int rank, uint64_t *first, uint64_t *cou
  * bad file named on every rank is reported once). */
 si_status si_mpi_agree(const si_mpi *m, si_status st);
 
+/* Collective: whether `mine` holds on every rank (nothing printed). */
+bool si_mpi_all(const si_mpi *m, bool mine);
+
 /* Threads this rank should use: OMP_NUM_THREADS if set, else the CPUs it is bound to, shared
  * with the node's other ranks when they are not bound apart. */
 int si_mpi_threads(const si_mpi *m);

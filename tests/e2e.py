@@ -565,7 +565,35 @@ def gpu_decode(a):
                 if odd:
                     sys.exit(f"FAIL: SI_TEST_GPU_DECODE_REJECT=3: {len(odd)} statuses differ from "
                              "--decode cpu")
+    gpu_decode_absent(a, model, sets[0])
     print("gpu-decode: OK")
+
+
+def gpu_decode_absent(a, model, sset):
+    """A GPU of a kind that has hardware decoders, whose decoder does not come up
+    (SI_TEST_NO_HW_JPEG: the probe says no after the engine has planned for it, as on a MIG
+    slice without them): --decode auto runs on the CPU's decoder, says why and gives --decode
+    cpu's file; --decode gpu stops with one message; 2 ranks agree."""
+    def run(tag, extra, np_=1, rc=0):
+        out = os.path.join(a.dir, f"gpu_decode_absent_{tag}.h5")
+        p = sh(["mpirun", "-np", str(np_), "-x", "SI_TEST_NO_HW_JPEG=1", a.shardinfer, "run",
+                "--model", model, "--input", sset, "--output", out, "--batch", "8",
+                "--overwrite", "--backend", "cuda", "--precision", "fp32"] + extra, expect_rc=rc)
+        return out, p
+    cpu, _ = run("cpu", ["--decode", "cpu"])
+    for np_ in (1, 2):
+        auto, p = run(f"auto{np_}", [], np_=np_)
+        if "decode cpu (auto: SI_TEST_NO_HW_JPEG is set)" not in p.stderr:
+            sys.exit(f"FAIL: --decode auto without the decoder: no 'decode cpu (auto: ...)' line")
+        if "images decoded by the GPU" in p.stdout:
+            sys.exit("FAIL: --decode auto without the decoder: images decoded by the GPU")
+        sh([PY, os.path.join(HERE, "check_results.py"), "compare", cpu, auto])
+    _, p = run("gpu", ["--decode", "gpu"], rc=None)
+    if p.returncode == 0 or "--decode gpu on rank 0" not in p.stderr or \
+            "SI_TEST_NO_HW_JPEG is set" not in p.stderr:
+        sys.exit(f"FAIL: --decode gpu without the decoder: exit {p.returncode}, no clear message")
+    print("gpu-decode: a decoder that does not come up: --decode auto on the CPU, --decode gpu "
+          "refused")
 
 
 def gpu_decode_fuzz(a):

@@ -215,6 +215,14 @@ si_jpeg_jobs *si_engine_jpeg_jobs(si_engine *e, int slot) {
     return e->be->jpeg_jobs(e, slot);
 }
 
+bool si_engine_gpu_decodes(const si_engine *e) {
+    return e->opts.gpu_decode_per_image && e->be->jpeg_jobs && e->be->jpeg_jobs((si_engine *)e, 0);
+}
+
+void si_engine_gpu_decode_off(si_engine *e) {
+    e->opts.gpu_decode_per_image = 0;
+}
+
 si_status si_engine_jpeg_decode(si_engine *e, int slot) {
     SI_ASSERT(slot >= 0 && slot < e->n_slots && e->be->jpeg_decode);
     return e->be->jpeg_decode(e, slot);

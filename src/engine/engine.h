@@ -182,6 +182,10 @@ uint8_t *si_engine_pack(si_engine *e, int slot, si_rs_item **items, size_t *cap)
 si_status si_engine_submit(si_engine *e, int slot, int rows, size_t packed);
 si_jpeg_jobs *si_engine_jpeg_jobs(si_engine *e, int slot); /* NULL: no GPU decode */
 si_status si_engine_jpeg_decode(si_engine *e, int slot);
+/* Whether the engine decodes JPEGs on the GPU (its hardware decoder came up), and from now on
+ * not (the CPU then decodes; the ranks of a job decide together). */
+bool si_engine_gpu_decodes(const si_engine *e);
+void si_engine_gpu_decode_off(si_engine *e);
 si_status si_engine_collect(si_engine *e, int slot, const float **outs);
 si_status si_engine_slot_times(si_engine *e, int slot, double *t0, double *t1);
 /* Whether the engine runs on a GPU (its memory summary in e->mem is filled), for reports. */

@@ -209,28 +209,56 @@ static si_status open_inputs(si_job_state *J) {
 }
 
 #ifdef SI_HAVE_CUDA
-/* --decode on a CUDA run with the GPU resize: the GPU's hardware JPEG decoder where every rank
- * has one (auto) or insisted on (gpu), the CPU otherwise; the choice and why in decode_why. */
-static si_status choose_decoder(si_job_state *J) {
+/* --decode: the GPU's hardware JPEG decoder where every rank has one (auto) or insisted on
+ * (gpu), the CPU otherwise; the choice and why in decode_why. `ok`: this rank's decoder is
+ * there (si_cuda_hw_jpeg's why), and, after the engine, came up in it. Collective. */
+static si_status settle_decoder(si_job_state *J, bool ok, const char *why) {
     si_decode_mode mode = J->cfg->decode;
-    char why[200] = "asked for";
-    if (mode == SI_DECODE_CPU) {
-        snprintf(J->decode_why, sizeof J->decode_why, "cpu (--decode cpu)");
-        return SI_OK;
-    }
-    bool ok = si_cuda_hw_jpeg(why, sizeof why);
     si_status st = ok || mode == SI_DECODE_AUTO
                        ? SI_OK
                        : si_error(SI_ERR_UNSUPPORTED, "--decode gpu on rank %d (host %s): %s",
                                   J->m->rank, J->host, why);
     if ((st = si_mpi_agree(J->m, st)) != SI_OK) return st;
-    bool all = si_mpi_agree(J->m, ok ? SI_OK : SI_ERR_UNSUPPORTED) == SI_OK;
+    bool all = si_mpi_all(J->m, ok);
     J->eo.gpu_decode_per_image = all ? SI_GPU_DECODE_PER_IMAGE : 0;
-    J->eo.gpu_decode_exact = mode == SI_DECODE_GPU_EXACT;
     snprintf(J->decode_why, sizeof J->decode_why, "%s (%s%s)", all ? "gpu" : "cpu",
              mode == SI_DECODE_AUTO ? "auto: " : "",
-             all || ok ? why : "a rank's GPU has no hardware JPEG decoder");
+             all || !ok ? why : "a rank's GPU has no hardware JPEG decoder");
     return SI_OK;
+}
+
+/* --decode on a CUDA run with the GPU resize. Making the decoder's handle takes about 0.5 s on
+ * an H100 (the GPU's set-up thread does it): where every rank's GPU is of a kind that has the
+ * decoders (si_cuda_hw_jpeg_expected), the engine plans for it meanwhile and confirm_decoder
+ * settles the choice after; otherwise the answer is awaited here. */
+static si_status choose_decoder(si_job_state *J) {
+    si_decode_mode mode = J->cfg->decode;
+    if (mode == SI_DECODE_CPU) {
+        snprintf(J->decode_why, sizeof J->decode_why, "cpu (--decode cpu)");
+        return SI_OK;
+    }
+    J->eo.gpu_decode_exact = mode == SI_DECODE_GPU_EXACT;
+    if (si_mpi_all(J->m, si_cuda_hw_jpeg_expected(J->gpu))) {
+        J->decode_expected = true;
+        J->eo.gpu_decode_per_image = SI_GPU_DECODE_PER_IMAGE;
+        return SI_OK;
+    }
+    char why[200];
+    si_cuda_prewarm_join();
+    bool ok = si_cuda_hw_jpeg(why, sizeof why);
+    return settle_decoder(J, ok, why);
+}
+
+/* After the engine, where it planned for the decoder: whether it came up on every rank. */
+static si_status confirm_decoder(si_job_state *J) {
+    if (!J->decode_expected) return SI_OK;
+    char why[200];
+    si_cuda_prewarm_join();
+    bool ok = si_cuda_hw_jpeg(why, sizeof why), up = si_engine_gpu_decodes(J->e);
+    if (ok && !up) snprintf(why, sizeof why, "its decoder could not be set up (the warning above)");
+    si_status st = settle_decoder(J, up, why);
+    if (st == SI_OK && !J->eo.gpu_decode_per_image) si_engine_gpu_decode_off(J->e);
+    return st;
 }
 #endif
 
@@ -243,8 +271,10 @@ static int launcher_local_rank(int fallback) {
 
 /* --backend cuda: the GPU select_gpu will pick gets its CUDA context and, where the run may
  * decode on it, its hardware JPEG decoder's handle (0.5-0.8 s on an H100) on a thread of their
- * own while the model and the input are opened; select_gpu (or job_free) joins it. MPI is up
- * by now: its start calls setenv, which getenv (CUDA's start) is not safe beside. */
+ * own while the model and the input are opened; select_gpu waits for the context, the handle
+ * is awaited where it is needed (the decoder's own set-up thread, choose_decoder or
+ * confirm_decoder; job_free in any case). MPI is up by now: its start calls setenv, which
+ * getenv (CUDA's start) is not safe beside. */
 static void prewarm_gpu(si_job_state *J) {
 #ifdef SI_HAVE_CUDA
     if (strcmp(J->cfg->backend, "cuda")) return;
@@ -260,7 +290,7 @@ static void prewarm_gpu(si_job_state *J) {
 static si_status select_gpu(si_job_state *J) {
 #ifdef SI_HAVE_CUDA
     const si_mpi *m = J->m;
-    si_cuda_prewarm_join(); /* its context and decoder handle are this rank's, made meanwhile */
+    si_cuda_prewarm_context(); /* this rank's, made meanwhile; the decoder's handle may follow */
     if (strcmp(J->cfg->backend, "cuda")) return SI_OK;
     int local = launcher_local_rank(m->local_rank);
     char info[256] = "";
@@ -504,6 +534,9 @@ int si_job_run(const si_job_config *cfg, const si_mpi *m) {
     if (st == SI_OK) st = select_gpu(&J);
     STEP(2);
     if (st == SI_OK) st = create_engine(&J);
+#ifdef SI_HAVE_CUDA
+    if (st == SI_OK) st = confirm_decoder(&J);
+#endif
     STEP(3);
     if (st == SI_OK) st = make_meta(&J);
     STEP(4);

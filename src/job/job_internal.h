@@ -53,6 +53,7 @@ typedef struct {
     bool complete; /* --resume of a whole result: nothing to do */
     int gpu;       /* --backend cuda: this rank's device */
     char decode_why[256]; /* where JPEGs decode and why, for the first info line */
+    bool decode_expected; /* --decode gpu planned before the decoder's handle was made */
 } si_job_state;
 
 /* stream.c: the streaming phase. Runs this rank's pipeline, writes the timeline, then drains:
