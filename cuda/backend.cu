@@ -421,6 +421,11 @@ static si_jpeg_jobs *cuda_jpeg_jobs(si_engine *e, int slot) {
     return q;
 }
 
+static void cuda_jpeg_memory(si_engine *e, size_t *dev, size_t *pinned) {
+    long calls;
+    si_cuda_jpeg_memory(((cuda_state *)e->state)->jpeg, dev, pinned, &calls);
+}
+
 static si_status cuda_jpeg_decode(si_engine *e, int slot) {
     cuda_state *cs = (cuda_state *)e->state;
     slot_x *sl = &cs->slots[slot];
@@ -570,6 +575,7 @@ extern "C" const si_backend si_cuda_backend = {
     .submit = cuda_submit,
     .jpeg_jobs = cuda_jpeg_jobs,
     .jpeg_decode = cuda_jpeg_decode,
+    .jpeg_memory = cuda_jpeg_memory,
     .collect = cuda_collect,
     .times = cuda_times,
     .run_compute = cuda_run_compute,

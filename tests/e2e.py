@@ -485,6 +485,8 @@ def gpu_decode(a):
         m = re.search(r"--decode gpu: (\d+) images decoded by the GPU", p.stdout)
         if not m or int(m.group(1)) == 0:
             sys.exit(f"FAIL: {sset}: no image decoded by the GPU:\n{p.stdout}")
+        if not re.search(r"of which nvJPEG's own buffers [0-9.]+ MiB \(and [0-9.]+ MiB", p.stdout):
+            sys.exit(f"FAIL: {sset}: the summary does not say what nvJPEG's buffers take")
         rc, rg = read_result(cpu), read_result(gpu)
         # the one known difference (tests/test_jpeg.c says why): damaged entropy-coded data in an
         # intact structure, corrupt for libjpeg-turbo, decoded as it reads by the hardware

@@ -101,10 +101,17 @@ static void print_rates(const si_rank_stats *ranks, int size) {
                "the decode stage in nvJPEG's host calls\n",
                (unsigned long long)on_gpu, (unsigned long long)(all - on_gpu),
                (unsigned long long)retried, call);
-    for (int r = 0; r < size; r++)
-        if (ranks[r].gpu >= 0)
-            printf("  rank %d: GPU %d, %.1f MiB of device memory in use at the end\n", r,
-                   ranks[r].gpu, (double)ranks[r].gpu_mem_kb / 1024.0);
+    for (int r = 0; r < size; r++) {
+        const si_rank_stats *s = &ranks[r];
+        if (s->gpu < 0) continue;
+        printf("  rank %d: GPU %d, %.1f MiB of device memory in use at the end", r, s->gpu,
+               (double)s->gpu_mem_kb / 1024.0);
+        if (s->jpeg_dev_kb || s->jpeg_pinned_kb) /* beside the planned block (shardinfer plan) */
+            printf(", of which nvJPEG's own buffers %.1f MiB (and %.1f MiB of page-locked host "
+                   "memory)",
+                   (double)s->jpeg_dev_kb / 1024.0, (double)s->jpeg_pinned_kb / 1024.0);
+        printf("\n");
+    }
 }
 
 static void print_summary(const si_job_state *J, uint64_t failed, uint64_t done_now, double elapsed,
