@@ -25,11 +25,10 @@ si_status si_cuda_select_device(int local_rank, int *dev, char *info, size_t cap
  * H100) overlap the caller's other set-up; nothing happens without a device. Nothing may call
  * setenv until si_cuda_prewarm_join has waited for it (call that before the process exits).
  * si_cuda_prewarm_context waits for the context alone (then the process may use the GPU
- * elsewhere; si_cuda_hw_jpeg only after si_cuda_prewarm_join); si_cuda_prewarm_busy says
- * whether the thread is still at work. Any thread may wait, any number of times. */
+ * elsewhere; si_cuda_hw_jpeg only after si_cuda_prewarm_join). Any thread may wait, any number
+ * of times. */
 void si_cuda_prewarm_start(int local_rank, bool jpeg);
 void si_cuda_prewarm_context(void);
-bool si_cuda_prewarm_busy(void);
 void si_cuda_prewarm_join(void);
 /* Device memory in use (total - free, the whole device as the driver sees it) and its size. */
 si_status si_cuda_mem_info(size_t *used, size_t *total);

@@ -99,13 +99,6 @@ extern "C" void si_cuda_prewarm_context(void) {
     prewarm_wait(2);
 }
 
-extern "C" bool si_cuda_prewarm_busy(void) {
-    pthread_mutex_lock(&prewarm_mu);
-    bool busy = prewarm.stage == 1 || prewarm.stage == 2;
-    pthread_mutex_unlock(&prewarm_mu);
-    return busy;
-}
-
 extern "C" void si_cuda_prewarm_join(void) {
     prewarm_wait(3);
     pthread_mutex_lock(&prewarm_mu);

@@ -57,8 +57,8 @@ __global__ void k_unreplicate(uint8_t *base, const yuv_job *jobs) {
             x = p - y * cw;
             exact = si_yuv_block_chroma(rgb, &s, x, y, &b, &r);
         }
-        for (unsigned todo = __ballot_sync(~0u, !exact); todo; todo &= todo - 1) {
-            const int who = __ffs(todo) - 1;
+        for (unsigned clamped = __ballot_sync(~0u, !exact); clamped; clamped &= clamped - 1) {
+            const int who = __ffs(clamped) - 1;
             const int wx = __shfl_sync(~0u, x, who), wy = __shfl_sync(~0u, y, who);
             const int eb = __shfl_sync(~0u, b, who), er = __shfl_sync(~0u, r, who);
             for (int i0 = 0; i0 < SI_YUV_CANDIDATES; i0 += 32) {
@@ -328,8 +328,8 @@ extern "C" bool si_cuda_hw_jpeg_expected(int dev) {
     }
     // A100 and A30 (8.0), H100 and H200 (9.0), B200 (10.0) carry NVJPG engines; a MIG instance
     // may have none
-    return (p.major == 8 && p.minor == 0) || (p.major == 9 && p.minor == 0) ||
-           (p.major == 10 && p.minor == 0) ? !strstr(p.name, "MIG") : false;
+    return p.minor == 0 && (p.major == 8 || p.major == 9 || p.major == 10) &&
+           !strstr(p.name, "MIG");
 }
 
 // The handle (the probe's, else a new one) and the slots' decode states (about 0.2 s each on an
@@ -460,20 +460,16 @@ si_status si_cuda_jpeg_decode(si_cuda_jpeg *j, int k, const uint8_t *pack_h, uin
         j->data[i] = pack_h + q->src[i];
         j->lens[i] = (size_t)q->len[i];
         memset(&j->dst[i], 0, sizeof j->dst[i]);
-        if (!j->exact && !si_yuv_replicated(&sh)) {
+        if (!j->exact) {
             j->dst[i].channel[0] = pack_d + q->dst[i];
             j->dst[i].pitch[0] = (size_t)w * 3;
-            continue;
+            if (!si_yuv_replicated(&sh)) continue;
         }
         const int work = j->exact ? w * h : si_yuv_cw(&sh) * si_yuv_ch(&sh);
         if (work > most) most = work;
         yuv_job *c = &conv[n_conv++];
         *c = (yuv_job){q->dst[i] + si_jpeg_rgb_bytes(w, h), q->dst[i], w, h, sh.hs, sh.vs};
-        if (!j->exact) {
-            j->dst[i].channel[0] = pack_d + q->dst[i];
-            j->dst[i].pitch[0] = (size_t)w * 3;
-            continue;
-        }
+        if (!j->exact) continue;
         const size_t cw = (size_t)si_yuv_cw(&sh), luma = (size_t)w * (size_t)h;
         uint8_t *planes = pack_d + c->yuv;
         j->dst[i].channel[0] = planes;

@@ -215,8 +215,8 @@ si_jpeg_jobs *si_engine_jpeg_jobs(si_engine *e, int slot) {
     return e->be->jpeg_jobs(e, slot);
 }
 
-bool si_engine_gpu_decodes(const si_engine *e) {
-    return e->opts.gpu_decode_per_image && e->be->jpeg_jobs && e->be->jpeg_jobs((si_engine *)e, 0);
+bool si_engine_gpu_decodes(si_engine *e) {
+    return si_engine_jpeg_jobs(e, 0) != NULL;
 }
 
 void si_engine_gpu_decode_off(si_engine *e) {

@@ -187,7 +187,7 @@ si_jpeg_jobs *si_engine_jpeg_jobs(si_engine *e, int slot); /* NULL: no GPU decod
 si_status si_engine_jpeg_decode(si_engine *e, int slot);
 /* Whether the engine decodes JPEGs on the GPU (its hardware decoder came up), and from now on
  * not (the CPU then decodes; the ranks of a job decide together). */
-bool si_engine_gpu_decodes(const si_engine *e);
+bool si_engine_gpu_decodes(si_engine *e);
 void si_engine_gpu_decode_off(si_engine *e);
 /* The GPU JPEG decoder's own device and page-locked bytes (zeros without one). */
 void si_engine_jpeg_memory(si_engine *e, size_t *dev, size_t *pinned);

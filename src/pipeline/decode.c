@@ -415,7 +415,7 @@ si_decode *si_decode_create(const si_pipeline_config *cfg, si_engine *e, si_sour
     si_rs_item *items;
     size_t cap;
     d->packed = cfg->gpu_resize && !pixels_in && si_engine_pack(e, 0, &items, &cap) != NULL;
-    d->gpu_decode = d->packed && si_engine_jpeg_jobs(e, 0) != NULL;
+    d->gpu_decode = d->packed && si_engine_gpu_decodes(e);
     d->pk.crop = d->img;
     pthread_mutex_init(&d->pk.mu, NULL);
     d->jitems = si_xmalloc(sizeof(si_rs_item) * B);
