@@ -316,4 +316,24 @@ SI_HD static inline void si_yuv_refancy(uint8_t *rgb, const uint8_t *cb_p, const
     }
 }
 
+/* The whole image on the host, what k_unreplicate and k_refancy (cuda/jpeg.cu) do on the GPU:
+ * the chroma planes cb_p, cr_p (cw x ch each) recovered from the replicated rgb, then every pixel
+ * converted in place. known[i] (where not NULL): whether chroma sample i was exact. Returns how
+ * many samples were clamped whole. */
+static inline long si_yuv_unreplicate_image(uint8_t *rgb, const si_yuv_shape *s, uint8_t *cb_p,
+                                            uint8_t *cr_p, uint8_t *known) {
+    const int cw = si_yuv_cw(s), ch = si_yuv_ch(s);
+    long clamped = 0;
+    for (int y = 0; y < ch; y++)
+        for (int x = 0; x < cw; x++) {
+            const int i = y * cw + x;
+            const bool exact = si_yuv_unreplicate(rgb, s, x, y, cb_p + i, cr_p + i);
+            clamped += !exact;
+            if (known) known[i] = exact;
+        }
+    for (int y = 0; y < ch; y++)
+        for (int x = 0; x < cw; x++) si_yuv_refancy(rgb, cb_p, cr_p, s, x, y);
+    return clamped;
+}
+
 #endif

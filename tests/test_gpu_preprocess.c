@@ -39,11 +39,7 @@ static void test_unreplicate(unsigned *seed) {
                     rgb[((size_t)y * s.w + x) * 3 + c] = si_yuv_clamp(luma + o[c]);
             }
         memcpy(ref, rgb, px * 3);
-        for (int y = 0; y < ch; y++)
-            for (int x = 0; x < cw; x++)
-                searched += !si_yuv_unreplicate(ref, &s, x, y, cb + y * cw + x, cr + y * cw + x);
-        for (int y = 0; y < ch; y++)
-            for (int x = 0; x < cw; x++) si_yuv_refancy(ref, cb, cr, &s, x, y);
+        searched += si_yuv_unreplicate_image(ref, &s, cb, cr, NULL);
         si_status st = si_cuda_unreplicate(rgb, s.w, s.h, s.hs, s.vs);
         CHECK_MSG(st == SI_OK, "%s", si_error_msg());
         size_t differ = 0;

@@ -434,19 +434,28 @@ static void test_gpu_plan_hostile(const char *dir, si_decoder *d) {
     fclose(m);
 }
 
+/* px (w x h, gray for TJSAMP_GRAY, else RGB) compressed by TurboJPEG with sampling ss, quality
+ * q and flags; *len its size (tjFree it). */
+static uint8_t *compress(const uint8_t *px, int w, int h, int ss, int q, int flags,
+                         unsigned long *len) {
+    tjhandle tj = tjInitCompress();
+    uint8_t *out = NULL;
+    *len = 0;
+    int r = tjCompress2(tj, px, w, 0, h, ss == TJSAMP_GRAY ? TJPF_GRAY : TJPF_RGB, &out, len, ss, q,
+                        flags);
+    tjDestroy(tj);
+    CHECK_MSG(r == 0, "tjCompress2: %s", tjGetErrorStr2(NULL));
+    return r == 0 ? out : NULL;
+}
+
 /* A w x h noise image compressed by TurboJPEG with sampling ss and flags; *len its size. */
 static uint8_t *make_jpeg(int w, int h, int ss, int flags, unsigned *seed, unsigned long *len) {
     int ch = ss == TJSAMP_GRAY ? 1 : 3;
     uint8_t *px = malloc((size_t)w * h * ch);
     for (int i = 0; i < w * h * ch; i++) px[i] = (uint8_t)(test_rand(seed) & 255);
-    tjhandle tj = tjInitCompress();
-    uint8_t *out = NULL;
-    *len = 0;
-    int r = tjCompress2(tj, px, w, 0, h, ch == 1 ? TJPF_GRAY : TJPF_RGB, &out, len, ss, 85, flags);
-    tjDestroy(tj);
+    uint8_t *out = compress(px, w, h, ss, 85, flags, len);
     free(px);
-    CHECK_MSG(r == 0, "tjCompress2: %s", tjGetErrorStr2(NULL));
-    return r == 0 ? out : NULL;
+    return out;
 }
 
 /* The structure walk on files made here: samplings, progressive, a cut and a stray marker. */
@@ -564,12 +573,7 @@ static void test_yuv_matches_libjpeg(void) {
                     uint8_t *px = malloc((size_t)sh.w * (size_t)sh.h * 3);
                     for (int i = 0; i < sh.w * sh.h * 3; i++)
                         px[i] = (uint8_t)((i % 3) * 70 + (i / 3 % sh.w) * 5 + (i / 3 / sh.w) * 3);
-                    tjhandle c = tjInitCompress();
-                    jpg = NULL;
-                    len = 0;
-                    CHECK(tjCompress2(c, px, sh.w, 0, sh.h, TJPF_RGB, &jpg, &len, samp[k].ss, 90,
-                                      0) == 0);
-                    tjDestroy(c);
+                    jpg = compress(px, sh.w, sh.h, samp[k].ss, 90, 0, &len);
                     free(px);
                 } else {
                     jpg = make_jpeg(sh.w, sh.h, samp[k].ss, 0, &seed, &len);
@@ -611,63 +615,54 @@ static void test_yuv_matches_libjpeg(void) {
 
 /* --decode gpu's recovery of libjpeg-turbo's pixels from the hardware's RGB (io/yuv.h), on the
  * host: the hardware's RGB is libjpeg-turbo's with TJFLAG_FASTUPSAMPLE, value for value (measured
- * on an H100, docs/performance.md), so that decode stands in for it here. Recovers the chroma
- * planes as k_unreplicate does and converts every pixel as k_refancy does; known[] says which
- * chroma samples were exact. */
-static void unreplicate_image(uint8_t *rgb, const si_yuv_shape *s, uint8_t *known) {
-    const int cw = si_yuv_cw(s), ch = si_yuv_ch(s);
-    uint8_t *cb = malloc((size_t)cw * (size_t)ch * 2), *cr = cb + (size_t)cw * (size_t)ch;
-    for (int y = 0; y < ch; y++)
-        for (int x = 0; x < cw; x++)
-            known[y * cw + x] = si_yuv_unreplicate(rgb, s, x, y, cb + y * cw + x, cr + y * cw + x);
-    for (int y = 0; y < ch; y++)
-        for (int x = 0; x < cw; x++) si_yuv_refancy(rgb, cb, cr, s, x, y);
-    free(cb);
-}
+ * on an H100, docs/performance.md), so that decode stands in for it here. */
+typedef struct {
+    long values, equal, replicated_equal; /* values equal libjpeg-turbo's: after, before */
+    long blocks, clamped;                 /* chroma samples, and those clamped whole */
+    long broken; /* pixels away from clamped blocks that still differ: must be none */
+} unrep_stats;
 
-/* One JPEG through that recovery against libjpeg-turbo's own RGB: every pixel whose block and
- * neighbouring blocks had their chroma recovered exactly must be libjpeg-turbo's (the others may
- * differ). Adds to *values / *equal; returns the pixels that broke the rule. */
-static long check_unreplicate(tjhandle tj, const uint8_t *jpg, unsigned long len, int hs, int vs,
-                              long *values, long *equal, long *blocks, long *unknown) {
+/* One JPEG through si_yuv_unreplicate_image against libjpeg-turbo's own RGB: every pixel whose
+ * block and neighbouring blocks had their chroma recovered exactly must be libjpeg-turbo's (the
+ * others may differ). Adds to *st. */
+static void check_unreplicate(tjhandle tj, const uint8_t *jpg, unsigned long len, int hs, int vs,
+                              unrep_stats *st) {
     int w, h, ss, cs;
     CHECK(tjDecompressHeader3(tj, jpg, len, &w, &h, &ss, &cs) == 0);
     const si_yuv_shape s = {w, h, hs, vs};
     const int cw = si_yuv_cw(&s), ch = si_yuv_ch(&s);
     uint8_t *got = malloc((size_t)w * h * 3), *want = malloc((size_t)w * h * 3);
-    uint8_t *known = malloc((size_t)cw * ch);
+    uint8_t *known = malloc((size_t)cw * ch), *planes = malloc(si_yuv_chroma_bytes(&s));
     CHECK(tjDecompress2(tj, jpg, len, got, w, 0, h, TJPF_RGB, TJFLAG_FASTUPSAMPLE) == 0);
     CHECK(tjDecompress2(tj, jpg, len, want, w, 0, h, TJPF_RGB, 0) == 0);
-    unreplicate_image(got, &s, known);
-    long broken = 0;
-    for (int i = 0; i < cw * ch; i++) *unknown += !known[i];
-    *blocks += (long)cw * ch;
+    for (size_t v = 0; v < (size_t)w * h * 3; v++) st->replicated_equal += got[v] == want[v];
+    st->clamped += si_yuv_unreplicate_image(got, &s, planes, planes + (size_t)cw * ch, known);
+    st->blocks += (long)cw * ch;
     for (int y = 0; y < h; y++)
         for (int x = 0; x < w; x++) {
             const size_t at = ((size_t)y * w + x) * 3;
             int same = 0;
             for (int c = 0; c < 3; c++) same += got[at + c] == want[at + c];
-            *values += 3;
-            *equal += same;
+            st->values += 3;
+            st->equal += same;
             bool all_known = true;
             for (int dy = -1; dy <= 1; dy++)
                 for (int dx = -1; dx <= 1; dx++) {
                     int X = x / hs + dx, Y = y / vs + dy;
                     if (X >= 0 && Y >= 0 && X < cw && Y < ch) all_known &= known[Y * cw + X] != 0;
                 }
-            broken += all_known && same != 3;
+            st->broken += all_known && same != 3;
         }
     free(got);
     free(want);
     free(known);
-    return broken;
+    free(planes);
 }
 
-/* The inversion from offset differences to chroma over all 65,536 pairs; the search's candidates
- * (each offset of the window once, rings outwards); the block-wise upsampling against
- * si_yuv_chroma's at every pixel; then the recovery on made images of each subsampling (smooth
- * ones, never clamped: every pixel exact; noise, often clamped) and on the photos of DIR. */
-static void test_unreplicate(const char *dir) {
+/* The recovery's parts: the search's candidates (each offset of the window once, rings
+ * outwards); the block-wise upsampling against si_yuv_chroma's at every pixel; the inversion
+ * from offset differences to chroma over all 65,536 pairs. */
+static void test_unreplicate_parts(void) {
     int wrong = 0;
     static int seen[2 * SI_YUV_SEARCH + 1][2 * SI_YUV_SEARCH + 1];
     for (int i = 0, last = 0; i < SI_YUV_CANDIDATES; i++) {
@@ -716,6 +711,11 @@ static void test_unreplicate(const char *dir) {
             wrong += !si_yuv_chroma_of(o[0] - o[2], o[1] - o[2], &cb, &cr) || cb != b || cr != r;
         }
     CHECK_MSG(wrong == 0, "si_yuv_chroma_of: %d of 65536 chroma pairs not recovered", wrong);
+}
+
+/* The recovery on made images of each subsampling: smooth ones, never clamped (every pixel
+ * exact), and noise, often clamped (exact away from the clamped blocks). */
+static void test_unreplicate_made(void) {
     static const struct {
         int ss, hs, vs;
     } samp[] = {{TJSAMP_422, 2, 1}, {TJSAMP_420, 2, 2}, {TJSAMP_440, 1, 2}};
@@ -734,37 +734,39 @@ static void test_unreplicate(const char *dir) {
                     for (int i = 0; i < sh.w * sh.h * 3; i++)
                         px[i] = (uint8_t)(60 + (i % 3) * 30 + (i / 3 % sh.w) * 7 % 50 +
                                           (i / 3 / sh.w) * 3 % 40);
-                    tjhandle c = tjInitCompress();
-                    CHECK(tjCompress2(c, px, sh.w, 0, sh.h, TJPF_RGB, &jpg, &len, samp[k].ss, 90,
-                                      0) == 0);
-                    tjDestroy(c);
+                    jpg = compress(px, sh.w, sh.h, samp[k].ss, 90, 0, &len);
                     free(px);
                 } else {
                     jpg = make_jpeg(sh.w, sh.h, samp[k].ss, 0, &seed, &len);
                 }
                 if (!jpg) continue;
-                long values = 0, equal = 0, blocks = 0, unknown = 0;
-                long broken = check_unreplicate(tj, jpg, len, sh.hs, sh.vs, &values, &equal,
-                                                &blocks, &unknown);
-                CHECK_MSG(broken == 0,
+                unrep_stats st = {0};
+                check_unreplicate(tj, jpg, len, sh.hs, sh.vs, &st);
+                CHECK_MSG(st.broken == 0,
                           "unreplicate %dx%d, %dx%d %s: %ld pixels differ from "
                           "libjpeg-turbo's where every block was recovered",
-                          sh.hs, sh.vs, sh.w, sh.h, smooth ? "smooth" : "noise", broken);
+                          sh.hs, sh.vs, sh.w, sh.h, smooth ? "smooth" : "noise", st.broken);
                 if (smooth)
-                    CHECK_MSG(equal == values && unknown == 0,
+                    CHECK_MSG(st.equal == st.values && st.clamped == 0,
                               "unreplicate %dx%d, %dx%d smooth: %ld of %ld values equal, %ld of "
                               "%ld blocks clamped",
-                              sh.hs, sh.vs, sh.w, sh.h, equal, values, unknown, blocks);
+                              sh.hs, sh.vs, sh.w, sh.h, st.equal, st.values, st.clamped, st.blocks);
                 tjFree(jpg);
             }
         }
-    /* the photos: subsampled YCbCr ones */
+    tjDestroy(tj);
+}
+
+/* The recovery on the subsampled YCbCr photos of DIR: exact away from clamped blocks, and at
+ * least 99% of all values libjpeg-turbo's. */
+static void test_unreplicate_photos(const char *dir) {
     static const char *photos[] = {
         "chelsea_420.jpg",    "astronaut_422.jpg",       "motorcycle_progressive.jpg",
         "retina_restart.jpg", "odd_301x227.jpg",         "odd_1000x50.jpg",
         "odd_50x1000.jpg",    "hubble_1000x872_q95.jpg", "orig_rocket.jpg",
         "orig_retina.jpg"};
-    long values = 0, equal = 0, blocks = 0, unknown = 0, broken = 0, fast_equal = 0;
+    tjhandle tj = tjInitDecompress();
+    unrep_stats st = {0};
     int used = 0;
     for (size_t i = 0; i < sizeof photos / sizeof photos[0]; i++) {
         size_t len;
@@ -774,28 +776,22 @@ static void test_unreplicate(const char *dir) {
         CHECK(tjDecompressHeader3(tj, jpg, (unsigned long)len, &w, &h, &ss, &cs) == 0);
         si_yuv_shape sh = {w, h, tjMCUWidth[ss] / 8, tjMCUHeight[ss] / 8};
         if (cs == TJCS_YCbCr && si_yuv_replicated(&sh)) {
-            uint8_t *a = malloc((size_t)w * h * 3), *b = malloc((size_t)w * h * 3);
-            CHECK(tjDecompress2(tj, jpg, len, a, w, 0, h, TJPF_RGB, TJFLAG_FASTUPSAMPLE) == 0);
-            CHECK(tjDecompress2(tj, jpg, len, b, w, 0, h, TJPF_RGB, 0) == 0);
-            for (size_t v = 0; v < (size_t)w * h * 3; v++) fast_equal += a[v] == b[v];
-            free(a);
-            free(b);
-            broken += check_unreplicate(tj, jpg, (unsigned long)len, sh.hs, sh.vs, &values, &equal,
-                                        &blocks, &unknown);
+            check_unreplicate(tj, jpg, (unsigned long)len, sh.hs, sh.vs, &st);
             used++;
         }
         free(jpg);
     }
     CHECK_MSG(used >= 6, "only %d subsampled photos", used);
-    CHECK_MSG(broken == 0, "unreplicate, photos: %ld pixels differ where every block was recovered",
-              broken);
+    CHECK_MSG(st.broken == 0,
+              "unreplicate, photos: %ld pixels differ where every block was recovered", st.broken);
     /* the replicated RGB itself is far off; the recovery gets nearly all of it back */
-    CHECK_MSG(equal >= 0.99 * (double)values, "unreplicate, photos: only %ld of %ld values equal",
-              equal, values);
+    CHECK_MSG(st.equal >= 0.99 * (double)st.values,
+              "unreplicate, photos: only %ld of %ld values equal", st.equal, st.values);
     printf("unreplicate: %d photos, values equal %.3f%% (replicated chroma %.3f%%), blocks clamped "
            "whole %.3f%%\n",
-           used, 100.0 * (double)equal / (double)values,
-           100.0 * (double)fast_equal / (double)values, 100.0 * (double)unknown / (double)blocks);
+           used, 100.0 * (double)st.equal / (double)st.values,
+           100.0 * (double)st.replicated_equal / (double)st.values,
+           100.0 * (double)st.clamped / (double)st.blocks);
     tjDestroy(tj);
 }
 
@@ -851,7 +847,9 @@ int main(int argc, char **argv) {
     test_gpu_plan_hostile(argv[1], d);
     test_jpeg_scan();
     test_yuv_matches_libjpeg();
-    test_unreplicate(argv[1]);
+    test_unreplicate_parts();
+    test_unreplicate_made();
+    test_unreplicate_photos(argv[1]);
     test_tables_per_image();
     test_gpu_fit_rule();
     test_interp_names();
