@@ -37,7 +37,7 @@ static si_status host_alloc(void **p, size_t bytes) {
 }
 
 extern "C" long si_cuda_backend_alloc_calls(void) {
-    return __atomic_load_n(&n_alloc_calls, __ATOMIC_RELAXED) + si_cuda_jpeg_alloc_calls();
+    return __atomic_load_n(&n_alloc_calls, __ATOMIC_RELAXED);
 }
 
 // the model: every node, then the outputs as float row-major into the slot's out_d
@@ -347,14 +347,14 @@ static si_status init_steps(si_engine *e, cuda_state *cs) {
     if (st == SI_OK) st = init_nodes(e, cs);
     STEP(3);
     if (st == SI_OK) st = warm_up(e, cs);
-    if (st == SI_OK && cs->jpeg && si_cuda_jpeg_ready(cs->jpeg) != SI_OK) { // made meanwhile
-        // no hardware decoder after all (the run planned for it while its handle was being
-        // made, si_cuda_hw_jpeg_expected): the CPU decodes, the job says so or stops
-        char why[256];
-        if (si_cuda_hw_jpeg(why, sizeof why)) si_log_warn("cuda: %s", si_error_msg());
-        si_cuda_jpeg_free(cs->jpeg);
-        cs->jpeg = NULL;
-    }
+    // the decoder's states are still being made (si_cuda_jpeg_create): each slot decodes on the
+    // GPU from when its own is made, on the CPU until then (si_jpeg_jobs.ready), unless
+    // SI_DECODE_WAIT=1 asks for them now, so that every batch of a run splits alike (tests,
+    // measurements); a failure is said at the first batch
+    const char *wait = getenv("SI_DECODE_WAIT");
+    if (st == SI_OK && cs->jpeg && wait && !strcmp(wait, "1") &&
+        si_cuda_jpeg_ready(cs->jpeg) != SI_OK)
+        si_error_clear();
     STEP(4);
     if (st == SI_OK && !e->opts.no_graphs) st = capture_graphs(e, cs);
     STEP(5);
@@ -418,12 +418,16 @@ static si_jpeg_jobs *cuda_jpeg_jobs(si_engine *e, int slot) {
     si_jpeg_jobs *q = si_cuda_jpeg_jobs(cs->jpeg, slot);
     q->dst_base = cs->plan.dev.dec - cs->plan.dev.pack;
     q->dst_cap = cs->plan.dec_cap;
+    int usable = si_cuda_jpeg_usable(cs->jpeg, slot);
+    q->ready = usable == 1;
+    if (usable < 0 && !__atomic_exchange_n(&cs->jpeg_failed, true, __ATOMIC_RELAXED)) {
+        // the hardware decoder did not come up after all: the CPU decodes (the job checked
+        // that the GPU has one; what failed here is nvJPEG's set-up)
+        si_cuda_jpeg_ready(cs->jpeg);
+        si_log_warn("%s; the CPU decodes every image instead", si_error_msg());
+        si_error_clear();
+    }
     return q;
-}
-
-static void cuda_jpeg_memory(si_engine *e, size_t *dev, size_t *pinned) {
-    long calls;
-    si_cuda_jpeg_memory(((cuda_state *)e->state)->jpeg, dev, pinned, &calls);
 }
 
 static si_status cuda_jpeg_decode(si_engine *e, int slot) {
@@ -575,7 +579,6 @@ extern "C" const si_backend si_cuda_backend = {
     .submit = cuda_submit,
     .jpeg_jobs = cuda_jpeg_jobs,
     .jpeg_decode = cuda_jpeg_decode,
-    .jpeg_memory = cuda_jpeg_memory,
     .collect = cuda_collect,
     .times = cuda_times,
     .run_compute = cuda_run_compute,

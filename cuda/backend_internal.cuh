@@ -80,6 +80,7 @@ typedef struct {
     bool dw_cudnn;     // SI_CUDNN_DEPTHWISE=1: cuDNN runs depthwise convs, no prologue fusion
     float pscale[3], pshift[3];
     si_cuda_jpeg *jpeg; // --decode gpu: the hardware JPEG decoder (NULL: none)
+    bool jpeg_failed;   // its set-up failed after all (said once; the CPU decodes)
     cudaEvent_t t_ref; // a timed event and the host clock when it completed: the GPU's times on
     double t_ref_host; // the host's clock (--timeline)
 } cuda_state;

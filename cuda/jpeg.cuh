@@ -14,10 +14,6 @@ extern "C" {
 
 typedef struct si_cuda_jpeg si_cuda_jpeg;
 
-// nvJPEG allocations and frees made through our hooks so far, every decoder of the process
-// (added to si_cuda_backend_alloc_calls: the steady state makes none).
-long si_cuda_jpeg_alloc_calls(void);
-
 // Whether this process can decode on the current device's hardware JPEG decoder; why not in why.
 // Loads the library and creates (then frees) a handle on the first call; the answer is kept.
 bool si_cuda_jpeg_available(char *why, size_t cap);
@@ -31,21 +27,21 @@ void si_cuda_jpeg_free(si_cuda_jpeg *j);
 
 // The decoder's handle (the GPU's set-up thread may still be making it: its probe's, see
 // si_cuda_prewarm_start) and its states are made on a thread of their own from
-// si_cuda_jpeg_create on, so that the engine's set-up runs meanwhile (joined before the graph
-// capture); this waits for them: SI_ERR_UNSUPPORTED with si_cuda_jpeg_available's reason where
-// there is no hardware decoder after all. Call before the first decode.
+// si_cuda_jpeg_create on, so that the engine's set-up and the run's first batches (decoded by the
+// CPU) go on meanwhile. si_cuda_jpeg_ready waits for all of them: SI_ERR_UNSUPPORTED with
+// si_cuda_jpeg_available's reason where there is no hardware decoder after all.
+// si_cuda_jpeg_usable does not wait: 1 when slot k's state is made, 0 not yet, -1 never (then
+// si_cuda_jpeg_ready says why).
 si_status si_cuda_jpeg_ready(si_cuda_jpeg *j);
+int si_cuda_jpeg_usable(si_cuda_jpeg *j, int k);
 
 // Slot k's job list, emptied.
 si_jpeg_jobs *si_cuda_jpeg_jobs(si_cuda_jpeg *j, int k);
 
-// Queues slot k's jobs on stream s: bitstreams from pack_h, pixels to pack_d (si_jpeg_jobs).
-// On failure nothing more is queued, the slot's state is reset and the message says which
-// status nvJPEG gave.
+// Queues slot k's jobs on stream s: bitstreams from pack_h, pixels to pack_d (si_jpeg_jobs);
+// waits for the slot's state first if it is not made yet. On failure nothing more is queued, the
+// slot's state is reset and the message says which status nvJPEG gave.
 si_status si_cuda_jpeg_decode(si_cuda_jpeg *j, int k, const uint8_t *pack_h, uint8_t *pack_d,
                               cudaStream_t s);
-
-// Device and pinned bytes nvJPEG has allocated through us so far, and how many allocations.
-void si_cuda_jpeg_memory(const si_cuda_jpeg *j, size_t *dev, size_t *pinned, long *calls);
 
 #endif

@@ -121,9 +121,10 @@ static void check_precision(const char *model, int prec) {
 }
 
 /* --decode gpu's path: B JPEGs of different sizes decoded by the hardware into the slots'
- * decode areas and resized there, 30 batches over 2 slots. After each slot's first batch no
- * allocation call (nvJPEG's buffers come through our counting allocators) and no change in the
- * device memory in use; every batch's outputs equal the first's bit for bit. */
+ * decode areas and resized there, 30 batches over 2 slots (the first decode of each waits for its
+ * slot's decoder state). After each slot's first batch no allocation call of the backend's and no
+ * change in the device memory in use (nvJPEG's own allocations, which no allocator hook of ours
+ * sees, would show there); every batch's outputs equal the first's bit for bit. */
 static void check_jpeg_steady(const char *model, bool exact) {
     char why[256];
     if (!si_cuda_hw_jpeg(why, sizeof why)) {

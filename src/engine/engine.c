@@ -223,11 +223,6 @@ void si_engine_gpu_decode_off(si_engine *e) {
     e->opts.gpu_decode_per_image = 0;
 }
 
-void si_engine_jpeg_memory(si_engine *e, size_t *dev, size_t *pinned) {
-    *dev = *pinned = 0;
-    if (e->be->jpeg_memory) e->be->jpeg_memory(e, dev, pinned);
-}
-
 si_status si_engine_jpeg_decode(si_engine *e, int slot) {
     SI_ASSERT(slot >= 0 && slot < e->n_slots && e->be->jpeg_decode);
     return e->be->jpeg_decode(e, slot);

@@ -34,6 +34,8 @@ typedef struct {
     int32_t *w, *h, *sub;
     uint64_t dst_base, dst_cap; /* the decode area: bytes [dst_base, dst_base + dst_cap) of the
                                    device's packed buffer (set by the backend) */
+    bool ready; /* the slot's decoder is set up (set by the backend when handed out): until then
+                   (the first batches of a run) the caller decodes on the CPU */
 } si_jpeg_jobs;
 
 /* An image's RGB in the decode area, rounded up so that its planes after it start aligned. */
@@ -117,9 +119,6 @@ typedef struct {
      * those images on the CPU instead. NULL where the backend has no JPEG decoder */
     si_jpeg_jobs *(*jpeg_jobs)(si_engine *e, int slot);
     si_status (*jpeg_decode)(si_engine *e, int slot);
-    /* the JPEG decoder's own buffers so far (nvJPEG's, through the backend's counting
-     * allocators): device and page-locked host bytes. NULL where there is no decoder */
-    void (*jpeg_memory)(si_engine *e, size_t *dev, size_t *pinned);
     /* waits for the slot; outs[o] = its host outputs (max_batch rows), valid until resubmitted */
     si_status (*collect)(si_engine *e, int slot, const float **outs);
     /* after collect: when the backend began and finished running the slot's batch (si_now()
@@ -189,8 +188,6 @@ si_status si_engine_jpeg_decode(si_engine *e, int slot);
  * not (the CPU then decodes; the ranks of a job decide together). */
 bool si_engine_gpu_decodes(si_engine *e);
 void si_engine_gpu_decode_off(si_engine *e);
-/* The GPU JPEG decoder's own device and page-locked bytes (zeros without one). */
-void si_engine_jpeg_memory(si_engine *e, size_t *dev, size_t *pinned);
 si_status si_engine_collect(si_engine *e, int slot, const float **outs);
 si_status si_engine_slot_times(si_engine *e, int slot, double *t0, double *t1);
 /* Whether the engine runs on a GPU (its memory summary in e->mem is filled), for reports. */

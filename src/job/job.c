@@ -249,12 +249,13 @@ static si_status choose_decoder(si_job_state *J) {
     return settle_decoder(J, ok, why);
 }
 
-/* After the engine, where it planned for the decoder: whether it came up on every rank. */
+/* After the engine, where it planned for the decoder: whether every rank's GPU has one after all
+ * (the probe's handle; the slots' decode states come up during the run, cuda/jpeg.cuh). */
 static si_status confirm_decoder(si_job_state *J) {
     if (!J->decode_expected) return SI_OK;
     char why[200];
     si_cuda_prewarm_join();
-    bool ok = si_cuda_hw_jpeg(why, sizeof why), up = si_engine_gpu_decodes(J->e);
+    bool ok = si_cuda_hw_jpeg(why, sizeof why), up = ok && si_engine_gpu_decodes(J->e);
     if (ok && !up) snprintf(why, sizeof why, "its decoder could not be set up (the warning above)");
     si_status st = settle_decoder(J, up, why);
     if (st == SI_OK && !J->eo.gpu_decode_per_image) si_engine_gpu_decode_off(J->e);

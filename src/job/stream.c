@@ -175,10 +175,7 @@ static void run_pipeline(si_job_state *J) {
     if (si_engine_on_gpu(J->e)) {
         size_t used = 0, total = 0;
         if (si_cuda_mem_info(&used, &total) == SI_OK) mine->gpu_mem_kb = used / 1024;
-        size_t dev = 0, pinned = 0;
-        si_engine_jpeg_memory(J->e, &dev, &pinned);
-        mine->jpeg_dev_kb = dev / 1024;
-        mine->jpeg_pinned_kb = pinned / 1024;
+        mine->gpu_plan_kb = J->e->mem.device_total / 1024;
     }
 #endif
 }

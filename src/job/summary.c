@@ -104,13 +104,14 @@ static void print_rates(const si_rank_stats *ranks, int size) {
     for (int r = 0; r < size; r++) {
         const si_rank_stats *s = &ranks[r];
         if (s->gpu < 0) continue;
-        printf("  rank %d: GPU %d, %.1f MiB of device memory in use at the end", r, s->gpu,
-               (double)s->gpu_mem_kb / 1024.0);
-        if (s->jpeg_dev_kb || s->jpeg_pinned_kb) /* beside the planned block (shardinfer plan) */
-            printf(", of which nvJPEG's own buffers %.1f MiB (and %.1f MiB of page-locked host "
-                   "memory)",
-                   (double)s->jpeg_dev_kb / 1024.0, (double)s->jpeg_pinned_kb / 1024.0);
-        printf("\n");
+        /* the device's whole use (cudaMemGetInfo): beside the plan are the CUDA context, the
+         * libraries' own buffers (cuDNN, cuBLASLt, nvJPEG's, which take no allocator of ours),
+         * and any other process on that GPU */
+        printf("  rank %d: GPU %d, %.1f MiB of device memory in use at the end: the planned %.1f "
+               "MiB and %.1f MiB beside it (CUDA context, libraries%s, other processes)\n",
+               r, s->gpu, (double)s->gpu_mem_kb / 1024.0, (double)s->gpu_plan_kb / 1024.0,
+               ((double)s->gpu_mem_kb - (double)s->gpu_plan_kb) / 1024.0,
+               s->gpu_decoded ? ", nvJPEG's buffers" : "");
     }
 }
 

@@ -245,15 +245,16 @@ static si_image_status plan_one(si_decode *d, const uint8_t *data, size_t len, u
 
 /* --decode gpu: which of the images the hardware can take go to the CPU instead, as many as
  * d->cpu_share of them, spread evenly; then room for the rest (an image without room stays on
- * the CPU). Sequential: a few hundred cheap steps. */
-static int split_batch(si_decode *d, const si_read_slot *sl, uint32_t *n_cpu) {
+ * the CPU). All of them while the slot's decoder is not set up yet (hw false: a run's first
+ * batches). Sequential: a few hundred cheap steps. */
+static int split_batch(si_decode *d, const si_read_slot *sl, bool hw, uint32_t *n_cpu) {
     double acc = 0.5;
     int n_gpu = 0;
     *n_cpu = 0;
     for (uint32_t j = 0; j < sl->n; j++) {
         gpu_job *g = &d->gj[j];
         g->on_gpu = false;
-        if (g->kind == 2) {
+        if (g->kind == 2 && hw) {
             acc += d->cpu_share;
             if (acc >= 1.0) {
                 acc -= 1.0;
@@ -324,7 +325,7 @@ static void decode_for_gpu_decode(si_decode *d, const si_read_slot *sl, int32_t 
         if (status[j] != SI_IMG_OK) pack_drop(&d->pk);
     }
     uint32_t n_cpu;
-    int n_gpu = split_batch(d, sl, &n_cpu);
+    int n_gpu = split_batch(d, sl, q->ready, &n_cpu);
     q->n = 0;
     for (uint32_t j = 0; j < sl->n; j++) {
         const gpu_job *g = &d->gj[j];

@@ -53,7 +53,7 @@ typedef struct {
     double t_init;        /* the engine's set-up before the pipeline started (GPU: warm-up) */
     int gpu;              /* the rank's GPU, -1 on the CPU */
     uint64_t gpu_mem_kb;  /* device memory in use at the end (cudaMemGetInfo) */
-    uint64_t jpeg_dev_kb, jpeg_pinned_kb; /* of it, and page-locked: the JPEG decoder's own */
+    uint64_t gpu_plan_kb; /* of it, the engine's planned block (shardinfer plan) */
     uint64_t cpu_resized; /* --resize-on gpu: images resized here instead (buffer full, or a
                              filter wider than the GPU's) */
     uint64_t gpu_decoded; /* --decode gpu: images the GPU's hardware decoder decoded */
