@@ -30,8 +30,19 @@ static si_status dev_alloc(void **p, size_t bytes) {
     return SI_OK;
 }
 
-static si_status host_alloc(void **p, size_t bytes) {
+// The page-locked block: pages of our own mapping (huge where the kernel gives them, faulted in by
+// the OpenMP team) registered with CUDA, else cudaHostAlloc's (*mapped says which).
+static si_status host_alloc(void **p, size_t bytes, bool *mapped) {
     __atomic_add_fetch(&n_alloc_calls, 1, __ATOMIC_RELAXED);
+    *mapped = false;
+    void *q = si_pages_alloc(bytes);
+    if (q && cudaHostRegister(q, bytes ? bytes : 1, cudaHostRegisterPortable) == cudaSuccess) {
+        *p = q;
+        *mapped = true;
+        return SI_OK;
+    }
+    cudaGetLastError(); // a registration refused: CUDA's own allocation instead
+    si_pages_free(q, bytes);
     cudaCheck(cudaHostAlloc(p, bytes ? bytes : 1, cudaHostAllocPortable));
     return SI_OK;
 }
@@ -175,7 +186,8 @@ static si_status alloc_blocks(si_engine *e, cuda_state *cs) {
                                "cannot allocate the planned %.1f MiB on the GPU (shardinfer "
                                "plan shows the budget; lower --batch or --slots): ",
                                (double)p->device_total / 1048576.0);
-    if ((st = host_alloc((void **)&cs->host, p->pinned_total)) != SI_OK) return st;
+    if ((st = host_alloc((void **)&cs->host, p->pinned_total, &cs->host_mapped)) != SI_OK)
+        return st;
     cs->consts = cs->dev;
     ltCheck(cublasLtCreate(&cs->lt));
     return SI_OK;
@@ -552,7 +564,12 @@ static void cuda_release(si_engine *e) {
     }
     if (cs->host) {
         __atomic_add_fetch(&n_alloc_calls, 1, __ATOMIC_RELAXED);
-        cudaFreeHost(cs->host);
+        if (cs->host_mapped) {
+            cudaHostUnregister(cs->host);
+            si_pages_free(cs->host, cs->plan.pinned_total);
+        } else {
+            cudaFreeHost(cs->host);
+        }
     }
     si_devplan_free(&cs->plan);
     free(cs->slots);

@@ -81,6 +81,7 @@ typedef struct {
     float pscale[3], pshift[3];
     si_cuda_jpeg *jpeg; // --decode gpu: the hardware JPEG decoder (NULL: none)
     bool jpeg_failed;   // its set-up failed after all (said once; the CPU decodes)
+    bool host_mapped;   // the page-locked block is si_pages_alloc's, registered (else cudaHostAlloc's)
     cudaEvent_t t_ref; // a timed event and the host clock when it completed: the GPU's times on
     double t_ref_host; // the host's clock (--timeline)
 } cuda_state;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -151,6 +152,24 @@ void *si_xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size ? size : 1);
     if (!p) si_fatal(__FILE__, __LINE__, "calloc", "%zu x %zu bytes", n, size);
     return p;
+}
+
+void *si_pages_alloc(size_t n) {
+    void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, n, MADV_HUGEPAGE); /* advice: where THP is off, small pages serve the same */
+#endif
+    /* the first write of each page faults it in, zeroed by the kernel: spread over the team */
+    const long page = 4096;
+    uint8_t *b = p;
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < (long)((n + page - 1) / page); i++) b[i * page] = 0;
+    return p;
+}
+
+void si_pages_free(void *p, size_t n) {
+    if (p) munmap(p, n ? n : 1);
 }
 
 void *si_xrealloc(void *p, size_t n) {

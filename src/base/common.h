@@ -85,6 +85,13 @@ void *si_xcalloc(size_t n, size_t size);
 void *si_xrealloc(void *p, size_t n);
 char *si_xstrdup(const char *s);
 
+/* Zeroed memory of its own mapping, in transparent huge pages where the kernel gives them, its
+ * pages faulted in by the OpenMP team: for a large block about to be page-locked (a block made
+ * so, then registered with CUDA, took 0.12 s where cudaHostAlloc took 0.24 s for 545 MiB, H200).
+ * NULL (errno set) when the mapping fails. Free with si_pages_free and the same size. */
+void *si_pages_alloc(size_t n);
+void si_pages_free(void *p, size_t n);
+
 /* A growable byte buffer; grows geometrically and never shrinks, so a steady state reuses it. */
 typedef struct {
     uint8_t *data;
