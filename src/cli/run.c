@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "job/job.h"
 #include "mpi/ranks.h"
@@ -586,8 +587,14 @@ int si_cli_run(int argc, char **argv) {
     char *cmdline = si_cli_join_args(argc, argv);
     a.job.command_line = cmdline;
     a.job.t_start = t_start;
+    bool gpu_left = false;
+    a.job.gpu_left = &gpu_left;
     int code = si_job_run(&a.job, &m);
     free(cmdline);
     si_mpi_finalize();
+    if (gpu_left) { /* the result is closed, MPI done: the exit returns the GPU's resources */
+        fflush(NULL);
+        _exit(code);
+    }
     return code;
 }

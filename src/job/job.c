@@ -512,7 +512,10 @@ static void job_free(si_job_state *J) {
     free(J->final);
     si_bytes_free(&J->msg);
     free(J->key);
-    si_engine_free(J->e);
+    if (J->cfg->gpu_left && J->e && si_engine_on_gpu(J->e))
+        *J->cfg->gpu_left = true; /* the process's exit releases it */
+    else
+        si_engine_free(J->e);
     si_graph_free(J->g);
     si_source_close(J->set);
     si_lock_release(J->lock); /* last: the result is renamed or left resumable by now */

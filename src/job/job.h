@@ -54,6 +54,10 @@ typedef struct {
     const char *timeline;     /* CSV of the stages' intervals, NULL: none */
     const char *command_line; /* recorded in the result; NULL: "" */
     double t_start;           /* si_now() when the run started (elapsed times); 0: at the call */
+    /* non-NULL: the process ends with the job. A GPU engine (device memory, streams, the JPEG
+     * decoder) is then left to the process's exit and *gpu_left set: the caller finalizes MPI
+     * and ends with _exit (releasing them first took 0.1 s more of a run's end on an H200) */
+    bool *gpu_left;
 } si_job_config;
 
 /* The defaults of `shardinfer run` with no options but the three paths (still NULL here). */
