@@ -7,30 +7,11 @@
 #include <math.h>
 
 #include "cuda/attention.cuh"
+#include "cuda/elem.cuh"
 
 namespace {
 
 constexpr int BN = 64, PAD = 8; // keys per tile, smem row padding (conflict-free ldmatrix)
-
-template <typename T> __device__ inline float tof(T v) {
-    return (float)v;
-}
-template <> __device__ inline float tof<__half>(__half v) {
-    return __half2float(v);
-}
-template <> __device__ inline float tof<__nv_bfloat16>(__nv_bfloat16 v) {
-    return __bfloat162float(v);
-}
-template <typename T> __device__ inline T fromf(float v);
-template <> __device__ inline float fromf<float>(float v) {
-    return v;
-}
-template <> __device__ inline __half fromf<__half>(float v) {
-    return __float2half_rn(v);
-}
-template <> __device__ inline __nv_bfloat16 fromf<__nv_bfloat16>(float v) {
-    return __float2bfloat16_rn(v);
-}
 
 template <typename T> __device__ inline uint32_t pack2(float a, float b);
 template <> __device__ inline uint32_t pack2<__half>(float a, float b) {
@@ -125,7 +106,7 @@ template <typename T, int D>
 __device__ inline void load_kt(T *sm, const T *kt, int ld, int s0, int S) {
     for (int i = threadIdx.x; i < BN * D; i += blockDim.x) {
         int d = i / BN, s = i % BN;
-        sm[s * (D + PAD) + d] = s0 + s < S ? kt[d * ld + s0 + s] : fromf<T>(0.f);
+        sm[s * (D + PAD) + d] = s0 + s < S ? kt[d * ld + s0 + s] : si_from_f<T>(0.f);
     }
 }
 
@@ -218,7 +199,7 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1)
                     int c = nt * 8 + 2 * t4 + (i & 1), r = row[i >> 1]; // key in tile, query row
                     float x = sc[nt][i] * sl2;
                     if (bias && r < T_ && c < live)
-                        x += tof(bias[boff + r * p.bst_t + (int64_t)(s0 + c) * p.bst_s]) * LOG2E;
+                        x += si_to_f(bias[boff + r * p.bst_t + (int64_t)(s0 + c) * p.bst_s]) * LOG2E;
                     sc[nt][i] = c < live ? x : -INFINITY;
                     mx[i >> 1] = fmaxf(mx[i >> 1], sc[nt][i]);
                 }
@@ -309,16 +290,16 @@ __global__ void k_attn_rows(si_k_attn p, const T *__restrict__ q, const T *__res
     const T *qr = q + batch_off(p, b, p.ost[0]) + r * p.ld[0];
     const T *kb = k + batch_off(p, b, p.ost[1]), *vb = v + batch_off(p, b, p.ost[2]);
     const int64_t lk = p.ld[1], lv = p.ld[2];
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = tof(qr[d]);
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = si_to_f(qr[d]);
     __syncthreads();
     const int64_t boff = bias ? batch_off(p, b, p.bst, p.bmod) + r * p.bst_t : 0;
     float mx = -INFINITY;
     for (int64_t s = threadIdx.x; s < S; s += blockDim.x) {
         float acc = 0.f;
         for (int64_t d = 0; d < D; d++)
-            acc += qs[d] * tof(p.trans_b ? kb[s * lk + d] : kb[d * lk + s]);
+            acc += qs[d] * si_to_f(p.trans_b ? kb[s * lk + d] : kb[d * lk + s]);
         acc *= p.scale;
-        if (bias) acc += tof(bias[boff + s * p.bst_s]);
+        if (bias) acc += si_to_f(bias[boff + s * p.bst_s]);
         sc[s] = acc;
         mx = fmaxf(mx, acc);
     }
@@ -334,8 +315,8 @@ __global__ void k_attn_rows(si_k_attn p, const T *__restrict__ q, const T *__res
     T *yr = y + batch_off(p, b, p.ost[3]) + r * p.ld[3];
     for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
         float acc = 0.f;
-        for (int64_t s = 0; s < S; s++) acc += sc[s] * tof(vb[s * lv + d]);
-        yr[d] = fromf<T>(acc * inv);
+        for (int64_t s = 0; s < S; s++) acc += sc[s] * si_to_f(vb[s * lv + d]);
+        yr[d] = si_from_f<T>(acc * inv);
     }
 }
 

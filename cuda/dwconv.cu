@@ -10,6 +10,7 @@
 // (kh, kw, C), so a thread reads its taps as vectors and converts nothing.
 #include "cuda/act.cuh"
 #include "cuda/dwconv.cuh"
+#include "cuda/elem.cuh"
 #include "cuda/kernels.cuh"
 
 #include <stdint.h>
@@ -19,26 +20,6 @@
 
 namespace {
 
-__device__ __forceinline__ float to_f(float v) {
-    return v;
-}
-__device__ __forceinline__ float to_f(__half v) {
-    return __half2float(v);
-}
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) {
-    return __bfloat162float(v);
-}
-template <typename T> __device__ __forceinline__ T from_f(float v);
-template <> __device__ __forceinline__ float from_f<float>(float v) {
-    return v;
-}
-template <> __device__ __forceinline__ __half from_f<__half>(float v) {
-    return __float2half_rn(v);
-}
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
-    return __float2bfloat16_rn(v);
-}
-
 // V channels moved as one access of V * sizeof(T) bytes (16 on the vector path), so the
 // pointer must be aligned to that: the launcher checks it
 template <typename T, int V> struct alignas(V * sizeof(T)) vec { T e[V]; };
@@ -46,13 +27,13 @@ template <typename T, int V> struct alignas(V * sizeof(T)) vec { T e[V]; };
 template <typename T, int V>
 __device__ __forceinline__ void to_f(const vec<T, V> &v, float (&f)[V]) {
 #pragma unroll
-    for (int i = 0; i < V; i++) f[i] = to_f(v.e[i]);
+    for (int i = 0; i < V; i++) f[i] = si_to_f(v.e[i]);
 }
 
 template <typename T, int V> __device__ __forceinline__ vec<T, V> from_f(const float (&f)[V]) {
     vec<T, V> v;
 #pragma unroll
-    for (int i = 0; i < V; i++) v.e[i] = from_f<T>(f[i]);
+    for (int i = 0; i < V; i++) v.e[i] = si_from_f<T>(f[i]);
     return v;
 }
 
@@ -333,7 +314,7 @@ __global__ void __launch_bounds__(256, 2) k_dwconv2(const dw2_params p) {
         if (p.pro && p.pb && c_ok) {
             const raw8<T> v = *reinterpret_cast<const raw8<T> *>((const T *)p.pb + cg);
 #pragma unroll
-            for (int i = 0; i < 8; i++) pb[i] = to_f(v.e[i]);
+            for (int i = 0; i < 8; i++) pb[i] = si_to_f(v.e[i]);
         }
         const T *x = (const T *)p.x + (int64_t)img * p.h * p.w_ * p.c + cg;
         // write the two float4 halves in an order that alternates every 4 threads: the 8
@@ -363,7 +344,7 @@ __global__ void __launch_bounds__(256, 2) k_dwconv2(const dw2_params p) {
                 float f[8];
                 if (in[u]) {
 #pragma unroll
-                    for (int i = 0; i < 8; i++) f[i] = to_f(v[u].e[i]);
+                    for (int i = 0; i < 8; i++) f[i] = si_to_f(v[u].e[i]);
                     if (p.pro) {
 #pragma unroll
                         for (int i = 0; i < 8; i++) f[i] += pb[i];

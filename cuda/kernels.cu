@@ -1,6 +1,7 @@
 // The CUDA backend's own kernels; see kernels.cuh. Each mirrors a CPU kernel in
 // src/cpu/kernels.c formula for formula (same activation bodies, same resize taps in double), so
 // FP32 results differ from the CPU's only by summation order.
+#include "cuda/elem.cuh"
 #include "cuda/kernels.cuh"
 #include "cuda/act.cuh"
 
@@ -14,23 +15,11 @@ size_t si_gtype_size(int t) {
 }
 
 // --- element types ----------------------------------------------------------------------------
-__device__ __forceinline__ float ld(const float *p, int64_t i) {
-    return p[i];
+template <typename T> __device__ __forceinline__ float ld(const T *p, int64_t i) {
+    return si_to_f(p[i]);
 }
-__device__ __forceinline__ float ld(const __half *p, int64_t i) {
-    return __half2float(p[i]);
-}
-__device__ __forceinline__ float ld(const __nv_bfloat16 *p, int64_t i) {
-    return __bfloat162float(p[i]);
-}
-__device__ __forceinline__ void st(float *p, int64_t i, float v) {
-    p[i] = v;
-}
-__device__ __forceinline__ void st(__half *p, int64_t i, float v) {
-    p[i] = __float2half_rn(v);
-}
-__device__ __forceinline__ void st(__nv_bfloat16 *p, int64_t i, float v) {
-    p[i] = __float2bfloat16_rn(v);
+template <typename T> __device__ __forceinline__ void st(T *p, int64_t i, float v) {
+    p[i] = si_from_f<T>(v);
 }
 
 // kernel_math.h's formula, the CPU's own
