@@ -54,6 +54,8 @@ extern "C" long si_cuda_backend_alloc_calls(void) {
 // the model: every node, then the outputs as float row-major into the slot's out_d
 static si_status enqueue_model(si_engine *e, cuda_state *cs, slot_x *sl) {
     si_graph *g = e->g;
+    // --profile: what was queued before (the inputs' upload) is not the first node's time
+    if (e->node_seconds) cudaCheck(cudaStreamSynchronize(sl->stream));
     for (int j = 0; j < g->n_nodes; j++) {
         if (g->nodes[j].op == SI_OP_HOST) continue;
         double t0 = e->node_seconds ? si_now() : 0;
