@@ -56,7 +56,7 @@ typedef struct {
     double t_start;           /* si_now() when the run started (elapsed times); 0: at the call */
     /* non-NULL: the process ends with the job. A GPU engine (device memory, streams, the JPEG
      * decoder) is then left to the process's exit and *gpu_left set: the caller finalizes MPI
-     * and ends with _exit (releasing them first took 0.1 s more of a run's end on an H200) */
+     * and ends with _exit (releasing them first made the end of a run 0.2-0.6 s longer, H100) */
     bool *gpu_left;
 } si_job_config;
 
