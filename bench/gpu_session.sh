@@ -235,7 +235,7 @@ if [ -x $BIN/test_gpu_engine ]; then # the slot ring's steady state, the JPEG pa
   timeout 300 $BIN/test_gpu_engine $M/mobilenet_v2/model.onnx > $OUT/test_gpu_engine.log 2>&1
   row "test_gpu_engine (mobilenet_v2; jpeg steady state)" "rc=$? $(grep '^jpeg:' $OUT/test_gpu_engine.log | cut -c1-150)"
 fi
-wall() { python3 -c "import sys; print(f'{$N / ($2 - $1):.1f} images/s, wall {$2 - $1:.2f} s')"; }
+wall() { $PY -c "import sys; print(f'{$N / ($2 - $1):.1f} images/s, wall {$2 - $1:.2f} s')"; }
 run1() { # tag, model, extra args: one 1-GPU run of the set; the whole command timed from outside
   local tag=$1 a=$2 t0 rc; shift 2
   t0=$(date +%s.%N)

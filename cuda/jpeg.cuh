@@ -15,7 +15,8 @@ extern "C" {
 typedef struct si_cuda_jpeg si_cuda_jpeg;
 
 // Whether this process can decode on the current device's hardware JPEG decoder; why not in why.
-// Loads the library and creates (then frees) a handle on the first call; the answer is kept.
+// Loads the library and creates a handle on the first call (kept for the first decoder's
+// make_states, which would otherwise make its own); the answer is kept.
 bool si_cuda_jpeg_available(char *why, size_t cap);
 
 // A decoder for `slots` slots of up to max_batch images each, to the hardware's RGB with its
