@@ -238,6 +238,13 @@ static si_status init_nodes(si_engine *e, cuda_state *cs) {
     si_cuda_autotune_load(memo, e->opts.autotune_dir, dev, cs->plan.workspace);
     const char *dw_env = getenv("SI_CUDNN_DEPTHWISE"); // read once: the A/B switch
     cs->dw_cudnn = dw_env && *dw_env && strcmp(dw_env, "0") != 0;
+    // CUTLASS's fused Linear + activation is built for sm_90a (H100, H200) alone; SI_LINEAR90=0
+    // is the A/B switch back to cuBLASLt and the activation pass
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    const char *l90_env = getenv("SI_LINEAR90");
+    cs->linear90 = major == 9 && minor == 0 && !(l90_env && strcmp(l90_env, "0") == 0);
     for (int j = 0; j < g->n_nodes && st == SI_OK; j++) {
         int op = g->nodes[j].op;
         if (op == SI_OP_CONV)

@@ -13,6 +13,7 @@
 #include "cuda/check.cuh"
 #include "cuda/jpeg.cuh"
 #include "cuda/kernels.cuh"
+#include "cuda/linear90.cuh"
 extern "C" {
 #include "engine/devplan.h"
 #include "engine/engine.h"
@@ -45,6 +46,10 @@ typedef struct {
     float alpha, beta;
     bool prefill;   // y = broadcast(C) first, then y = alpha*A*B + beta*y
     bool act_after; // activation not done by the epilogue
+    // a Linear layer with bias and GELU on an sm_90 device: CUTLASS's fused kernel (linear90.cuh)
+    // runs it, variant l90 (-1: cuBLASLt and the activation pass); l90p holds its shapes
+    int l90;
+    si_linear90 l90p;
     // MatMul whose batch dims broadcast partially: one launch per output matrix
     int loop_nd;
     int64_t ad[SI_MAX_DIMS], bd[SI_MAX_DIMS], yd[SI_MAX_DIMS];
@@ -81,6 +86,7 @@ typedef struct {
     float pscale[3], pshift[3];
     si_cuda_jpeg *jpeg; // --decode gpu: the hardware JPEG decoder (NULL: none)
     bool jpeg_failed;   // its set-up failed after all (said once; the CPU decodes)
+    bool linear90;      // Linear + bias + GELU may run as one Hopper GEMM (SI_LINEAR90=0: never)
     bool host_mapped;   // the page-locked block is si_pages_alloc's, registered (else cudaHostAlloc's)
     cudaEvent_t t_ref; // a timed event and the host clock when it completed: the GPU's times on
     double t_ref_host; // the host's clock (--timeline)

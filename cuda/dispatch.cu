@@ -216,6 +216,14 @@ static si_status run_expand(const op_ctx *c) {
 static si_status run_matmul(const op_ctx *c) {
     gemm_x *gx = &c->cs->gemm[c->j];
     const si_gnode *n = c->n;
+    if (gx->l90 >= 0) { // Linear + bias + activation in one kernel
+        si_linear90 p = gx->l90p;
+        p.x = c->x;
+        p.w = c->in[1];
+        p.y = c->y;
+        cudaCheck(si_cuda_linear90_run(&p, gx->l90, c->sl->ws, c->s));
+        return SI_OK;
+    }
     if (!gx->loop_nd) {
         const void *r = NULL; // the fused residual, read as it is laid out for this op
         for (int k = 2; k < n->n_in; k++)

@@ -1,6 +1,9 @@
 // The CUDA backend's Gemm and MatMul on cuBLASLt: a matmul descriptor, layouts and a heuristic
 // algorithm per node at init (bias and ReLU as epilogues where cuBLASLt has them), one call per
-// node (or per output matrix of a partially broadcast MatMul) at run time.
+// node (or per output matrix of a partially broadcast MatMul) at run time. A Linear layer with
+// bias and GELU, SiLU or Swish runs instead as one CUTLASS kernel on sm_90 (linear90.cuh), its
+// tile chosen by timing.
+#include <limits.h>
 #include <string.h>
 
 #include "cuda/backend_internal.cuh"
@@ -124,6 +127,93 @@ static void matmul_dims(const si_graph *g, const si_gnode *n, int *nd, int64_t *
     yd[*nd - 1] = bd[*nd - 1];
 }
 
+// Times variant v of p on slot 0's stream (ms per call, the best of a few; < 0 if it failed).
+static float time_linear90(cuda_state *cs, const si_linear90 *p, int v) {
+    slot_x *sl = &cs->slots[0];
+    cudaEvent_t a, b;
+    if (cudaEventCreate(&a) != cudaSuccess) return -1.f;
+    if (cudaEventCreate(&b) != cudaSuccess) {
+        cudaEventDestroy(a);
+        return -1.f;
+    }
+    float best = -1.f;
+    for (int r = 0; r < 4; r++) { // the first run loads the kernel
+        float ms = 0.f;
+        if (cudaEventRecord(a, sl->stream) != cudaSuccess ||
+            si_cuda_linear90_run(p, v, sl->ws, sl->stream) != cudaSuccess ||
+            cudaEventRecord(b, sl->stream) != cudaSuccess || cudaEventSynchronize(b) != cudaSuccess ||
+            cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
+            best = -1.f;
+            break;
+        }
+        if (r > 0 && (best < 0.f || ms < best)) best = ms;
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaGetLastError(); // a failed variant leaves nothing sticky behind (launch errors only)
+    return best;
+}
+
+// Linear + bias + GELU (or SiLU, QuickGELU) as one kernel where this device and build have one:
+// sets x->l90 to the fastest variant (the same shape earlier in the graph reuses its choice), or
+// leaves -1. The variants give the same bits (test_gpu_linear90), so the timing's winner does not
+// change results from run to run.
+static void linear90_init(si_engine *e, cuda_state *cs, int j, int64_t M, int64_t N, int64_t K,
+                          const void *bias) {
+    si_graph *g = e->g;
+    const si_gnode *n = &g->nodes[j];
+    gemm_x *x = &cs->gemm[j];
+    x->l90 = -1;
+    if (!cs->linear90 || cs->t == SI_GT_F32 || M > INT_MAX || N > INT_MAX || K > INT_MAX) return;
+    int act = n->act.kind == SI_ACT_GELU        ? SI_LINEAR90_GELU
+              : n->act.kind == SI_ACT_GELU_TANH ? SI_LINEAR90_GELU_TANH
+                                                : SI_LINEAR90_SWISH;
+    si_linear90 p = {cs->t == SI_GT_BF16 ? SI_LINEAR90_BF16 : SI_LINEAR90_F16,
+                     act,
+                     n->act.kind == SI_ACT_SWISH ? n->act.alpha : 1.f,
+                     (int)M,
+                     (int)N,
+                     (int)K,
+                     vptr(cs, g, &cs->slots[0], n->in[0]),
+                     vptr(cs, g, &cs->slots[0], n->in[1]),
+                     bias,
+                     vptr(cs, g, &cs->slots[0], n->out)};
+    for (int i = 0; i < j; i++) {
+        const gemm_x *o = &cs->gemm[i];
+        if (g->nodes[i].op == SI_OP_MATMUL && o->l90 >= 0 && o->l90p.type == p.type &&
+            o->l90p.act == p.act && o->l90p.alpha == p.alpha && o->l90p.m == p.m &&
+            o->l90p.n == p.n && o->l90p.k == p.k) {
+            size_t ws = 0;
+            if (si_cuda_linear90_ok(&p, o->l90, &ws) && ws <= cs->plan.workspace) {
+                x->l90 = o->l90;
+                x->l90p = p;
+                return;
+            }
+        }
+    }
+    static const char *tiles[] = {"cooperative 128x256", "cooperative 256x128", "ping-pong 64x256",
+                                  "?"};
+    int vs[8], nv = si_cuda_linear90_variants(&p, vs, 8);
+    float best = -1.f;
+    char said[256] = "";
+    for (int i = 0; i < nv; i++) {
+        size_t ws = 0;
+        if (!si_cuda_linear90_ok(&p, vs[i], &ws) || ws > cs->plan.workspace) continue;
+        float ms = nv == 1 ? 0.f : time_linear90(cs, &p, vs[i]);
+        size_t at = strlen(said);
+        snprintf(said + at, sizeof said - at, "%s%s %.3f ms", at ? ", " : "",
+                 tiles[si_cuda_linear90_tile(vs[i]) & 3], ms);
+        if (ms >= 0.f && (best < 0.f || ms < best)) {
+            best = ms;
+            x->l90 = vs[i];
+        }
+    }
+    if (x->l90 >= 0) x->l90p = p;
+    if (e->opts.verbose && x->l90 >= 0)
+        fprintf(stderr, "cuda: %s: Linear + bias + activation as one GEMM, %s tile (%s)\n",
+                n->name, tiles[si_cuda_linear90_tile(x->l90) & 3], said);
+}
+
 si_status si_cuda_matmul_init(si_engine *e, cuda_state *cs, int j) {
     si_graph *g = e->g;
     si_gnode *n = &g->nodes[j];
@@ -168,6 +258,11 @@ si_status si_cuda_matmul_init(si_engine *e, cuda_state *cs, int j) {
     si_status st = lt_setup(cs, x, 0, N, K, 0, K, M, N, M, (int)batch, pb == 1 ? 0 : K * N,
                             pa == 1 ? 0 : M * K, epi, bias);
     if (st != SI_OK) return si_error_prefix(st, "node '%s' (MatMul): ", n->name);
+    x->l90 = -1;
+    if (x->act_after && batch == 1 && !x->loop_nd && bias && n->residual < 0 &&
+        (n->act.kind == SI_ACT_GELU || n->act.kind == SI_ACT_GELU_TANH ||
+         n->act.kind == SI_ACT_SWISH || n->act.kind == SI_ACT_SILU))
+        linear90_init(e, cs, j, M, N, K, bias);
     return SI_OK;
 }
 

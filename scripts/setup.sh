@@ -23,10 +23,12 @@ fi
 py=$(command -v python3)
 venv="$root/.venv"
 stamp="$venv/.requirements.sha256"
-want=$(sha256sum "$root/scripts/requirements.txt" | cut -d' ' -f1)
+want=$(cat "$root/scripts/requirements.txt" "$root/scripts/requirements-headers.txt" | sha256sum | cut -d' ' -f1)
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: creating Python venv in .venv"
   "$py" -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check -r "$root/scripts/requirements.txt"
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps \
+    -r "$root/scripts/requirements-headers.txt"
   echo "$want" > "$stamp"
 fi

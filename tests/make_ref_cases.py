@@ -1224,6 +1224,46 @@ def c_linear_layerscale(c):
     c.output(x)
 
 
+def _mlp(c, approximate, d=64, hidden=256, tokens=37):
+    # a transformer's MLP: Linear + bias + activation, then Linear + bias. On an H100 the first
+    # runs as one CUTLASS GEMM with the activation in its epilogue; 2 x 37 = 74 rows fill no tile.
+    c.opset = 20
+    x = c.input("tokens", normal(c.rng, (2, tokens, d)))
+    h = c.node("MatMul", [x, c.init("fc1_w", normal(c.rng, (d, hidden), d ** -0.5))], ["fc1_mm"])
+    h = c.node("Add", [h, c.init("fc1_b", uniform(c.rng, (hidden,), -0.5, 0.5))], ["fc1"])
+    if approximate == "quick":  # CLIP's QuickGELU as exported: x * Sigmoid(x * 1.702)
+        s = c.node("Mul", [h, c.init("quick", np.array(1.702, np.float32))], ["scaled"])
+        h = c.node("Mul", [h, c.node("Sigmoid", [s], ["gate"])], ["quick_gelu"])
+    elif approximate == "silu":
+        h = c.node("Mul", [h, c.node("Sigmoid", [h], ["gate"])], ["silu"])
+    else:
+        h = c.node("Gelu", [h], ["gelu"], approximate=approximate)
+    y = c.node("MatMul", [h, c.init("fc2_w", normal(c.rng, (hidden, d), hidden ** -0.5))],
+               ["fc2_mm"])
+    c.output(c.node("Add", [y, c.init("fc2_b", uniform(c.rng, (d,), -0.5, 0.5))], ["fc2"]))
+
+
+def c_linear_gelu_mlp(c):
+    _mlp(c, "none")
+
+
+def c_linear_gelu_tanh_mlp(c):
+    _mlp(c, "tanh")
+
+
+def c_linear_gelu_quick_mlp(c):
+    _mlp(c, "quick")
+
+
+def c_linear_gelu_silu_mlp(c):
+    _mlp(c, "silu")
+
+
+def c_linear_gelu_mlp_k36(c):
+    # 36 features: rows of 72 bytes, which TMA cannot load; cuBLASLt and the pass run it
+    _mlp(c, "none", d=36, hidden=144, tokens=5)
+
+
 def c_conv_patchify_vit(c):
     # a ViT's patch embedding (kernel = stride = 8 on 3 channels): the GPU runs it as one GEMM
     x = c.input("images", uniform(c.rng, (2, 3, 32, 40)))

@@ -23,6 +23,7 @@ static const char *backend = "cpu";
 static int precision = SI_PREC_FP32;
 static double vs_cpu = -1;
 static bool no_ref;
+static bool verbose; // --verbose: the engine says what it chose (conv algorithms, fused GEMMs)
 static double worst_parity;
 static char worst_parity_case[256];
 static const char *prefix = ""; /* directory mode: only cases whose names start with it */
@@ -244,7 +245,7 @@ static int run_set(si_model_proto *m, const char *setdir, const char *name) {
         si_graph_free(g);
         goto done;
     }
-    si_engine_opts eo = {.precision = precision, .slots = 1};
+    si_engine_opts eo = {.precision = precision, .slots = 1, .verbose = verbose};
     if ((st = si_engine_create_opts(g, backend, batch, &eo, &e)) != SI_OK) {
         printf("%s %s: %s\n",
                st == SI_ERR_UNSUPPORTED && expect_unsupported(name) ? "UNSUPPORTED (expected)"
@@ -403,6 +404,10 @@ int main(int argc, char **argv) {
             no_ref = true;
             continue;
         }
+        if (!strcmp(argv[first], "--verbose")) { // the engine's choices, to stderr
+            verbose = true;
+            continue;
+        }
         if (first + 1 >= argc) break;
         if (!strcmp(argv[first], "--rtol"))
             rel_tol = atof(argv[++first]);
@@ -431,7 +436,8 @@ int main(int argc, char **argv) {
     if (first >= argc) {
         fprintf(stderr, "usage: run_onnx_cases [--rtol R] [--atol A] [--max-rel R] "
                         "[--prefix P] [--expect-unsupported FILE] [--backend B] "
-                        "[--precision P] [--vs-cpu TOL] [--no-ref] [--skip FILE] DIR...\n");
+                        "[--precision P] [--vs-cpu TOL] [--no-ref] [--skip FILE] [--verbose] "
+                        "DIR...\n");
         return 2;
     }
 #ifdef SI_HAVE_CUDA
