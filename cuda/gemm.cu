@@ -191,8 +191,6 @@ static void linear90_init(si_engine *e, cuda_state *cs, int j, int64_t M, int64_
             }
         }
     }
-    static const char *tiles[] = {"cooperative 128x256", "cooperative 256x128", "ping-pong 64x256",
-                                  "?"};
     int vs[8], nv = si_cuda_linear90_variants(&p, vs, 8);
     float best = -1.f;
     char said[256] = "";
@@ -202,7 +200,7 @@ static void linear90_init(si_engine *e, cuda_state *cs, int j, int64_t M, int64_
         float ms = nv == 1 ? 0.f : time_linear90(cs, &p, vs[i]);
         size_t at = strlen(said);
         snprintf(said + at, sizeof said - at, "%s%s %.3f ms", at ? ", " : "",
-                 tiles[si_cuda_linear90_tile(vs[i]) & 3], ms);
+                 si_cuda_linear90_tile(vs[i]), ms);
         if (ms >= 0.f && (best < 0.f || ms < best)) {
             best = ms;
             x->l90 = vs[i];
@@ -211,7 +209,7 @@ static void linear90_init(si_engine *e, cuda_state *cs, int j, int64_t M, int64_
     if (x->l90 >= 0) x->l90p = p;
     if (e->opts.verbose && x->l90 >= 0)
         fprintf(stderr, "cuda: %s: Linear + bias + activation as one GEMM, %s tile (%s)\n",
-                n->name, tiles[si_cuda_linear90_tile(x->l90) & 3], said);
+                n->name, si_cuda_linear90_tile(x->l90), said);
 }
 
 si_status si_cuda_matmul_init(si_engine *e, cuda_state *cs, int j) {

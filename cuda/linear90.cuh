@@ -30,9 +30,8 @@ int si_cuda_linear90_variants(const si_linear90 *p, int *out, int cap);
 int si_cuda_linear90_ok(const si_linear90 *p, int variant, size_t *ws);
 // enqueues p on s; ws holds at least si_cuda_linear90_ok's bytes (capturable into a graph)
 cudaError_t si_cuda_linear90_run(const si_linear90 *p, int variant, void *ws, cudaStream_t s);
-// the variant's tile: 0 cooperative 128 x 256, 1 cooperative 256 x 128, 2 ping-pong 64 x 256
-// (for --verbose)
-int si_cuda_linear90_tile(int variant);
+// the variant's tile, in words (for --verbose)
+const char *si_cuda_linear90_tile(int variant);
 #else // built without CUTLASS: no variant runs anything
 static inline int si_cuda_linear90_variants(const si_linear90 *p, int *out, int cap) {
     return 0;
@@ -44,8 +43,8 @@ static inline cudaError_t si_cuda_linear90_run(const si_linear90 *p, int variant
                                                cudaStream_t s) {
     return cudaErrorNotSupported;
 }
-static inline int si_cuda_linear90_tile(int variant) {
-    return -1;
+static inline const char *si_cuda_linear90_tile(int variant) {
+    return "?";
 }
 #endif
 

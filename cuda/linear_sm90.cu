@@ -91,18 +91,21 @@ template <class T, int N> struct swish<cutlass::Array<T, N>> : each<swish<T>, T,
 // ping-pong 64 x 256 one (the groups alternate tiles, one's epilogue behind the other's MMAs:
 // the faster at a few hundred rows). si_cuda_linear90_run takes the choice (gemm.cu times them).
 struct coop {
+    static constexpr const char *name = "cooperative 128x256";
     using Tile = Shape<_128, _256, _64>;
     using Cluster = Shape<_2, _1, _1>;
     using Main = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
     using Epi = cutlass::epilogue::TmaWarpSpecializedCooperative;
 };
 struct coop256 {
+    static constexpr const char *name = "cooperative 256x128";
     using Tile = Shape<_256, _128, _64>;
     using Cluster = Shape<_1, _2, _1>;
     using Main = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
     using Epi = cutlass::epilogue::TmaWarpSpecializedCooperative;
 };
 struct pingpong {
+    static constexpr const char *name = "ping-pong 64x256";
     using Tile = Shape<_64, _256, _64>;
     using Cluster = Shape<_2, _1, _1>;
     using Main = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
@@ -161,14 +164,14 @@ template <class E, template <class> class Act, class Cfg> struct linear {
 
 // one table row per (type, activation, tile): si_linear90.variant indexes it
 struct entry {
-    int type, act, tile;
+    int type, act;
+    const char *tile;
     int (*check)(const si_linear90 *, size_t *);
     cudaError_t (*run)(const si_linear90 *, void *, cudaStream_t);
 };
-#define ROW(T, E, A, F, K, C)                                                                      \
-    { T, A, K, linear<E, F, C>::check, linear<E, F, C>::run }
-#define ROWS(T, E, A, F)                                                                           \
-    ROW(T, E, A, F, 0, coop), ROW(T, E, A, F, 1, coop256), ROW(T, E, A, F, 2, pingpong)
+#define ROW(T, E, A, F, C)                                                                         \
+    { T, A, C::name, linear<E, F, C>::check, linear<E, F, C>::run }
+#define ROWS(T, E, A, F) ROW(T, E, A, F, coop), ROW(T, E, A, F, coop256), ROW(T, E, A, F, pingpong)
 const entry table[] = {
     ROWS(SI_LINEAR90_F16, cutlass::half_t, SI_LINEAR90_GELU, gelu_erf),
     ROWS(SI_LINEAR90_BF16, cutlass::bfloat16_t, SI_LINEAR90_GELU, gelu_erf),
@@ -207,6 +210,6 @@ extern "C" cudaError_t si_cuda_linear90_run(const si_linear90 *p, int variant, v
     return table[variant].run(p, ws, s);
 }
 
-extern "C" int si_cuda_linear90_tile(int variant) {
-    return variant >= 0 && variant < n_table ? table[variant].tile : -1;
+extern "C" const char *si_cuda_linear90_tile(int variant) {
+    return variant >= 0 && variant < n_table ? table[variant].tile : "?";
 }

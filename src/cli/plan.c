@@ -106,13 +106,13 @@ static int parse_plan(int argc, char **argv, plan_args *a) {
     return -1;
 }
 
-/* The table of components, per slot and in total. */
 /* nvJPEG's hardware decoder beside the plan, ResNet-50 on an H100: `run --decode gpu` less
  * `--decode cpu` in the summary's memory beside the plan, slots 1-4 x batch 64, 128, 256
  * (44.6, 81-85, 126-130, 165-171 MiB): per slot, whatever the batch */
 #define NVJPEG_MIB_PER_SLOT 41.5
 #define NVJPEG_MIB_FIXED    3.0
 
+/* The table of components, per slot and in total. */
 static void print_plan(const plan_args *a, const si_devplan *p, bool pixels) {
     size_t slots = (size_t)a->slots;
     printf("plan: %s, batch %ld, %s, %ld slots, workspace %ld MiB per slot\n", a->model, a->batch,
