@@ -86,6 +86,26 @@ __device__ __forceinline__ void act_vec(float (&f)[V], const si_act &a) {
 #undef SI_ACT_CASE
 }
 
+// One staged chunk of N channels in float: the loaded values with the prologue (the previous
+// conv's bias and activation) applied where p.pro says, or zeros outside the image. Both
+// kernels' staging loops end here.
+template <bool FAST, int N, typename T>
+__device__ __forceinline__ void stage_chunk(const T (&e)[N], bool in, int pro, const float (&pb)[N],
+                                            const si_act &pact, float (&f)[N]) {
+    if (!in) {
+#pragma unroll
+        for (int i = 0; i < N; i++) f[i] = 0.f;
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < N; i++) f[i] = si_to_f(e[i]);
+    if (pro) {
+#pragma unroll
+        for (int i = 0; i < N; i++) f[i] += pb[i];
+        act_vec<FAST>(f, pact);
+    }
+}
+
 // The tile in shared memory is float, converted (and the prologue applied) once per element as
 // it is staged. A pixel's V channels are V/4 float4 chunks kept in V/4 planes (one float when
 // V == 1), so each 16-byte access of neighbouring threads is one the bank analysis sees.
@@ -133,81 +153,51 @@ struct dw_params {
     int tiles_x;     // tile columns per image
 };
 
-// Template: T element type, V channels per thread, KW and SW the kernel's width and stride along
-// W when known at compile time (0: read from p, with TW == 1), TW outputs per thread along W.
-// The grid: x = tile (row-major over the image), y = image, z = channel slice of cvb * V.
-// Three blocks per SM at most 80 registers: the phases (stage, compute) of one block hide the
-// latency of the others', which measured faster than two blocks with more registers.
-template <typename T, int V, int KW, int SW, int TW, int MINB = 3>
-__global__ void __launch_bounds__(256, MINB) k_dwconv(const dw_params p) {
-    extern __shared__ float4 smem[];
-    float *tile = reinterpret_cast<float *>(smem);
-    const int kw = KW ? KW : p.kw, sw = SW ? SW : p.sw;
-    const int tile_y = blockIdx.x / p.tiles_x, tile_x = blockIdx.x - tile_y * p.tiles_x;
-    const int img = blockIdx.y;
-    const int cl = threadIdx.x & (p.cvb - 1), wk = threadIdx.x >> p.cvb_lg;
-    const int nwk = blockDim.x >> p.cvb_lg;
-    const int c0 = (blockIdx.z * p.cvb + cl) * V; // this thread's first channel
-    const bool c_ok = c0 < p.c;                   // V divides c on the vector path
-    const int oy0 = tile_y * p.twy, ox0 = tile_x * p.twx * TW;
-    const int iy0 = oy0 * p.sh - p.pt, ix0 = ox0 * sw - p.pl;
-
-    // 1. the tile: ih x iw pixels of cvb vectors; padding and channels past c are zeros
-    {
-        const T *x = (const T *)p.x + (int64_t)img * p.h * p.w_ * p.c + c0;
-        float pb[V];
+// 1. the tile: ih x iw pixels of cvb vectors; padding and channels past c are zeros
+template <typename T, int V>
+__device__ __forceinline__ void dw_stage(const dw_params &p, float *tile, int img, int c0,
+                                         bool c_ok, int cl, int wk, int nwk, int iy0, int ix0) {
+    const T *x = (const T *)p.x + (int64_t)img * p.h * p.w_ * p.c + c0;
+    float pb[V];
 #pragma unroll
-        for (int i = 0; i < V; i++) pb[i] = 0.f;
-        if (p.pro && p.pb && c_ok) load_f<T, V>((const T *)p.pb + c0, pb);
-        const int items = p.ih * p.iw;
-        int ty = wk / p.iw, tx = wk - ty * p.iw; // this thread's pixel, stepped by nwk
-        constexpr int U = 4;                     // loads in flight per thread before the stores
-        for (int q0 = wk; q0 < items; q0 += U * nwk) {
-            vec<T, V> v[U];
-            bool in[U];
-            int pos[U];
+    for (int i = 0; i < V; i++) pb[i] = 0.f;
+    if (p.pro && p.pb && c_ok) load_f<T, V>((const T *)p.pb + c0, pb);
+    const int items = p.ih * p.iw;
+    int ty = wk / p.iw, tx = wk - ty * p.iw; // this thread's pixel, stepped by nwk
+    constexpr int U = 4;                     // loads in flight per thread before the stores
+    for (int q0 = wk; q0 < items; q0 += U * nwk) {
+        vec<T, V> v[U];
+        bool in[U];
+        int pos[U];
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int gy = iy0 + ty, gx = ix0 + tx;
-                in[u] = c_ok && ty < p.ih && gy >= 0 && gy < p.h && gx >= 0 && gx < p.w_;
-                pos[u] = ty * p.rp + tx * p.cvb + cl;
-                if (in[u]) v[u] = *reinterpret_cast<const vec<T, V> *>(x + (gy * p.w_ + gx) * p.c);
-                tx += p.dx;
-                ty += p.dy;
-                if (tx >= p.iw) tx -= p.iw, ty++;
-            }
+        for (int u = 0; u < U; u++) {
+            const int gy = iy0 + ty, gx = ix0 + tx;
+            in[u] = c_ok && ty < p.ih && gy >= 0 && gy < p.h && gx >= 0 && gx < p.w_;
+            pos[u] = ty * p.rp + tx * p.cvb + cl;
+            if (in[u]) v[u] = *reinterpret_cast<const vec<T, V> *>(x + (gy * p.w_ + gx) * p.c);
+            tx += p.dx;
+            ty += p.dy;
+            if (tx >= p.iw) tx -= p.iw, ty++;
+        }
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                if (q0 + u * nwk >= items) break;
-                float f[V];
-                if (in[u]) {
-                    to_f(v[u], f);
-                    if (p.pro) {
-#pragma unroll
-                        for (int i = 0; i < V; i++) f[i] += pb[i];
-                        act_vec<sizeof(T) == 2>(f, p.pact);
-                    }
-                } else {
-#pragma unroll
-                    for (int i = 0; i < V; i++) f[i] = 0.f;
-                }
-                tile_st(tile, p.plane, pos[u], f);
-            }
+        for (int u = 0; u < U; u++) {
+            if (q0 + u * nwk >= items) break;
+            float f[V];
+            stage_chunk<sizeof(T) == 2>(v[u].e, in[u], p.pro, pb, p.pact, f);
+            tile_st(tile, p.plane, pos[u], f);
         }
     }
-    __syncthreads();
+}
 
-    // 2. TW outputs along W per thread: worker wk is row gy, column group gx of the tile (rows
-    // vary fastest between neighbouring workers: the row pitch then spreads them over banks)
-    const int gy = wk % p.twy, gx = wk / p.twy;
-    const int oy = oy0 + gy, ox = ox0 + gx * TW;
-    if (!c_ok || oy >= p.oh || ox >= p.ow) return;
-    float acc[TW][V];
+// 2. TW outputs along W of worker (gy, gx) of the tile into acc
+template <int V, int KW, int SW, int TW>
+__device__ __forceinline__ void dw_compute(const dw_params &p, const float *tile, const float *wc,
+                                           int gy, int gx, int cl, float (&acc)[TW][V]) {
+    const int kw = KW ? KW : p.kw, sw = SW ? SW : p.sw;
 #pragma unroll
     for (int t = 0; t < TW; t++)
 #pragma unroll
         for (int i = 0; i < V; i++) acc[t][i] = 0.f;
-    const float *wc = p.w + c0; // (kh, kw, c)
     for (int r = 0; r < p.kh; r++) {
         const int row = (gy * p.sh + r) * p.rp + gx * TW * sw * p.cvb + cl;
         if (KW) {
@@ -236,8 +226,12 @@ __global__ void __launch_bounds__(256, MINB) k_dwconv(const dw_params p) {
             }
         }
     }
+}
 
-    // 3. the epilogue, the CPU's order: (conv + bias) + residual, then the activation
+// 3. the epilogue, the CPU's order: (conv + bias) + residual, then the activation
+template <typename T, int V, int TW>
+__device__ __forceinline__ void dw_epilogue(const dw_params &p, const float (&acc)[TW][V], int img,
+                                            int oy, int ox, int c0) {
     float b[V];
 #pragma unroll
     for (int i = 0; i < V; i++) b[i] = 0.f;
@@ -260,6 +254,35 @@ __global__ void __launch_bounds__(256, MINB) k_dwconv(const dw_params p) {
         act_vec<sizeof(T) == 2>(o, p.act);
         *reinterpret_cast<vec<T, V> *>(y + t * p.c) = from_f<T, V>(o);
     }
+}
+
+// Template: T element type, V channels per thread, KW and SW the kernel's width and stride along
+// W when known at compile time (0: read from p, with TW == 1), TW outputs per thread along W.
+// The grid: x = tile (row-major over the image), y = image, z = channel slice of cvb * V.
+// Three blocks per SM at most 80 registers: the phases (stage, compute) of one block hide the
+// latency of the others', which measured faster than two blocks with more registers.
+template <typename T, int V, int KW, int SW, int TW, int MINB = 3>
+__global__ void __launch_bounds__(256, MINB) k_dwconv(const dw_params p) {
+    extern __shared__ float4 smem[];
+    float *tile = reinterpret_cast<float *>(smem);
+    const int sw = SW ? SW : p.sw;
+    const int tile_y = blockIdx.x / p.tiles_x, tile_x = blockIdx.x - tile_y * p.tiles_x;
+    const int img = blockIdx.y;
+    const int cl = threadIdx.x & (p.cvb - 1), wk = threadIdx.x >> p.cvb_lg;
+    const int nwk = blockDim.x >> p.cvb_lg;
+    const int c0 = (blockIdx.z * p.cvb + cl) * V; // this thread's first channel
+    const bool c_ok = c0 < p.c;                   // V divides c on the vector path
+    const int oy0 = tile_y * p.twy, ox0 = tile_x * p.twx * TW;
+    dw_stage<T, V>(p, tile, img, c0, c_ok, cl, wk, nwk, oy0 * p.sh - p.pt, ox0 * sw - p.pl);
+    __syncthreads();
+    // worker wk is row gy, column group gx of the tile (rows vary fastest between neighbouring
+    // workers: the row pitch then spreads them over banks)
+    const int gy = wk % p.twy, gx = wk / p.twy;
+    const int oy = oy0 + gy, ox = ox0 + gx * TW;
+    if (!c_ok || oy >= p.oh || ox >= p.ow) return;
+    float acc[TW][V];
+    dw_compute<V, KW, SW, TW>(p, tile, p.w + c0, gy, gx, cl, acc);
+    dw_epilogue<T, V, TW>(p, acc, img, oy, ox, c0);
 }
 
 constexpr size_t smem_cap = 48 << 10; // the default limit: no opt-in attribute needed
@@ -290,99 +313,73 @@ struct dw2_params {
     int tiles_x; // tile columns per image
 };
 
-// Template: T element type, K kernel size, S stride, TH x TW outputs per thread (rows, columns).
-// The grid: x = tile (row-major over the image), y = image, z = channel slice of CS. The block:
-// 16 * gx * gy threads; the tile in shared memory is (ih, iw, CS) float, the prologue applied.
-template <typename T, int K, int S, int TH, int TW>
-__global__ void __launch_bounds__(256, 2) k_dwconv2(const dw2_params p) {
-    extern __shared__ float4 smem[];
-    float *tile = reinterpret_cast<float *>(smem);
-    constexpr bool FAST = sizeof(T) == 2;
-    const int tile_y = blockIdx.x / p.tiles_x, tile_x = blockIdx.x - tile_y * p.tiles_x;
-    const int img = blockIdx.y, cb = blockIdx.z * CS;
-    const int oy0 = tile_y * p.gy * TH, ox0 = tile_x * p.gx * TW;
-    const int iy0 = oy0 * S - p.pt, ix0 = ox0 * S - p.pl;
-
-    // 1. the tile: thread t stages chunk t % 4 (8 channels) of pixels t / 4, t / 4 + nt / 4, ...
-    // (blockDim.x is a multiple of 16, so the chunk and the prologue's bias stay the thread's)
-    {
-        const int g = threadIdx.x & 3, cg = cb + 8 * g;
-        const bool c_ok = cg < p.c; // 8 divides c
-        float pb[8];
+// 1. the tile: thread t stages chunk t % 4 (8 channels) of pixels t / 4, t / 4 + nt / 4, ...
+// (blockDim.x is a multiple of 16, so the chunk and the prologue's bias stay the thread's)
+template <typename T>
+__device__ __forceinline__ void dw2_stage(const dw2_params &p, float *tile, int img, int cb,
+                                          int iy0, int ix0) {
+    const int g = threadIdx.x & 3, cg = cb + 8 * g;
+    const bool c_ok = cg < p.c; // 8 divides c
+    float pb[8];
 #pragma unroll
-        for (int i = 0; i < 8; i++) pb[i] = 0.f;
-        if (p.pro && p.pb && c_ok) {
-            const raw8<T> v = *reinterpret_cast<const raw8<T> *>((const T *)p.pb + cg);
+    for (int i = 0; i < 8; i++) pb[i] = 0.f;
+    if (p.pro && p.pb && c_ok) {
+        const raw8<T> v = *reinterpret_cast<const raw8<T> *>((const T *)p.pb + cg);
 #pragma unroll
-            for (int i = 0; i < 8; i++) pb[i] = si_to_f(v.e[i]);
+        for (int i = 0; i < 8; i++) pb[i] = si_to_f(v.e[i]);
+    }
+    const T *x = (const T *)p.x + (int64_t)img * p.h * p.w_ * p.c + cg;
+    // write the two float4 halves in an order that alternates every 4 threads: the 8 threads of
+    // one store wavefront then cover all 32 banks
+    const int swap = (threadIdx.x >> 2) & 1;
+    const int items = p.ih * p.iw, step = blockDim.x >> 2;
+    int q = threadIdx.x >> 2;
+    int ty = q / p.iw, tx = q - ty * p.iw;
+    constexpr int U = 4; // loads in flight per thread before the stores
+    for (; q < items; q += U * step) {
+        raw8<T> v[U];
+        bool in[U];
+        int pos[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int gy = iy0 + ty, gx = ix0 + tx;
+            in[u] = c_ok && ty < p.ih && gy >= 0 && gy < p.h && gx >= 0 && gx < p.w_;
+            pos[u] = (ty * p.iw + tx) * CS + 8 * g;
+            if (in[u]) v[u] = *reinterpret_cast<const raw8<T> *>(x + (gy * p.w_ + gx) * p.c);
+            tx += p.dx;
+            ty += p.dy;
+            if (tx >= p.iw) tx -= p.iw, ty++;
         }
-        const T *x = (const T *)p.x + (int64_t)img * p.h * p.w_ * p.c + cg;
-        // write the two float4 halves in an order that alternates every 4 threads: the 8
-        // threads of one store wavefront then cover all 32 banks
-        const int swap = (threadIdx.x >> 2) & 1;
-        const int items = p.ih * p.iw, step = blockDim.x >> 2;
-        int q = threadIdx.x >> 2;
-        int ty = q / p.iw, tx = q - ty * p.iw;
-        constexpr int U = 4; // loads in flight per thread before the stores
-        for (; q < items; q += U * step) {
-            raw8<T> v[U];
-            bool in[U];
-            int pos[U];
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int gy = iy0 + ty, gx = ix0 + tx;
-                in[u] = c_ok && ty < p.ih && gy >= 0 && gy < p.h && gx >= 0 && gx < p.w_;
-                pos[u] = (ty * p.iw + tx) * CS + 8 * g;
-                if (in[u]) v[u] = *reinterpret_cast<const raw8<T> *>(x + (gy * p.w_ + gx) * p.c);
-                tx += p.dx;
-                ty += p.dy;
-                if (tx >= p.iw) tx -= p.iw, ty++;
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                if (q + u * step >= items) break;
-                float f[8];
-                if (in[u]) {
-#pragma unroll
-                    for (int i = 0; i < 8; i++) f[i] = si_to_f(v[u].e[i]);
-                    if (p.pro) {
-#pragma unroll
-                        for (int i = 0; i < 8; i++) f[i] += pb[i];
-                        act_vec<FAST>(f, p.pact);
-                    }
-                } else {
-#pragma unroll
-                    for (int i = 0; i < 8; i++) f[i] = 0.f;
-                }
-                const float4 lo = make_float4(f[0], f[1], f[2], f[3]);
-                const float4 hi = make_float4(f[4], f[5], f[6], f[7]);
-                float4 *t = reinterpret_cast<float4 *>(tile + pos[u]);
-                t[swap] = swap ? hi : lo;
-                t[1 - swap] = swap ? lo : hi;
-            }
+        for (int u = 0; u < U; u++) {
+            if (q + u * step >= items) break;
+            float f[8];
+            stage_chunk<sizeof(T) == 2>(v[u].e, in[u], p.pro, pb, p.pact, f);
+            const float4 lo = make_float4(f[0], f[1], f[2], f[3]);
+            const float4 hi = make_float4(f[4], f[5], f[6], f[7]);
+            float4 *t = reinterpret_cast<float4 *>(tile + pos[u]);
+            t[swap] = swap ? hi : lo;
+            t[1 - swap] = swap ? lo : hi;
         }
     }
-    __syncthreads();
+}
 
-    // 2. TH x TW outputs of channels c, c + 1 per thread: group grp of the tile
-    const int cp = threadIdx.x & 15, grp = threadIdx.x >> 4;
-    const int gxi = grp % p.gx, gyi = grp / p.gx;
-    const int c = cb + 2 * cp;
-    const int oy = oy0 + gyi * TH, ox = ox0 + gxi * TW;
-    if (c >= p.c || oy >= p.oh || ox >= p.ow) return;
+// 2. TH x TW outputs of channels c, c + 1 from the tile at tb (the group's first input pixel):
+// the kernel in registers, each input row read once and fed to every output row that uses it
+template <int K, int S, int TH, int TW>
+__device__ __forceinline__ void dw2_compute(const dw2_params &p, const float *tb, int c,
+                                            float2 (&acc)[TH][TW]) {
     float2 wk[K][K];
 #pragma unroll
     for (int r = 0; r < K; r++)
 #pragma unroll
         for (int s = 0; s < K; s++)
             wk[r][s] = *reinterpret_cast<const float2 *>(p.w + (r * K + s) * p.c + c);
-    float2 acc[TH][TW];
 #pragma unroll
     for (int t = 0; t < TH; t++)
 #pragma unroll
         for (int u = 0; u < TW; u++) acc[t][u] = make_float2(0.f, 0.f);
     constexpr int IH = (TH - 1) * S + K, IW = (TW - 1) * S + K;
-    const float *tb = tile + ((gyi * TH * S) * p.iw + gxi * TW * S) * CS + 2 * cp;
 #pragma unroll
     for (int ir = 0; ir < IH; ir++) { // input row ir: kernel row ir - t*S of output row t
         float2 in[IW];
@@ -402,8 +399,12 @@ __global__ void __launch_bounds__(256, 2) k_dwconv2(const dw2_params p) {
                 }
         }
     }
+}
 
-    // 3. the epilogue, the CPU's order: (conv + bias) + residual, then the activation
+// 3. the epilogue, the CPU's order: (conv + bias) + residual, then the activation
+template <typename T, int TH, int TW>
+__device__ __forceinline__ void dw2_epilogue(const dw2_params &p, const float2 (&acc)[TH][TW],
+                                             int img, int oy, int ox, int c) {
     float b[2] = {0.f, 0.f};
     if (p.b) load_f<T, 2>((const T *)p.b + c, b);
 #pragma unroll
@@ -419,10 +420,34 @@ __global__ void __launch_bounds__(256, 2) k_dwconv2(const dw2_params p) {
                 load_f<T, 2>((const T *)p.z + o, zf);
                 f[0] += zf[0], f[1] += zf[1];
             }
-            act_vec<FAST>(f, p.act);
+            act_vec<sizeof(T) == 2>(f, p.act);
             *reinterpret_cast<vec<T, 2> *>((T *)p.y + o) = from_f<T, 2>(f);
         }
     }
+}
+
+// Template: T element type, K kernel size, S stride, TH x TW outputs per thread (rows, columns).
+// The grid: x = tile (row-major over the image), y = image, z = channel slice of CS. The block:
+// 16 * gx * gy threads; the tile in shared memory is (ih, iw, CS) float, the prologue applied.
+template <typename T, int K, int S, int TH, int TW>
+__global__ void __launch_bounds__(256, 2) k_dwconv2(const dw2_params p) {
+    extern __shared__ float4 smem[];
+    float *tile = reinterpret_cast<float *>(smem);
+    const int tile_y = blockIdx.x / p.tiles_x, tile_x = blockIdx.x - tile_y * p.tiles_x;
+    const int img = blockIdx.y, cb = blockIdx.z * CS;
+    const int oy0 = tile_y * p.gy * TH, ox0 = tile_x * p.gx * TW;
+    dw2_stage<T>(p, tile, img, cb, oy0 * S - p.pt, ox0 * S - p.pl);
+    __syncthreads();
+    // thread group grp of the tile: TH x TW outputs of channels c, c + 1 per thread
+    const int cp = threadIdx.x & 15, grp = threadIdx.x >> 4;
+    const int gxi = grp % p.gx, gyi = grp / p.gx;
+    const int c = cb + 2 * cp;
+    const int oy = oy0 + gyi * TH, ox = ox0 + gxi * TW;
+    if (c >= p.c || oy >= p.oh || ox >= p.ow) return;
+    float2 acc[TH][TW];
+    dw2_compute<K, S, TH, TW>(p, tile + ((gyi * TH * S) * p.iw + gxi * TW * S) * CS + 2 * cp, c,
+                              acc);
+    dw2_epilogue<T, TH, TW>(p, acc, img, oy, ox, c);
 }
 
 // The rows (or columns) of the image that the input tiles along one axis stage, summed over the
