@@ -87,9 +87,11 @@ template <class T, int N> struct swish<cutlass::Array<T, N>> : each<swish<T>, T,
     using Arguments = swish_args;
 };
 // Tile shapes: cooperative 128 x 256 and 256 x 128 tiles (two consumer warp groups share each;
-// the faster on every ViT and ConvNeXt shape measured at batch 256, by 1-2% between them) and a
-// ping-pong 64 x 256 one (the groups alternate tiles, one's epilogue behind the other's MMAs:
-// the faster at a few hundred rows). si_cuda_linear90_run takes the choice (gemm.cu times them).
+// the faster on every erf-GELU ViT and ConvNeXt shape measured at batch 256, by 1-2% between
+// them) and ping-pong 128 x 128 and 64 x 256 ones (the groups alternate tiles, one's epilogue
+// behind the other's MMAs: 128 x 128 the fastest for CLIP's QuickGELU fc1 at batch 256, 0.357 ms
+// against 0.422 cooperative on an H100; 64 x 256 at a few hundred rows).
+// si_cuda_linear90_run takes the choice (gemm.cu times them).
 struct coop {
     static constexpr const char *name = "cooperative 128x256";
     using Tile = Shape<_128, _256, _64>;
@@ -103,6 +105,13 @@ struct coop256 {
     using Cluster = Shape<_1, _2, _1>;
     using Main = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
     using Epi = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+struct pingpong128 {
+    static constexpr const char *name = "ping-pong 128x128";
+    using Tile = Shape<_128, _128, _64>;
+    using Cluster = Shape<_2, _1, _1>;
+    using Main = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+    using Epi = cutlass::epilogue::TmaWarpSpecialized;
 };
 struct pingpong {
     static constexpr const char *name = "ping-pong 64x256";
@@ -171,7 +180,9 @@ struct entry {
 };
 #define ROW(T, E, A, F, C)                                                                         \
     { T, A, C::name, linear<E, F, C>::check, linear<E, F, C>::run }
-#define ROWS(T, E, A, F) ROW(T, E, A, F, coop), ROW(T, E, A, F, coop256), ROW(T, E, A, F, pingpong)
+#define ROWS(T, E, A, F)                                                                           \
+    ROW(T, E, A, F, coop), ROW(T, E, A, F, coop256), ROW(T, E, A, F, pingpong128),                 \
+        ROW(T, E, A, F, pingpong)
 const entry table[] = {
     ROWS(SI_LINEAR90_F16, cutlass::half_t, SI_LINEAR90_GELU, gelu_erf),
     ROWS(SI_LINEAR90_BF16, cutlass::bfloat16_t, SI_LINEAR90_GELU, gelu_erf),
