@@ -232,6 +232,7 @@ static si_status init_nodes(si_engine *e, cuda_state *cs) {
     if (st != SI_OK) return st;
     cs->conv = (conv_x *)si_xcalloc((size_t)g->n_nodes + 1, sizeof(conv_x));
     cs->gemm = (gemm_x *)si_xcalloc((size_t)g->n_nodes + 1, sizeof(gemm_x));
+    cs->attn = (attn_x *)si_xcalloc((size_t)g->n_nodes + 1, sizeof(attn_x));
     algo_memo *memo = si_cuda_memo_new();
     int dev = 0;
     cudaCheck(cudaGetDevice(&dev));
@@ -245,6 +246,11 @@ static si_status init_nodes(si_engine *e, cuda_state *cs) {
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
     const char *l90_env = getenv("SI_LINEAR90");
     cs->linear90 = major == 9 && minor == 0 && !(l90_env && strcmp(l90_env, "0") == 0);
+    // SI_CUDNN_SDPA=0: our attention kernel everywhere; 1: cuDNN's wherever it runs (tests)
+    const char *sdpa_env = getenv("SI_CUDNN_SDPA");
+    int sdpa = !sdpa_env || !*sdpa_env       ? SI_SDPA_TIMED
+               : strcmp(sdpa_env, "0") == 0 ? SI_SDPA_NEVER
+                                            : SI_SDPA_ALWAYS;
     for (int j = 0; j < g->n_nodes && st == SI_OK; j++) {
         int op = g->nodes[j].op;
         if (op == SI_OP_CONV)
@@ -253,6 +259,8 @@ static si_status init_nodes(si_engine *e, cuda_state *cs) {
             st = si_cuda_gemm_init(e, cs, j);
         else if (op == SI_OP_MATMUL)
             st = si_cuda_matmul_init(e, cs, j);
+        else if (op == SI_OP_ATTENTION)
+            st = si_cuda_attn_init(e, cs, j, sdpa);
     }
     if (st == SI_OK) si_cuda_autotune_save(memo);
     e->mem.convs_tuned = memo->asked;
@@ -566,6 +574,7 @@ static void cuda_release(si_engine *e) {
     si_cuda_jpeg_free(cs->jpeg);
     for (int j = 0; cs->conv && j < g->n_nodes; j++) si_cuda_conv_release(&cs->conv[j]);
     for (int j = 0; cs->gemm && j < g->n_nodes; j++) si_cuda_gemm_release(&cs->gemm[j]);
+    for (int j = 0; cs->attn && j < g->n_nodes; j++) si_cuda_attn_release(&cs->attn[j]);
     if (cs->lt) cublasLtDestroy(cs->lt);
     if (cs->dev) {
         __atomic_add_fetch(&n_alloc_calls, 1, __ATOMIC_RELAXED);
@@ -584,6 +593,7 @@ static void cuda_release(si_engine *e) {
     free(cs->slots);
     free(cs->conv);
     free(cs->gemm);
+    free(cs->attn);
     free(cs);
     e->state = NULL;
     e->n_slots = 0;

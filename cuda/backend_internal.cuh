@@ -10,6 +10,7 @@
 
 #include <string.h>
 
+#include "cuda/attention.cuh"
 #include "cuda/check.cuh"
 #include "cuda/jpeg.cuh"
 #include "cuda/kernels.cuh"
@@ -55,6 +56,16 @@ typedef struct {
     int64_t ad[SI_MAX_DIMS], bd[SI_MAX_DIMS], yd[SI_MAX_DIMS];
 } gemm_x;
 
+// an attention node: our kernel's parameters and the operands' element offsets in their values;
+// cuDNN's fused SDPA plan where init chose it (owns: this node built it, else an earlier node
+// with the same operands did)
+typedef struct {
+    si_k_attn p;
+    int64_t off[4];
+    cudnnBackendDescriptor_t plan;
+    bool owns, decided;
+} attn_x;
+
 typedef struct {
     cudaStream_t stream;
     cudaEvent_t done;
@@ -80,6 +91,7 @@ typedef struct {
     slot_x *slots;
     conv_x *conv;      // per node
     gemm_x *gemm;      // per node
+    attn_x *attn;      // per node
     bool batch_rows;   // every output's dim 0 is the batch: short batches download fewer rows
     int64_t in_pixels; // H * W of the pixel input
     bool dw_cudnn;     // SI_CUDNN_DEPTHWISE=1: cuDNN runs depthwise convs, no prologue fusion
@@ -185,6 +197,19 @@ si_status si_cuda_patch_init(si_engine *e, cuda_state *cs, int j);
 si_status si_cuda_lt_run(cuda_state *cs, slot_x *sl, gemm_x *x, const void *a, const void *b,
                          const void *c, void *y);
 void si_cuda_gemm_release(gemm_x *x);
+
+// --- sdpa.cu ----------------------------------------------------------------------------------
+// Our attention kernel's parameters for node n and the element offsets of Q, K, V and Y in their
+// values.
+void si_cuda_attn_params(const si_graph *g, const si_gnode *n, si_k_attn *p, int64_t off[4]);
+// Sets attention node j up: cuDNN's fused SDPA if it takes the node and (SI_SDPA_TIMED) runs
+// faster than our kernel on slot 0 or (SI_SDPA_ALWAYS) runs at all, else our kernel.
+enum { SI_SDPA_NEVER, SI_SDPA_TIMED, SI_SDPA_ALWAYS }; // SI_CUDNN_SDPA=0, unset, 1
+si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode);
+// Queues node j on sl: Q, K, V, bias (or NULL) and Y's values at in[0..3] and y, row-major.
+si_status si_cuda_attn_run(cuda_state *cs, slot_x *sl, const si_graph *g, int j,
+                           const void *const in[4], void *y);
+void si_cuda_attn_release(attn_x *x); // the plan if it owns it
 
 // --- dispatch.cu ------------------------------------------------------------------------------
 // Queues node j on slot sl's stream.

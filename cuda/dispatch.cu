@@ -284,48 +284,10 @@ static si_status run_lnorm(const op_ctx *c) {
     return SI_OK;
 }
 
-// softmax(alpha Q K^T + bias) V: Q, K, V and Y as the node's strided views of its inputs and
-// output (row-major when it has none); the bias's broadcast strides
+// softmax(alpha Q K^T + bias) V: cuDNN's fused SDPA or our kernel, as init chose (sdpa.cu)
 static si_status run_attention(const op_ctx *c) {
-    const si_gnode *n = c->n;
-    si_attn_view op[4];
-    si_attention_operands(c->g, n, op);
-    const si_shape *q = &op[0].shape, *v = &op[2].shape;
-    int nd = q->ndim;
-    si_k_attn p;
-    memset(&p, 0, sizeof p);
-    p.nb = 1;
-    p.nbd = nd - 2;
-    for (int d = 0; d < nd - 2; d++) {
-        p.nb *= q->dims[d];
-        p.bdims[d] = q->dims[d];
-        for (int i = 0; i < 4; i++) p.ost[i][d] = op[i].st[d];
-    }
-    for (int i = 0; i < 4; i++) p.ld[i] = op[i].st[nd - 2];
-    p.t = q->dims[nd - 2];
-    p.s = v->dims[nd - 2];
-    p.d = q->dims[nd - 1];
-    p.dv = v->dims[nd - 1];
-    p.scale = n->alpha;
-    p.trans_b = n->trans_b;
-    const void *bias = NULL;
-    if (n->n_in > 3) {
-        si_tview bv = tv_align(tv_rowmajor(&c->g->values[n->in[3]].shape), nd);
-        for (int d = 0; d < nd; d++)
-            if (bv.dims[d] == 1) bv.st[d] = 0;
-        for (int d = 0; d < nd - 2; d++) {
-            p.bst[d] = bv.st[d];
-            p.bmod[d] = bv.dims[d] > 0 ? bv.dims[d] : 1;
-        }
-        p.bst_t = bv.st[nd - 2];
-        p.bst_s = bv.st[nd - 1];
-        bias = c->in[3];
-    }
-    size_t es = si_gtype_size(c->t);
-    const char *x = (const char *)c->x, *k = (const char *)c->in[1], *vv = (const char *)c->in[2];
-    cudaCheck(si_k_attention(c->s, c->t, &p, x + op[0].off * es, k + op[1].off * es,
-                             vv + op[2].off * es, bias, (char *)c->y + op[3].off * es));
-    return SI_OK;
+    const void *in[4] = {c->in[0], c->in[1], c->in[2], c->n->n_in > 3 ? c->in[3] : NULL};
+    return si_cuda_attn_run(c->cs, c->sl, c->g, c->j, in, c->y);
 }
 
 // (N, C, spatial...) rows of the spatial dims

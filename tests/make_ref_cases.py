@@ -1159,6 +1159,13 @@ def c_attention_head_40(c):
     _sdpa(c, q, k, v, scale_split=False)
 
 
+def c_attention_head_128(c):
+    # head size 128 (ViT-H/14's and larger towers'): the flash kernel's widest head, and
+    # cuDNN's SDPA where init picks it
+    q, k, v = (c.input(n, normal(c.rng, (2, 2, 77, 128))) for n in ("q", "k", "v"))
+    _sdpa(c, q, k, v)
+
+
 def c_attention_not_fused(c):
     # scale after the bias add scales the bias: not the fused form, so it runs op by op
     q, k, v = (c.input(n, normal(c.rng, (2, 2, 17, 16))) for n in ("q", "k", "v"))

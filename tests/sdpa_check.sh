@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# cuDNN's fused SDPA as the attention node (cuda/sdpa.cu), forced where it runs and agrees with
+# our kernel (SI_CUDNN_SDPA=1): the attention cases within FP16's and BF16's bounds of the CPU
+# backend, and on an sm_90 GPU the engine saying, for each node it may take (no bias, head size
+# 32, 64 or 128), that cuDNN ran it or that init's check refused cuDNN's result (init's timing
+# alone would leave the small cases to our kernel, and a silent fallback would pass the parity).
+# cuDNN 9.14 computes K given as K^T wrongly: the check must refuse that one, and the four others
+# (head size 128, Q/K/V from Slice and Split of a packed projection, ViT-B's shape) run on cuDNN.
+# usage: sdpa_check.sh RUN_ONNX_CASES CASES_DIR
+set -uo pipefail
+run=$1 cases=$2
+for prec in fp16:2e-2 bf16:5e-2; do
+  out=$(SI_CUDNN_SDPA=1 "$run" --backend cuda --precision "${prec%%:*}" --vs-cpu "${prec##*:}" \
+        --no-ref --verbose --prefix si_attention "$cases" 2>&1)
+  rc=$?
+  echo "$out"
+  [ "$rc" -eq 0 ] || exit "$rc" # 77: no GPU, skipped
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)
+  if [ "$cc" = "9.0" ]; then
+    by=$(grep -c "by cuDNN's fused SDPA" <<<"$out")
+    refused=$(grep -c "disagrees with our kernel" <<<"$out")
+    # head sizes 40 and 24 (the Gather case), the relative-position bias and the window mask
+    # stay ours untried
+    if [ $((by + refused)) -ne 5 ] || [ "$by" -lt 4 ]; then
+      echo "FAIL: ${prec%%:*}: cuDNN ran $by attention nodes and was refused on $refused," \
+           "expected 5 in all, at least 4 run"
+      exit 1
+    fi
+  fi
+done
+echo "sdpa: OK"
