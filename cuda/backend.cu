@@ -228,6 +228,8 @@ static si_status slot_create(cuda_state *cs, int k) {
 // Weights, then each Conv, Gemm and MatMul set up (cuDNN's algorithms timed on slot 0).
 static si_status init_nodes(si_engine *e, cuda_state *cs) {
     si_graph *g = e->g;
+    const char *dw_env = getenv("SI_CUDNN_DEPTHWISE"); // read once: the A/B switch (the weights'
+    cs->dw_cudnn = dw_env && *dw_env && strcmp(dw_env, "0") != 0; // layout depends on it too)
     si_status st = si_cuda_upload_consts(e, cs);
     if (st != SI_OK) return st;
     cs->conv = (conv_x *)si_xcalloc((size_t)g->n_nodes + 1, sizeof(conv_x));
@@ -237,8 +239,6 @@ static si_status init_nodes(si_engine *e, cuda_state *cs) {
     int dev = 0;
     cudaCheck(cudaGetDevice(&dev));
     si_cuda_autotune_load(memo, e->opts.autotune_dir, dev, cs->plan.workspace);
-    const char *dw_env = getenv("SI_CUDNN_DEPTHWISE"); // read once: the A/B switch
-    cs->dw_cudnn = dw_env && *dw_env && strcmp(dw_env, "0") != 0;
     // CUTLASS's fused Linear + activation is built for sm_90a (H100, H200) alone; SI_LINEAR90=0
     // is the A/B switch back to cuBLASLt and the activation pass
     int major = 0, minor = 0;

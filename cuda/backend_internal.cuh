@@ -186,6 +186,8 @@ algo_memo *si_cuda_memo_new(void);
 void si_cuda_memo_free(algo_memo *m); // accepts NULL
 // Sets conv j up: our depthwise kernel or cuDNN's descriptors and a timed algorithm choice.
 si_status si_cuda_conv_init(si_engine *e, cuda_state *cs, int j, algo_memo *memo);
+// Whether conv j runs as patches and one GEMM (its weights' rows padded to si_devplan_patch_k).
+bool si_cuda_conv_patch(const cuda_state *cs, const si_graph *g, int j);
 si_status si_cuda_conv_run(si_engine *e, cuda_state *cs, slot_x *sl, int j);
 void si_cuda_conv_release(conv_x *c);
 

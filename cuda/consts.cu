@@ -33,10 +33,15 @@ si_status si_cuda_upload_consts(si_engine *e, cuda_state *cs) {
     memset(h, 0, bytes);
     // conv weights go in as KRSC (NHWC filters); remember which values those are
     int *is_w = (int *)calloc((size_t)g->n_values + 1, sizeof(int)); // padded channels + 1
-    for (int j = 0; j < g->n_nodes; j++)
-        if (g->nodes[j].op == SI_OP_CONV)
-            is_w[g->nodes[j].in[1]] =
-                1 + si_devplan_conv_cpad(g, &g->nodes[j], p->elem) / g->nodes[j].conv.group;
+    // and the row of a patch conv's filter, padded for its GEMM (0: KRSC's own, R S CP)
+    int64_t *row = (int64_t *)calloc((size_t)g->n_values + 1, sizeof(int64_t));
+    for (int j = 0; j < g->n_nodes; j++) {
+        if (g->nodes[j].op != SI_OP_CONV) continue;
+        is_w[g->nodes[j].in[1]] =
+            1 + si_devplan_conv_cpad(g, &g->nodes[j], p->elem) / g->nodes[j].conv.group;
+        if (si_cuda_conv_patch(cs, g, j))
+            row[g->nodes[j].in[1]] = si_devplan_patch_k(g, &g->nodes[j], p->elem);
+    }
     // the values, largest first, converted by the OpenMP team (the host's half conversion is
     // software: ResNet-50's 25M weights took 0.25 s of the engine's set-up on one thread)
     int *order = (int *)malloc(sizeof(int) * ((size_t)g->n_values + 1)), n_order = 0;
@@ -51,6 +56,7 @@ si_status si_cuda_upload_consts(si_engine *e, cuda_state *cs) {
         size_t n = (size_t)si_shape_numel(&val->shape);
         int64_t CP = is_w[v] && val->shape.ndim == 4 ? is_w[v] - 1 : 0; // KRSC channels
         if (CP) n = n / (size_t)val->shape.dims[1] * (size_t)CP;
+        if (CP && row[v]) n = (size_t)val->shape.dims[0] * (size_t)row[v];
         float *tmp = (float *)malloc(sizeof(float) * (n ? n : 1));
         if (!tmp) {
             lost = true;
@@ -62,12 +68,13 @@ si_status si_cuda_upload_consts(si_engine *e, cuda_state *cs) {
             const float *w = (const float *)val->data;
             int64_t M = val->shape.dims[0], C = val->shape.dims[1], R = val->shape.dims[2],
                     S = val->shape.dims[3];
-            memset(tmp, 0, sizeof(float) * n); // padded channels weigh nothing
+            int64_t rl = row[v] ? row[v] : R * S * CP;
+            memset(tmp, 0, sizeof(float) * n); // padded channels and rows weigh nothing
             for (int64_t m = 0; m < M; m++)
                 for (int64_t c = 0; c < C; c++)
                     for (int64_t r = 0; r < R; r++)
                         for (int64_t s = 0; s < S; s++)
-                            tmp[((m * R + r) * S + s) * CP + c] = w[((m * C + c) * R + r) * S + s];
+                            tmp[m * rl + (r * S + s) * CP + c] = w[((m * C + c) * R + r) * S + s];
         } else {
             memcpy(tmp, val->data, sizeof(float) * n);
         }
@@ -88,6 +95,7 @@ si_status si_cuda_upload_consts(si_engine *e, cuda_state *cs) {
         }
     }
     free(is_w);
+    free(row);
     if (lost) {
         free(h);
         return si_error(SI_ERR_NOMEM, "cannot stage the weights: out of host memory");

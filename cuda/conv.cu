@@ -41,6 +41,10 @@ static int dw_prologue_of(const cuda_state *cs, const si_graph *g, int j) {
     return -1;
 }
 
+bool si_cuda_conv_patch(const cuda_state *cs, const si_graph *g, int j) {
+    return si_devplan_patch_conv(g, &g->nodes[j]) && dw_prologue_of(cs, g, j) < 0;
+}
+
 // Times the n candidate algorithms k[] of conv c on slot 0, round-robin (so a GPU clock that
 // is still ramping up at load biases none of them): one untimed round, then the median of 7 per
 // candidate, in ms, into ms[].
@@ -262,7 +266,7 @@ si_status si_cuda_conv_init(si_engine *e, cuda_state *cs, int j, algo_memo *memo
     SI_ASSERT(g->values[n->in[0]].kind == SI_VAL_RUNTIME && g->values[n->in[0]].shape.ndim == 4);
     c->pro = -1;
     if (dw_kernel_runs(cs, g, j)) return conv_dw_init(e, cs, j);
-    if (si_devplan_patch_conv(g, n) && dw_prologue_of(cs, g, j) < 0) {
+    if (si_cuda_conv_patch(cs, g, j)) {
         c->patch = true;
         return si_cuda_patch_init(e, cs, j);
     }
@@ -313,19 +317,25 @@ si_status si_cuda_conv_run(si_engine *e, cuda_state *cs, slot_x *sl, int j) {
         cudaCheck(si_k_dwconv(sl->stream, cs->t, &a));
         return SI_OK;
     }
-    if (c->patch) { // patches as rows (n, oh, ow) of (kh, kw, c), then the GEMM
+    if (c->patch) { // patches as rows (n, oh, ow) of (kh, kw, c) and zeros to kp, then the GEMM
         si_tview vx = tv_of(&g->values[n->in[0]]), vp = tv_none(), vs = tv_none();
         int64_t d[6] = {s->n, s->oh, s->ow, s->kh, s->kw, s->c};
         int64_t xs[6] = {vx.st[0], vx.st[2] * s->kh, vx.st[3] * s->kw,
                          vx.st[2], vx.st[3],         vx.st[1]};
+        int64_t k = (int64_t)s->kh * s->kw * s->c, kp = si_devplan_patch_k(g, n, cs->plan.elem);
         vp.nd = vs.nd = 6;
         vs.off = vx.off;
         int64_t acc = 1;
-        for (int k = 5; k >= 0; k--) {
-            vp.dims[k] = vs.dims[k] = d[k];
-            vp.st[k] = acc;
-            vs.st[k] = xs[k];
-            acc *= d[k];
+        for (int i = 5; i >= 0; i--) {
+            vp.dims[i] = vs.dims[i] = d[i];
+            vp.st[i] = acc;
+            vs.st[i] = xs[i];
+            acc = i == 3 ? kp : acc * d[i]; // a patch's row: kp apart
+        }
+        if (kp != k) { // each row's padding is zero (its weights too)
+            size_t es = cs->plan.elem;
+            cudaCheck(cudaMemset2DAsync(sl->scratch + k * es, kp * es, 0, (kp - k) * es,
+                                        (size_t)(s->n * s->oh * s->ow), sl->stream));
         }
         si_status st =
             map(sl->stream, SI_MAP_COPY, 0, no_act, cs->t, sl->scratch, vp, cs->t, x, vs);

@@ -94,7 +94,9 @@ si_status si_cuda_patch_init(si_engine *e, cuda_state *cs, int j) {
     const si_gnode *n = &e->g->nodes[j];
     const si_conv_shape *s = &n->conv;
     gemm_x *x = &cs->gemm[j];
-    int64_t P = (int64_t)s->n * s->oh * s->ow, M = s->m, K = (int64_t)s->kh * s->kw * s->c;
+    // K: the taps of a patch, padded with zeros as the weights' rows are (si_devplan_patch_k)
+    int64_t P = (int64_t)s->n * s->oh * s->ow, M = s->m,
+            K = si_devplan_patch_k(e->g, n, cs->plan.elem);
     x->alpha = 1.f;
     x->beta = 0.f;
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;

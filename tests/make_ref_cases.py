@@ -1277,6 +1277,16 @@ def c_conv_patchify_vit(c):
     c.output(c.conv(x, "patch_embed", 3, 24, 8, strides=[8, 8]))
 
 
+def c_conv_patchify_dinov2(c):
+    # DINOv2's 14 x 14 patches of 3 channels: 588 taps a patch, not a multiple of 8, so the GPU
+    # pads each patch's channels to 4 (784 taps, the padding zero) for aligned GEMM rows; then
+    # flatten(2) and transpose(1, 2) to tokens, the same bytes as the NHWC-stored patch grid
+    x = c.input("images", uniform(c.rng, (2, 3, 28, 42)))
+    y = c.conv(x, "patch_embed", 3, 24, 14, strides=[14, 14])
+    y = c.node("Reshape", [y, c.init("flat", np.array([0, 24, -1], np.int64))], ["flat_tokens"])
+    c.output(c.node("Transpose", [y], ["tokens"], perm=[0, 2, 1]))
+
+
 def c_conv_patchify_downsample(c):
     # ConvNeXt's downsampler (2x2, stride 2) with an odd edge left over, then ReLU
     x = c.input("feat", uniform(c.rng, (2, 16, 9, 12)))

@@ -1,6 +1,7 @@
 /* The GPU's memory plan, held on the CPU: a Transpose between an image stored NHWC and its
- * row-major (N, H, W, C) twin (ConvNeXt's block) holds the same bytes as its input, so it gets
- * no storage of its own and no kernel; any other Transpose still copies.
+ * row-major (N, H, W, C) twin (ConvNeXt's block), or to (N, H W, C) tokens after a Reshape that
+ * merges H and W (a ViT's patch embedding), holds the same bytes as its input, so it gets no
+ * storage of its own and no kernel; any other Transpose still copies.
  *   test_devplan MODEL.onnx TRANSPOSES_SAME [MODEL.onnx TRANSPOSES_SAME ...] */
 #include <stdio.h>
 #include <stdlib.h>

@@ -79,6 +79,28 @@ static bool transpose_same_bytes(const si_graph *g, const si_gnode *n) {
     return a == b && memcmp(sx, sy, sizeof(int) * (size_t)a) == 0;
 }
 
+/* A Reshape merging H and W of an NHWC-stored (N, C, H, W) into (N, C, H W) that only a Transpose
+ * to (N, H W, C) reads: that output is the NHWC bytes in row-major order, so neither node copies
+ * (a ViT's patch embedding, flatten(2) then transpose(1, 2); the (N, C, H W) between them is
+ * never read). The Transpose's node index, or -1. */
+static int flatten_transpose(const si_graph *g, int j) {
+    const si_gnode *n = &g->nodes[j];
+    if (n->op != SI_OP_VIEW) return -1;
+    const si_value *x = &g->values[n->in[0]], *y = &g->values[n->out];
+    if (si_devplan_rowmajor(x) || y->shape.ndim != 3 || y->uses != 1 ||
+        y->shape.dims[0] != x->shape.dims[0] || y->shape.dims[1] != x->shape.dims[1] ||
+        y->shape.dims[2] != x->shape.dims[2] * x->shape.dims[3])
+        return -1;
+    for (int k = j + 1; k < g->n_nodes; k++) {
+        const si_gnode *t = &g->nodes[k];
+        if (t->n_in < 1 || t->in[0] != n->out) continue;
+        bool swap =
+            t->op == SI_OP_TRANSPOSE && t->perm[0] == 0 && t->perm[1] == 2 && t->perm[2] == 1;
+        return swap ? k : -1;
+    }
+    return -1;
+}
+
 bool si_devplan_patch_conv(const si_graph *g, const si_gnode *n) {
     if (n->op != SI_OP_CONV) return false;
     const si_conv_shape *s = &n->conv;
@@ -91,10 +113,16 @@ bool si_devplan_patch_conv(const si_graph *g, const si_gnode *n) {
 
 int si_devplan_conv_cpad(const si_graph *g, const si_gnode *n, size_t elem) {
     int c = n->conv.c;
-    if (si_devplan_patch_conv(g, n)) return c; /* a GEMM: no tensor-core channel rule */
+    if (si_devplan_patch_conv(g, n)) return c; /* a GEMM: its rows padded instead (patch_k) */
     if (elem == 2 && c < 8 && n->conv.group == 1 && g->values[n->in[1]].kind == SI_VAL_CONST)
         return 8;
     return c;
+}
+
+int64_t si_devplan_patch_k(const si_graph *g, const si_gnode *n, size_t elem) {
+    (void)g;
+    int64_t k = (int64_t)n->conv.kh * n->conv.kw * n->conv.c;
+    return elem == 2 ? (k + 7) / 8 * 8 : k; /* DINOv2's 14 x 14 x 3 = 588 -> 592 */
 }
 
 bool si_devplan_dwconv(const si_graph *g, const si_gnode *n) {
@@ -115,7 +143,7 @@ int64_t si_devplan_node_scratch(const si_graph *g, const si_gnode *n, size_t ele
             need = si_shape_numel(&x->shape);
     } else if (si_devplan_patch_conv(g, n)) {
         const si_conv_shape *c = &n->conv;
-        need = (int64_t)c->n * c->oh * c->ow * c->kh * c->kw * c->c;
+        need = (int64_t)c->n * c->oh * c->ow * si_devplan_patch_k(g, n, elem);
     } else if (n->op == SI_OP_CONV) {
         const si_conv_shape *c = &n->conv;
         bool asym = c->pt != c->pb || c->pl != c->pr; /* cuDNN pads symmetrically */
@@ -201,9 +229,15 @@ si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_
         p->aux_off[j] = SIZE_MAX;
         if (n->op == SI_OP_HOST) continue;
         if (n->op == SI_OP_VIEW) p->copy_view[j] = view_copies(g, n);
-        p->same_bytes[j] = n->op == SI_OP_VIEW
-                               ? g->values[n->in[0]].kind == SI_VAL_RUNTIME && !p->copy_view[j]
-                               : transpose_same_bytes(g, n);
+        int pair = flatten_transpose(g, j); /* then both hold the NHWC bytes */
+        if (pair >= 0) {
+            p->copy_view[j] = 0;
+            p->same_bytes[pair] = 1;
+        }
+        p->same_bytes[j] =
+            p->same_bytes[j] ||
+            (n->op == SI_OP_VIEW ? g->values[n->in[0]].kind == SI_VAL_RUNTIME && !p->copy_view[j]
+                                 : transpose_same_bytes(g, n));
         int64_t s = si_devplan_node_scratch(g, n, elem);
         if (s > scratch) scratch = s;
         for (int k = 0; k < n->n_in; k++) {
@@ -213,7 +247,9 @@ si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_
             if (p->const_off[v] != SIZE_MAX) continue;
             p->const_off[v] = w;
             size_t numel = (size_t)si_shape_numel(&val->shape);
-            if (n->op == SI_OP_CONV && k == 1 && val->shape.ndim == 4) /* padded channels */
+            if (si_devplan_patch_conv(g, n) && k == 1) /* padded rows */
+                numel = (size_t)n->conv.m * (size_t)si_devplan_patch_k(g, n, elem);
+            else if (n->op == SI_OP_CONV && k == 1 && val->shape.ndim == 4) /* padded channels */
                 numel = numel / (size_t)val->shape.dims[1] *
                         (size_t)(si_devplan_conv_cpad(g, n, elem) / n->conv.group);
             w += up(numel * elem);

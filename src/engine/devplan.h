@@ -68,6 +68,9 @@ bool si_devplan_rowmajor_op(const si_graph *g, const si_gnode *n);
  * tensor-core kernels want C % 8 == 0, and measured 3.7 ms of MobileNetV2's 14 ms at batch 256
  * without); otherwise the channels as they are. */
 int si_devplan_conv_cpad(const si_graph *g, const si_gnode *n, size_t elem);
+/* A patch conv's GEMM depth: its kh kw C taps, padded with zeros to 16-byte rows for 2-byte
+ * types (the patches in scratch and the KRSC weights alike). */
+int64_t si_devplan_patch_k(const si_graph *g, const si_gnode *n, size_t elem);
 /* A depthwise Conv (group == C == M > 1) with constant 4-D weights. The CUDA backend runs these
  * with its own kernel (cuda/dwconv.cu, which reads the weights channel-last: dw_off) unless the
  * shape is beyond it or SI_CUDNN_DEPTHWISE=1 hands them to cuDNN (which reads the KRSC copy at
