@@ -586,21 +586,25 @@ __global__ void k_norm_warp(const T *__restrict__ x, int64_t rows, int len,
     }
 }
 
-// The same with 16-byte loads and stores (len a multiple of 16 bytes' elements, rows aligned):
-// a 768-wide FP16 row is three 16-byte chunks per lane instead of 24 two-byte loads
-template <typename T>
+// The same with 16-byte loads and stores (len a multiple of 16 bytes' elements, rows aligned),
+// L lanes a row (32 / L rows a warp at once): a 768-wide FP16 row is three 16-byte chunks on
+// each of 32 lanes; a 384-wide one (DeiT-S, DINOv2-S) three on each of 16, two rows a warp,
+// where 32 lanes a row left half of them idle on its second chunk.
+template <typename T, int L>
 __global__ void k_norm_warp_vec(const T *__restrict__ x, int64_t rows, int len,
                                 const T *__restrict__ scale, const T *__restrict__ bias, float eps,
                                 T *__restrict__ y) {
-    constexpr int V = 16 / sizeof(T), NC = LN_PER / V;
-    const int lane = threadIdx.x % 32, nch = len / V;
-    for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < rows;
-         r += (int64_t)gridDim.x * blockDim.x / 32) {
+    constexpr int V = 16 / sizeof(T), NC = LN_PER / V; // chunks a lane: rows up to L * LN_PER
+    const int lane = threadIdx.x % L, nch = len / V;
+    const unsigned group =
+        L >= 32 ? 0xffffffffu : ((1u << (L % 32)) - 1) << (threadIdx.x % 32 / L * L); // its lanes
+    for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / L; r < rows;
+         r += (int64_t)gridDim.x * blockDim.x / L) {
         const uint4 *xr = reinterpret_cast<const uint4 *>(x + r * len);
-        float v[LN_PER], s = 0.f;
+        float v[NC * V], s = 0.f;
 #pragma unroll
         for (int c = 0; c < NC; c++) {
-            int ch = lane + 32 * c;
+            int ch = lane + L * c;
             uint4 u = ch < nch ? xr[ch] : make_uint4(0, 0, 0, 0);
             const T *e = reinterpret_cast<const T *>(&u);
 #pragma unroll
@@ -609,21 +613,21 @@ __global__ void k_norm_warp_vec(const T *__restrict__ x, int64_t rows, int len,
                 s += v[c * V + k];
             }
         }
-        for (int k = 16; k > 0; k /= 2) s += __shfl_xor_sync(0xffffffffu, s, k);
+        for (int k = L / 2; k > 0; k /= 2) s += __shfl_xor_sync(group, s, k);
         float mean = s / (float)len, q = 0.f;
 #pragma unroll
         for (int c = 0; c < NC; c++)
 #pragma unroll
             for (int k = 0; k < V; k++) {
-                float d = lane + 32 * c < nch ? v[c * V + k] - mean : 0.f;
+                float d = lane + L * c < nch ? v[c * V + k] - mean : 0.f;
                 q += d * d;
             }
-        for (int k = 16; k > 0; k /= 2) q += __shfl_xor_sync(0xffffffffu, q, k);
+        for (int k = L / 2; k > 0; k /= 2) q += __shfl_xor_sync(group, q, k);
         float inv = rsqrtf(q / (float)len + eps);
         uint4 *yr = reinterpret_cast<uint4 *>(y + r * len);
 #pragma unroll
         for (int c = 0; c < NC; c++) {
-            int ch = lane + 32 * c;
+            int ch = lane + L * c;
             if (ch >= nch) continue;
             uint4 us = reinterpret_cast<const uint4 *>(scale)[ch], ub = make_uint4(0, 0, 0, 0), uo;
             if (bias) ub = reinterpret_cast<const uint4 *>(bias)[ch];
@@ -647,9 +651,20 @@ static cudaError_t launch_norm(cudaStream_t s, int t, const void *x, int64_t row
         size_t es = si_gtype_size(t);
         bool vec = (len * es) % 16 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0 &&
                    (uintptr_t)scale % 16 == 0 && (uintptr_t)bias % 16 == 0;
+        // 16 lanes a row where 32 would leave some idle and 16 take it evenly (384 wide in FP16)
+        int64_t nch = len * (int64_t)es / 16;
+        if (vec && len <= 16 * LN_PER && nch % 16 == 0 && nch % 32 != 0) {
+            int64_t b16 = (rows + 15) / 16; // 16 rows a block
+            unsigned g16 = (unsigned)(b16 < 65535 * 16 ? b16 : 65535 * 16);
+            SI_DISPATCH(t, T,
+                        k_norm_warp_vec<T, 16>
+                        <<<g16, 256, 0, s>>>((const T *)x, rows, (int)len, (const T *)scale,
+                                             (const T *)bias, eps, (T *)y));
+            return cudaGetLastError();
+        }
         if (vec) {
             SI_DISPATCH(t, T,
-                        k_norm_warp_vec<T>
+                        k_norm_warp_vec<T, 32>
                         <<<grid, 256, 0, s>>>((const T *)x, rows, (int)len, (const T *)scale,
                                               (const T *)bias, eps, (T *)y));
             return cudaGetLastError();

@@ -949,6 +949,13 @@ def c_layernorm_vit_last_axis_bias(c):
     c.output(layernorm(c, x, "ln", (64,)))
 
 
+def c_layernorm_deit_width(c):
+    # DeiT-S's and DINOv2-S's 384-wide rows: in FP16 and BF16 the GPU gives each row 16 lanes
+    # (three 16-byte chunks each, two rows a warp); in FP32 32 lanes
+    x = c.input("tokens", normal(c.rng, (2, 37, 384), 2.0) + 5.0)
+    c.output(layernorm(c, x, "ln", (384,)))
+
+
 def c_layernorm_vit_last_axis_nobias_eps(c):
     x = c.input("tokens", normal(c.rng, (2, 197, 64), 4.0) - 1.0)
     c.output(layernorm(c, x, "ln", (64,), bias=False, epsilon=1e-6))
