@@ -172,6 +172,12 @@ static inline size_t up(size_t n) {
     return (n + SI_DEV_ALIGN - 1) / SI_DEV_ALIGN * SI_DEV_ALIGN;
 }
 
+// --- cuda_util.cu ------------------------------------------------------------------------------
+// ms per call of launch(ctx), which queues one run on stream s and says whether it could: the
+// best of three after one that loads and warms it; < 0 if a launch or the timing failed (its
+// error cleared). Init's choices between kernels use it.
+float si_cuda_time_best(cudaStream_t s, bool (*launch)(void *ctx), void *ctx);
+
 // --- consts.cu --------------------------------------------------------------------------------
 // The constants into cs->consts at the plan's offsets (conv weights as KRSC, Gather's indices
 // as int64), in the backend's type; stages them in host memory it frees.

@@ -129,31 +129,15 @@ static void matmul_dims(const si_graph *g, const si_gnode *n, int *nd, int64_t *
     yd[*nd - 1] = bd[*nd - 1];
 }
 
-// Times variant v of p on slot 0's stream (ms per call, the best of a few; < 0 if it failed).
-static float time_linear90(cuda_state *cs, const si_linear90 *p, int v) {
-    slot_x *sl = &cs->slots[0];
-    cudaEvent_t a, b;
-    if (cudaEventCreate(&a) != cudaSuccess) return -1.f;
-    if (cudaEventCreate(&b) != cudaSuccess) {
-        cudaEventDestroy(a);
-        return -1.f;
-    }
-    float best = -1.f;
-    for (int r = 0; r < 4; r++) { // the first run loads the kernel
-        float ms = 0.f;
-        if (cudaEventRecord(a, sl->stream) != cudaSuccess ||
-            si_cuda_linear90_run(p, v, sl->ws, sl->stream) != cudaSuccess ||
-            cudaEventRecord(b, sl->stream) != cudaSuccess || cudaEventSynchronize(b) != cudaSuccess ||
-            cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
-            best = -1.f;
-            break;
-        }
-        if (r > 0 && (best < 0.f || ms < best)) best = ms;
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    cudaGetLastError(); // a failed variant leaves nothing sticky behind (launch errors only)
-    return best;
+// one run of a fused Linear variant on slot 0 (si_cuda_time_best's launch)
+typedef struct {
+    const si_linear90 *p;
+    int v;
+    slot_x *sl;
+} l90_run;
+static bool run_l90(void *ctx) {
+    const l90_run *r = (const l90_run *)ctx;
+    return si_cuda_linear90_run(r->p, r->v, r->sl->ws, r->sl->stream) == cudaSuccess;
 }
 
 // Linear + bias + GELU (or SiLU, QuickGELU) as one kernel where this device and build have one:
@@ -199,7 +183,8 @@ static void linear90_init(si_engine *e, cuda_state *cs, int j, int64_t M, int64_
     for (int i = 0; i < nv; i++) {
         size_t ws = 0;
         if (!si_cuda_linear90_ok(&p, vs[i], &ws) || ws > cs->plan.workspace) continue;
-        float ms = nv == 1 ? 0.f : time_linear90(cs, &p, vs[i]);
+        l90_run r = {&p, vs[i], &cs->slots[0]};
+        float ms = nv == 1 ? 0.f : si_cuda_time_best(cs->slots[0].stream, run_l90, &r);
         size_t at = strlen(said);
         snprintf(said + at, sizeof said - at, "%s%s %.3f ms", at ? ", " : "",
                  si_cuda_linear90_tile(vs[i]), ms);

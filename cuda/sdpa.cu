@@ -199,38 +199,24 @@ si_status si_cuda_attn_run(cuda_state *cs, slot_x *sl, const si_graph *g, int j,
     return SI_OK;
 }
 
-// ms per call of node j as it stands (plan or our kernel) on slot 0, the best of three after a
-// warm-up; < 0 if it failed
-static float time_node(cuda_state *cs, const si_graph *g, int j) {
-    slot_x *sl = &cs->slots[0];
-    cudaEvent_t a, b;
-    if (cudaEventCreate(&a) != cudaSuccess) return -1.f;
-    if (cudaEventCreate(&b) != cudaSuccess) {
-        cudaEventDestroy(a);
-        return -1.f;
-    }
+// one run of node j as it stands (plan or our kernel) on slot 0 (si_cuda_time_best's launch)
+typedef struct {
+    cuda_state *cs;
+    const si_graph *g;
+    int j;
+} node_run;
+static bool run_node(void *ctx) {
+    const node_run *r = (const node_run *)ctx;
     const void *in[4];
     void *y;
-    operands(cs, g, sl, j, in, &y);
-    float best = -1.f;
-    for (int r = 0; r < 4; r++) {
-        float ms = 0.f;
-        bool ok = cudaEventRecord(a, sl->stream) == cudaSuccess;
-        ok = ok && si_cuda_attn_run(cs, sl, g, j, in, y) == SI_OK;
-        ok = ok && cudaEventRecord(b, sl->stream) == cudaSuccess &&
-             cudaEventSynchronize(b) == cudaSuccess &&
-             cudaEventElapsedTime(&ms, a, b) == cudaSuccess;
-        if (!ok) {
-            si_error_clear();
-            best = -1.f;
-            break;
-        }
-        if (r > 0 && (best < 0.f || ms < best)) best = ms;
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    cudaGetLastError();
-    return best;
+    operands(r->cs, r->g, &r->cs->slots[0], r->j, in, &y);
+    return si_cuda_attn_run(r->cs, &r->cs->slots[0], r->g, r->j, in, y) == SI_OK;
+}
+
+// ms per call of node j as it stands on slot 0; < 0 if it failed
+static float time_node(cuda_state *cs, const si_graph *g, int j) {
+    node_run r = {cs, g, j};
+    return si_cuda_time_best(cs->slots[0].stream, run_node, &r);
 }
 
 static bool same_shape(const si_k_attn *a, const si_k_attn *b) {
