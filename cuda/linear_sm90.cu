@@ -37,60 +37,83 @@ template <class Scalar, class T, int N> struct each {
     }
 };
 
+// The special-function unit's 2^x and 1/x as single instructions. Without .ftz, exp2f's and
+// __fdividef's approximations each bring a range test and two scalings for subnormal arguments
+// and results (an FSETP and two FMULs apiece in the SASS): a third of the erf GELU's epilogue.
+// No argument here is subnormal (the reciprocals' are >= 1); a 2^x that would be is flushed to
+// zero, which changes the sigmoids' 1 + 2^x not at all and the GELU only below x = -13, where
+// its exact value is under 1e-37 in magnitude: zero in FP16, a BF16 subnormal otherwise.
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float rcp_ftz(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // The activations, in FP32 on the accumulator before the output's one rounding to FP16 or BF16.
-// The cooperative schedule's epilogue does not overlap the next tile's MMAs, so each
-// instruction per element here costs the tensor cores time. erff (two polynomials, their
-// coefficients selected per element: about 25 instructions; a ViT-B fc1 took 0.497 ms with it
-// on an H100, the bare GEMM 0.352) gives way to Abramowitz and Stegun's 7.1.26,
+// The cooperative schedule's epilogue does not overlap the next tile's MMAs, and the ping-pong
+// one's hides it only while it is shorter than a tile's MMAs, so each instruction per element
+// here costs the tensor cores time (ncu on ViT-B's fc1, ping-pong 128x128: 26 instructions an
+// element, 11 of them FMULs, before these were written as they are now). erff (two polynomials,
+// their coefficients selected per element) gives way to Abramowitz and Stegun's 7.1.26,
 // erfc(z) = t P(t) exp(-z^2) with t = 1 / (1 + p z), |error| <= 1.5e-7 on erf: GELU within
-// 3.3e-7 of the exact value on [-12, 12] in a float32 model of it, as 0.5 x (1 + erff) is within
-// 4.5e-7, both far below FP16's rounding; about 16 instructions, two on the special-function
-// unit. For x < 0, GELU = x erfc(|z|) / 2 directly, without 1 + erf's cancellation.
+// 3.3e-7 of the exact value on [-12, 12] in a float32 model of this code, far below FP16's
+// rounding. With a = |x| and q = erfc(a / sqrt 2) / 2, GELU(x) = max(x, 0) - a q for either sign
+// (x - x q for x >= 0, x q for x < 0), without 1 + erf's cancellation; the 1 / sqrt 2, the 1/2
+// and log2(e) are folded into the constants: 12 instructions, two on the special-function unit.
 template <class T> struct gelu_erf {
     CUTLASS_DEVICE T operator()(T v) const {
-        float f = (float)v, z = fabsf(f) * 0.70710678118654752f;
-        float t = __fdividef(1.f, 1.f + 0.3275911f * z);
-        float p = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t +
-                   0.254829592f) *
-                  t;
-        float h = 0.5f * f * (p * __expf(-z * z)); // x erfc(|z|) / 2
-        return T(f >= 0.f ? f - h : h);
+        float f = (float)v, a = fabsf(f);
+        float t = rcp_ftz(fmaf(0.3275911f * 0.70710678118654752f, a, 1.f));
+        float q =
+            ((((0.5f * 1.061405429f * t - 0.5f * 1.453152027f) * t + 0.5f * 1.421413741f) * t -
+              0.5f * 0.284496736f) *
+                 t +
+             0.5f * 0.254829592f) *
+            t;
+        q *= ex2_ftz(f * (f * -0.72134752044448170f)); // exp(-x^2 / 2) = 2^(-x^2 log2(e) / 2)
+        return T(fmaf(-a, q, fmaxf(f, 0.f)));
     }
 };
 template <class T, int N> struct gelu_erf<cutlass::Array<T, N>> : each<gelu_erf<T>, T, N> {};
-// The sigmoid-shaped ones take the hardware's exp2 and reciprocal (__expf, __fdividef: a few ulp,
-// far inside FP16's and BF16's rounding; x / y -> 0 as y -> inf, the limit wanted). An IEEE
-// division or reciprocal brings a slow path that the compiler emits as a subroutine call per
-// element (768 CALLs in the SASS of the six Swish kernels): with either, the fused QuickGELU
-// took 0.66-0.67 ms a ViT-B layer on an H100, against 0.497 for the erf GELU then, and lost to
-// cuBLASLt and a separate pass.
+// The sigmoid-shaped ones as x / (1 + 2^(k x)): x / y -> 0 as y -> inf, the limit wanted. (An
+// IEEE division or reciprocal brings a slow path that the compiler emits as a subroutine call per
+// element: with one, the fused QuickGELU took 0.66-0.67 ms a ViT-B layer on an H100 and lost to
+// cuBLASLt and a separate pass.) The tanh GELU: x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
 template <class T> struct gelu_tanh {
     CUTLASS_DEVICE T operator()(T v) const {
-        float f = (float)v, u = 0.79788456080286536f * (f + 0.044715f * f * f * f);
-        return T(__fdividef(f, 1.f + __expf(-2.f * u)));
+        constexpr float k1 = -2.f * 0.79788456080286536f * 1.4426950408889634f;
+        float f = (float)v;
+        return T(f * rcp_ftz(1.f + ex2_ftz(f * fmaf(k1 * 0.044715f, f * f, k1))));
     }
 };
 template <class T, int N> struct gelu_tanh<cutlass::Array<T, N>> : each<gelu_tanh<T>, T, N> {};
 
-// x sigmoid(alpha x): SiLU (alpha 1) and CLIP's QuickGELU (alpha 1.702), alpha given at run time
+// x sigmoid(alpha x): SiLU (alpha 1) and CLIP's QuickGELU (alpha 1.702); k = -alpha log2(e),
+// given at run time
 struct swish_args {
-    float alpha = 1.f;
+    float k = -1.4426950408889634f;
 };
 template <class T> struct swish {
     using Arguments = swish_args;
     CUTLASS_DEVICE T operator()(T v, swish_args const &a) const {
         float f = (float)v;
-        return T(__fdividef(f, 1.f + __expf(-(f * a.alpha))));
+        return T(f * rcp_ftz(1.f + ex2_ftz(f * a.k)));
     }
 };
 template <class T, int N> struct swish<cutlass::Array<T, N>> : each<swish<T>, T, N> {
     using Arguments = swish_args;
 };
-// Tile shapes: cooperative 128 x 256 and 256 x 128 tiles (two consumer warp groups share each;
-// the faster on every erf-GELU ViT and ConvNeXt shape measured at batch 256, by 1-2% between
-// them) and ping-pong 128 x 128 and 64 x 256 ones (the groups alternate tiles, one's epilogue
-// behind the other's MMAs: 128 x 128 the fastest for CLIP's QuickGELU fc1 at batch 256, 0.357 ms
-// against 0.422 cooperative on an H100; 64 x 256 at a few hundred rows).
+// Tile shapes: cooperative 128 x 256 and 256 x 128 tiles (two consumer warp groups share each)
+// and ping-pong 128 x 128 and 64 x 256 ones (the groups alternate tiles, one's epilogue behind
+// the other's MMAs, hidden while it is the shorter). At batch 256 on an H100: ViT-B's and CLIP's
+// fc1 on ping-pong 128 x 128 (erf GELU 0.381 ms against 0.425 cooperative, QuickGELU 0.354), the
+// small-K layers of DeiT-S, DINOv2-S and ConvNeXt-T's first three stages cooperative 256 x 128
+// (their epilogues outlast a tile's few k-blocks of MMAs); 64 x 256 at a few hundred rows.
 // si_cuda_linear90_run takes the choice (gemm.cu times them).
 struct coop {
     static constexpr const char *name = "cooperative 128x256";
@@ -153,7 +176,7 @@ template <class E, template <class> class Act, class Cfg> struct linear {
         a.epilogue.thread.beta = 0.f;
         a.epilogue.thread.bias_ptr = (const E *)p->bias;
         if constexpr (cute::is_same_v<Act<float>, swish<float>>)
-            a.epilogue.thread.activation.alpha = p->alpha;
+            a.epilogue.thread.activation.k = -p->alpha * 1.4426950408889634f;
         return a;
     }
     static int check(const si_linear90 *p, size_t *ws) {
