@@ -1,7 +1,7 @@
-// The convolution algorithms chosen at init, remembered within one init (the same conv shape is
-// timed once) and across runs in the autotune cache: one file per (GPU, cuDNN version, workspace
-// size) under --autotune-cache DIR, holding every shape ever timed there, whatever the model.
-// A warm cache skips cuDNN's Find and the retiming (most of a start's second) and makes the
+// The convolution and GEMM algorithms chosen at init, remembered within one init (the same shape
+// is timed once) and across runs in the autotune cache: one file per (GPU, cuDNN version,
+// workspace size) under --autotune-cache DIR, holding every shape ever timed there, whatever the
+// model. A warm cache skips cuDNN's Find and the retiming (most of a start's second) and makes the
 // choice the same from run to run.
 #ifndef SI_CUDA_AUTOTUNE_CUH
 #define SI_CUDA_AUTOTUNE_CUH
@@ -19,11 +19,27 @@ typedef struct {
     float ms;
 } memo_entry;
 
+// A timed matmul: what cuda/gemm.cu's lt_setup makes its descriptors of, and the place of the
+// fastest algorithm in cuBLASLt's heuristic answer for them (the same cuBLASLt on the same GPU
+// answers in the same order), or CUTLASS's variant that beat them
+typedef struct {
+    int64_t dims[8]; // A's rows and columns, B's, D's, A's and B's batch strides
+    int32_t opa, opb, batch, epi, t, beta;
+    int32_t l90;  // whether CUTLASS's Linear kernel was a candidate
+    int32_t rank; // >= 0: cuBLASLt's candidate; < 0: CUTLASS's variant -1 - rank
+    float ms;
+} gemm_memo_entry;
+
 #define MEMO_CAP 4096
+#define GEMM_MEMO_CAP 1024
 struct algo_memo {
     memo_entry e[MEMO_CAP];
     int n, loaded;   // loaded: the first `loaded` came from the cache file
     int asked, hits; // convs of this init that cuDNN runs, and those the cache file answered
+    gemm_memo_entry ge[GEMM_MEMO_CAP];
+    int gn, gloaded; // the same for the timed matmuls
+    bool gdirty;     // one of the loaded entries was replaced
+    int gasked, ghits;
     int device;
     size_t workspace;
     char path[1024]; // the cache file; "" when there is none

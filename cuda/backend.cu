@@ -246,6 +246,8 @@ static si_status init_nodes(si_engine *e, cuda_state *cs) {
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
     const char *l90_env = getenv("SI_LINEAR90");
     cs->linear90 = major == 9 && minor == 0 && !(l90_env && strcmp(l90_env, "0") == 0);
+    const char *lt_env = getenv("SI_LT_TIME"); // 0: cuBLASLt's first heuristic answer, untimed
+    cs->lt_timed = !(lt_env && strcmp(lt_env, "0") == 0);
     // SI_CUDNN_SDPA=0: our attention kernel everywhere; 1: cuDNN's wherever it runs (tests)
     const char *sdpa_env = getenv("SI_CUDNN_SDPA");
     int sdpa = !sdpa_env || !*sdpa_env       ? SI_SDPA_TIMED
@@ -256,15 +258,17 @@ static si_status init_nodes(si_engine *e, cuda_state *cs) {
         if (op == SI_OP_CONV)
             st = si_cuda_conv_init(e, cs, j, memo);
         else if (op == SI_OP_GEMM)
-            st = si_cuda_gemm_init(e, cs, j);
+            st = si_cuda_gemm_init(e, cs, j, memo);
         else if (op == SI_OP_MATMUL)
-            st = si_cuda_matmul_init(e, cs, j);
+            st = si_cuda_matmul_init(e, cs, j, memo);
         else if (op == SI_OP_ATTENTION)
             st = si_cuda_attn_init(e, cs, j, sdpa);
     }
     if (st == SI_OK) si_cuda_autotune_save(memo);
     e->mem.convs_tuned = memo->asked;
     e->mem.convs_cached = memo->hits;
+    e->mem.matmuls_tuned = memo->gasked;
+    e->mem.matmuls_cached = memo->ghits;
     si_cuda_memo_free(memo);
     return st;
 }

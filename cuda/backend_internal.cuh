@@ -99,6 +99,7 @@ typedef struct {
     si_cuda_jpeg *jpeg; // --decode gpu: the hardware JPEG decoder (NULL: none)
     bool jpeg_failed;   // its set-up failed after all (said once; the CPU decodes)
     bool linear90;      // Linear + bias + GELU may run as one Hopper GEMM (SI_LINEAR90=0: never)
+    bool lt_timed;      // cuBLASLt's candidates for a large matmul are timed (SI_LT_TIME=0: never)
     bool host_mapped;   // the page-locked block is si_pages_alloc's, registered (else cudaHostAlloc's)
     cudaEvent_t t_ref; // a timed event and the host clock when it completed: the GPU's times on
     double t_ref_host; // the host's clock (--timeline)
@@ -198,8 +199,10 @@ si_status si_cuda_conv_run(si_engine *e, cuda_state *cs, slot_x *sl, int j);
 void si_cuda_conv_release(conv_x *c);
 
 // --- gemm.cu ----------------------------------------------------------------------------------
-si_status si_cuda_gemm_init(si_engine *e, cuda_state *cs, int j);
-si_status si_cuda_matmul_init(si_engine *e, cuda_state *cs, int j);
+// Gemm and MatMul j: cuBLASLt's descriptors and algorithm (a large one's timed among cuBLASLt's
+// candidates, or taken from memo), or the fused Linear + activation kernel
+si_status si_cuda_gemm_init(si_engine *e, cuda_state *cs, int j, algo_memo *memo);
+si_status si_cuda_matmul_init(si_engine *e, cuda_state *cs, int j, algo_memo *memo);
 si_status si_cuda_patch_init(si_engine *e, cuda_state *cs, int j);
 // y = alpha * a b + beta * c (c NULL: y itself) and the epilogue
 si_status si_cuda_lt_run(cuda_state *cs, slot_x *sl, gemm_x *x, const void *a, const void *b,

@@ -216,18 +216,19 @@ static si_status run_expand(const op_ctx *c) {
 static si_status run_matmul(const op_ctx *c) {
     gemm_x *gx = &c->cs->gemm[c->j];
     const si_gnode *n = c->n;
-    if (gx->l90 >= 0) { // Linear + bias + activation in one kernel
+    const void *r = NULL; // the fused residual, read as it is laid out for this op
+    for (int k = 2; k < n->n_in; k++)
+        if (n->in[k] == n->residual) r = c->in[k];
+    if (gx->l90 >= 0) { // Linear + bias + activation (or + residual) in one kernel
         si_linear90 p = gx->l90p;
         p.x = c->x;
         p.w = c->in[1];
+        p.c = r;
         p.y = c->y;
         cudaCheck(si_cuda_linear90_run(&p, gx->l90, c->sl->ws, c->s));
         return SI_OK;
     }
     if (!gx->loop_nd) {
-        const void *r = NULL; // the fused residual, read as it is laid out for this op
-        for (int k = 2; k < n->n_in; k++)
-            if (n->in[k] == n->residual) r = c->in[k];
         si_status st = si_cuda_lt_run(c->cs, c->sl, gx, c->in[1], c->x, r, c->y);
         if (st != SI_OK || !gx->act_after) return st;
         return map(c->s, SI_MAP_ACT, 0, n->act, c->t, c->y, tv_rowmajor(&c->yv->shape), c->t, c->y,

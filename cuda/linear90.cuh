@@ -1,4 +1,4 @@
-// Linear + bias + GELU in one Hopper GEMM (cuda/linear_sm90.cu, CUTLASS): the interface gemm.cu
+// Linear + bias + GELU (or + residual) in one Hopper GEMM (cuda/linear_sm90.cu, CUTLASS): the interface gemm.cu
 // uses. Built where CUTLASS's headers were found (SI_HAVE_LINEAR90); the functions below then
 // exist, and a caller still asks si_cuda_linear90_ok for each node, on an sm_90 device only.
 #pragma once
@@ -11,20 +11,22 @@ extern "C" {
 #endif
 
 enum { SI_LINEAR90_F16 = 0, SI_LINEAR90_BF16 = 1 };
-enum { SI_LINEAR90_GELU = 0, SI_LINEAR90_GELU_TANH = 1, SI_LINEAR90_SWISH = 2 };
+enum { SI_LINEAR90_GELU = 0, SI_LINEAR90_GELU_TANH = 1, SI_LINEAR90_SWISH = 2, SI_LINEAR90_NONE = 3 };
 
-// Y (m, n) = act(X (m, k) W (k, n) + bias (n)), every matrix row-major and dense; borrows all.
-// act: erf GELU, tanh GELU, or x sigmoid(alpha x) (SiLU, QuickGELU)
+// Y (m, n) = act(X (m, k) W (k, n) + bias (n) + C (m, n)), every matrix row-major and dense;
+// borrows all. act: erf GELU, tanh GELU, x sigmoid(alpha x) (SiLU, QuickGELU) or none; C, a
+// residual, NULL for none (only with act none)
 typedef struct {
     int type, act;
     float alpha;
     int m, n, k;
-    const void *x, *w, *bias;
+    const void *x, *w, *bias, *c;
     void *y;
 } si_linear90;
 
 #ifdef SI_HAVE_LINEAR90
-// the table's variants (tile shapes) for p's type and activation: writes up to cap, returns count
+// the table's variants (tile shapes) for p's type, activation and residual: writes up to cap,
+// returns count
 int si_cuda_linear90_variants(const si_linear90 *p, int *out, int cap);
 // 1 if variant runs p (shapes, alignment), with its workspace bytes in *ws; 0 if not
 int si_cuda_linear90_ok(const si_linear90 *p, int variant, size_t *ws);

@@ -2,7 +2,9 @@
 // erf GELU (cuBLASLt's GELU epilogue is the tanh approximation), the tanh GELU, SiLU or Swish
 // (CLIP's QuickGELU), on CUTLASS's Hopper kernels (TMA loads, wgmma, a warp-specialized
 // persistent schedule). The 4x-wide hidden tensor of a transformer's MLP is then written once
-// instead of written, read and written again by a separate activation pass. Built for sm_90a
+// instead of written, read and written again by a separate activation pass. The same kernels
+// without an activation, with or without a residual C (Y = X W + b + C), are candidates beside
+// cuBLASLt's algorithms for the other Linear layers (gemm.cu times both). Built for sm_90a
 // only; callers ask si_cuda_linear90_ok first (linear90.cuh).
 #include <cuda_runtime.h>
 
@@ -144,13 +146,14 @@ struct pingpong {
     using Epi = cutlass::epilogue::TmaWarpSpecialized;
 };
 
-template <class E, template <class> class Act, class Cfg> struct linear {
+// Res: C (the residual) is read by the epilogue's TMA loads and added with beta 1
+template <class E, template <class> class Act, class Cfg, bool Res> struct linear {
     using Fusion = cutlass::epilogue::fusion::LinCombPerColBiasEltAct<Act, E, float, E, E, float>;
     using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::Tile,
-        typename Cfg::Cluster, cutlass::epilogue::collective::EpilogueTileAuto, float, float, void,
-        cutlass::layout::RowMajor, 8, E, cutlass::layout::RowMajor, 8, typename Cfg::Epi,
-        Fusion>::CollectiveOp;
+        typename Cfg::Cluster, cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+        cute::conditional_t<Res, E, void>, cutlass::layout::RowMajor, 8, E,
+        cutlass::layout::RowMajor, 8, typename Cfg::Epi, Fusion>::CollectiveOp;
     using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, cutlass::layout::RowMajor, 8, E,
         cutlass::layout::RowMajor, 8, float, typename Cfg::Tile, typename Cfg::Cluster,
@@ -171,9 +174,9 @@ template <class E, template <class> class Act, class Cfg> struct linear {
         typename Gemm::Arguments a{cutlass::gemm::GemmUniversalMode::kGemm,
                                    {p->m, p->n, p->k, 1},
                                    {(const E *)p->x, sa, (const E *)p->w, sb},
-                                   {{}, nullptr, sd, (E *)p->y, sd}};
+                                   {{}, Res ? (const E *)p->c : nullptr, sd, (E *)p->y, sd}};
         a.epilogue.thread.alpha = 1.f;
-        a.epilogue.thread.beta = 0.f;
+        a.epilogue.thread.beta = Res ? 1.f : 0.f;
         a.epilogue.thread.bias_ptr = (const E *)p->bias;
         if constexpr (cute::is_same_v<Act<float>, swish<float>>)
             a.epilogue.thread.activation.k = -p->alpha * 1.4426950408889634f;
@@ -194,25 +197,33 @@ template <class E, template <class> class Act, class Cfg> struct linear {
     }
 };
 
-// one table row per (type, activation, tile): si_linear90.variant indexes it
+// no activation: a Linear layer with its bias, and its residual where it has one
+template <class T> using none = cutlass::epilogue::thread::Identity<T>;
+
+// one table row per (type, activation, residual, tile): si_linear90.variant indexes it
 struct entry {
     int type, act;
+    bool res;
     const char *tile;
     int (*check)(const si_linear90 *, size_t *);
     cudaError_t (*run)(const si_linear90 *, void *, cudaStream_t);
 };
-#define ROW(T, E, A, F, C)                                                                         \
-    { T, A, C::name, linear<E, F, C>::check, linear<E, F, C>::run }
-#define ROWS(T, E, A, F)                                                                           \
-    ROW(T, E, A, F, coop), ROW(T, E, A, F, coop256), ROW(T, E, A, F, pingpong128),                 \
-        ROW(T, E, A, F, pingpong)
+#define ROW(T, E, A, F, R, C)                                                                      \
+    { T, A, R, C::name, linear<E, F, C, R>::check, linear<E, F, C, R>::run }
+#define ROWS(T, E, A, F, R)                                                                        \
+    ROW(T, E, A, F, R, coop), ROW(T, E, A, F, R, coop256), ROW(T, E, A, F, R, pingpong128),        \
+        ROW(T, E, A, F, R, pingpong)
 const entry table[] = {
-    ROWS(SI_LINEAR90_F16, cutlass::half_t, SI_LINEAR90_GELU, gelu_erf),
-    ROWS(SI_LINEAR90_BF16, cutlass::bfloat16_t, SI_LINEAR90_GELU, gelu_erf),
-    ROWS(SI_LINEAR90_F16, cutlass::half_t, SI_LINEAR90_SWISH, swish),
-    ROWS(SI_LINEAR90_BF16, cutlass::bfloat16_t, SI_LINEAR90_SWISH, swish),
-    ROWS(SI_LINEAR90_F16, cutlass::half_t, SI_LINEAR90_GELU_TANH, gelu_tanh),
-    ROWS(SI_LINEAR90_BF16, cutlass::bfloat16_t, SI_LINEAR90_GELU_TANH, gelu_tanh),
+    ROWS(SI_LINEAR90_F16, cutlass::half_t, SI_LINEAR90_GELU, gelu_erf, false),
+    ROWS(SI_LINEAR90_BF16, cutlass::bfloat16_t, SI_LINEAR90_GELU, gelu_erf, false),
+    ROWS(SI_LINEAR90_F16, cutlass::half_t, SI_LINEAR90_SWISH, swish, false),
+    ROWS(SI_LINEAR90_BF16, cutlass::bfloat16_t, SI_LINEAR90_SWISH, swish, false),
+    ROWS(SI_LINEAR90_F16, cutlass::half_t, SI_LINEAR90_GELU_TANH, gelu_tanh, false),
+    ROWS(SI_LINEAR90_BF16, cutlass::bfloat16_t, SI_LINEAR90_GELU_TANH, gelu_tanh, false),
+    ROWS(SI_LINEAR90_F16, cutlass::half_t, SI_LINEAR90_NONE, none, false),
+    ROWS(SI_LINEAR90_BF16, cutlass::bfloat16_t, SI_LINEAR90_NONE, none, false),
+    ROWS(SI_LINEAR90_F16, cutlass::half_t, SI_LINEAR90_NONE, none, true),
+    ROWS(SI_LINEAR90_BF16, cutlass::bfloat16_t, SI_LINEAR90_NONE, none, true),
 };
 #undef ROWS
 #undef ROW
@@ -223,17 +234,19 @@ const int n_table = (int)(sizeof table / sizeof table[0]);
 extern "C" int si_cuda_linear90_variants(const si_linear90 *p, int *out, int cap) {
     int n = 0;
     for (int i = 0; i < n_table && n < cap; i++)
-        if (table[i].type == p->type && table[i].act == p->act) out[n++] = i;
+        if (table[i].type == p->type && table[i].act == p->act && table[i].res == (p->c != NULL))
+            out[n++] = i;
     return n;
 }
 
 extern "C" int si_cuda_linear90_ok(const si_linear90 *p, int variant, size_t *ws) {
     if (variant < 0 || variant >= n_table) return 0;
     const entry *e = &table[variant];
-    if (e->type != p->type || e->act != p->act) return 0;
+    if (e->type != p->type || e->act != p->act || e->res != (p->c != NULL)) return 0;
     // 16-byte rows and bases for TMA (every slot's buffers sit at the same alignment as slot
     // 0's, which init asks about); the bias is read 8 elements at a time
-    uintptr_t bases = (uintptr_t)p->x | (uintptr_t)p->w | (uintptr_t)p->y | (uintptr_t)p->bias;
+    uintptr_t bases =
+        (uintptr_t)p->x | (uintptr_t)p->w | (uintptr_t)p->y | (uintptr_t)p->bias | (uintptr_t)p->c;
     if (p->k % 8 || p->n % 8 || (bases & 15)) return 0;
     return e->check(p, ws) == 0;
 }

@@ -882,13 +882,15 @@ def autotune(a):
         p = sh([a.shardinfer, "run", "--backend", "cuda", "--model", a.model, "--input", sset,
                 "--output", out, "--overwrite", "--post", "raw", "--batch", "8",
                 "--autotune-cache", cache_arg])
-        m = re.search(r"(\d+) of (\d+) convolutions' algorithms from the autotune cache", p.stderr)
+        m = re.search(r"(\d+) of (\d+) convolutions' and (\d+) of (\d+) matmuls' algorithms "
+                      r"from the autotune cache", p.stderr)
         if not m:
             sys.exit(f"FAIL: {tag}: the engine line does not say what the cache gave")
         with h5py.File(out, "r") as f:  # --post raw: the model's one output under /raw
             logits = f["raw"][list(f["raw"])[0]][:]
-        print(f"{tag}: {m.group(1)} of {m.group(2)} from the cache")
-        return int(m.group(1)), int(m.group(2)), logits, p.stderr
+        print(f"{tag}: {m.group(1)} of {m.group(2)} convs, {m.group(3)} of {m.group(4)} matmuls "
+              "from the cache")
+        return int(m.group(1)) + int(m.group(3)), int(m.group(2)) + int(m.group(4)), logits, p.stderr
     hit, total, cold, _ = go("cold", cache)
     files = os.listdir(cache) if os.path.isdir(cache) else []
     if hit != 0 or total == 0 or len(files) != 1:

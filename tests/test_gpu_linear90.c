@@ -1,10 +1,12 @@
 /* The fused Linear + bias + activation kernels (cuda/linear_sm90.cu, CUTLASS on sm_90) against a
  * plain C reference in double: Y = act(X W + b) on seeded random FP16 and BF16 operands, every
- * activation (erf and tanh GELU, Swish with CLIP's alpha and SiLU's), shapes whose rows fill no
- * tile and shapes of ViT-B's and ConvNeXt's MLPs cut to fewer rows. Every tile variant must give
+ * activation (erf and tanh GELU, Swish with CLIP's alpha and SiLU's, none with and without a
+ * residual C: Y = X W + b + C), shapes whose rows fill no tile and shapes of ViT-B's and
+ * ConvNeXt's MLPs cut to fewer rows. Every tile variant must give
  * the same bits as the first, since init picks one by timing and a run must not depend on which
  * won. Outputs are poisoned before each run. Skipped without an sm_90 GPU or without CUTLASS. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -38,40 +40,44 @@ static double act_ref(int act, double alpha, double v) {
     case SI_LINEAR90_GELU: return 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
     case SI_LINEAR90_GELU_TANH:
         return 0.5 * v * (1.0 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+    case SI_LINEAR90_NONE: return v;
     default: return v / (1.0 + exp(-alpha * v));
     }
 }
 
-/* One shape, type and activation through every variant; returns how many ran. */
-static int check_one(int type, int act, float alpha, int m, int k, int n, unsigned seed) {
+/* One shape, type and activation (with a residual C or without) through every variant; returns
+ * how many ran. */
+static int check_one(int type, int act, float alpha, bool res, int m, int k, int n, unsigned seed) {
     size_t nx = (size_t)m * k, nw = (size_t)k * n, ny = (size_t)m * n;
     uint16_t *hx = malloc(nx * 2), *hw = malloc(nw * 2), *hb = malloc((size_t)n * 2);
-    uint16_t *hy = malloc(ny * 2), *first = malloc(ny * 2);
+    uint16_t *hy = malloc(ny * 2), *first = malloc(ny * 2), *hc = malloc(ny * 2);
     double *ref = malloc(ny * sizeof(double));
     /* values near 1 over sqrt(k): pre-activations of O(1), where the activations bend */
     float ws = 1.f / sqrtf((float)k);
     for (size_t i = 0; i < nx; i++) hx[i] = to16(type, 2.f * test_randf(&seed));
     for (size_t i = 0; i < nw; i++) hw[i] = to16(type, ws * test_randf(&seed));
     for (int i = 0; i < n; i++) hb[i] = to16(type, 0.5f * test_randf(&seed));
+    for (size_t i = 0; i < ny; i++) hc[i] = to16(type, res ? 2.f * test_randf(&seed) : 0.f);
     double big = 0.0;
     for (int r = 0; r < m; r++)
         for (int c = 0; c < n; c++) {
-            double s = from16(type, hb[c]);
+            double s = from16(type, hb[c]) + from16(type, hc[(size_t)r * n + c]);
             for (int i = 0; i < k; i++)
                 s += (double)from16(type, hx[(size_t)r * k + i]) *
                      from16(type, hw[(size_t)i * n + c]);
             ref[(size_t)r * n + c] = act_ref(act, alpha, s);
             if (fabs(ref[(size_t)r * n + c]) > big) big = fabs(ref[(size_t)r * n + c]);
         }
-    void *dx = NULL, *dw = NULL, *db = NULL, *dy = NULL, *ws_d = NULL;
+    void *dx = NULL, *dw = NULL, *db = NULL, *dc = NULL, *dy = NULL, *ws_d = NULL;
     size_t ws_bytes = 64u << 20;
     CHECK(cudaMalloc(&dx, nx * 2) == cudaSuccess && cudaMalloc(&dw, nw * 2) == cudaSuccess &&
           cudaMalloc(&db, (size_t)n * 2) == cudaSuccess && cudaMalloc(&dy, ny * 2) == cudaSuccess &&
-          cudaMalloc(&ws_d, ws_bytes) == cudaSuccess);
+          cudaMalloc(&dc, ny * 2) == cudaSuccess && cudaMalloc(&ws_d, ws_bytes) == cudaSuccess);
     cudaMemcpy(dx, hx, nx * 2, cudaMemcpyHostToDevice);
     cudaMemcpy(dw, hw, nw * 2, cudaMemcpyHostToDevice);
     cudaMemcpy(db, hb, (size_t)n * 2, cudaMemcpyHostToDevice);
-    si_linear90 p = {type, act, alpha, m, n, k, dx, dw, db, dy};
+    cudaMemcpy(dc, hc, ny * 2, cudaMemcpyHostToDevice);
+    si_linear90 p = {type, act, alpha, m, n, k, dx, dw, db, res ? dc : NULL, dy};
     int vs[8], nv = si_cuda_linear90_variants(&p, vs, 8), ran = 0;
     /* FP16 keeps 11 bits, BF16 8: a rounding of the output plus the accumulation's */
     double tol = type == SI_LINEAR90_BF16 ? 1e-2 : 2e-3;
@@ -102,7 +108,9 @@ static int check_one(int type, int act, float alpha, int m, int k, int n, unsign
     cudaFree(dw);
     cudaFree(db);
     cudaFree(dy);
+    cudaFree(dc);
     cudaFree(ws_d);
+    free(hc);
     free(hx);
     free(hw);
     free(hb);
@@ -132,17 +140,17 @@ int main(void) {
     static const struct {
         int act;
         float alpha;
-    } acts[] = {{SI_LINEAR90_GELU, 1.f},
-                {SI_LINEAR90_GELU_TANH, 1.f},
-                {SI_LINEAR90_SWISH, 1.702f},
-                {SI_LINEAR90_SWISH, 1.f}};
+        bool res;
+    } acts[] = {{SI_LINEAR90_GELU, 1.f, false},     {SI_LINEAR90_GELU_TANH, 1.f, false},
+                {SI_LINEAR90_SWISH, 1.702f, false}, {SI_LINEAR90_SWISH, 1.f, false},
+                {SI_LINEAR90_NONE, 1.f, false},     {SI_LINEAR90_NONE, 1.f, true}};
     unsigned seed = 90;
     for (int t = 0; t < 2; t++)
         for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++)
             for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
                 int ran =
                     check_one(t ? SI_LINEAR90_BF16 : SI_LINEAR90_F16, acts[a].act, acts[a].alpha,
-                              shapes[s][0], shapes[s][1], shapes[s][2], seed++);
+                              acts[a].res, shapes[s][0], shapes[s][1], shapes[s][2], seed++);
                 CHECK_MSG(ran == 4, "type %d act %zu shape %zu: %d of the 4 tiles ran", t, a, s,
                           ran);
             }

@@ -179,9 +179,11 @@ static void print_result(const bench_args *a, const si_engine *e, const double *
            batch * 1e3 / med, first_ms, (double)e->activation_bytes / 1e6);
     if (si_engine_on_gpu(e))
         printf("bench: init_s=%.2f (plan, weights, algorithm search, graph capture, warm-up) "
-               "device_planned_mb=%.1f device_in_use_mb=%.1f\n",
+               "device_planned_mb=%.1f device_in_use_mb=%.1f autotune_cached=%d/%d convs "
+               "%d/%d matmuls\n",
                e->mem.init_seconds, (double)e->mem.device_total / 1048576.0,
-               (double)e->mem.device_used_after_init / 1048576.0);
+               (double)e->mem.device_used_after_init / 1048576.0, e->mem.convs_cached,
+               e->mem.convs_tuned, e->mem.matmuls_cached, e->mem.matmuls_tuned);
 }
 
 int si_cli_bench(int argc, char **argv) {

@@ -83,6 +83,7 @@ typedef struct {
     size_t device_used_after_init; /* cudaMemGetInfo: the whole process on the device */
     double init_seconds;           /* planning, uploads, algorithm search, capture, warm-up */
     int convs_tuned, convs_cached; /* cuDNN convs set up, and those the autotune cache answered */
+    int matmuls_tuned, matmuls_cached; /* cuBLASLt matmuls timed, and those it answered */
     /* GPU: init_seconds by step: plan, allocate, slots (streams, cuDNN handles), algorithms,
      * warm-up, graph capture */
     double init_step[6];
