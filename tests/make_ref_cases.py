@@ -1125,6 +1125,13 @@ def c_attention_vit_b(c):
     _sdpa(c, q, k, v)
 
 
+def c_attention_dinov2(c):
+    # DINOv2-S/14's shape at 224: 256 patches and a class token, head size 64 (cuDNN's SDPA
+    # spends a whole tile of query rows on the class token)
+    q, k, v = (c.input(n, normal(c.rng, (2, 6, 257, 64))) for n in ("q", "k", "v"))
+    _sdpa(c, q, k, v)
+
+
 def c_attention_rel_bias(c):
     # Swin's window attention: 49 tokens of head size 32 and a relative-position bias per head
     q, k, v = (c.input(n, normal(c.rng, (4, 3, 49, 32))) for n in ("q", "k", "v"))

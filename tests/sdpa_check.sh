@@ -4,8 +4,9 @@
 # backend, and on an sm_90 GPU the engine saying, for each node it may take (no bias, head size
 # 32, 64 or 128), that cuDNN ran it or that init's check refused cuDNN's result (init's timing
 # alone would leave the small cases to our kernel, and a silent fallback would pass the parity).
-# cuDNN 9.14 computes K given as K^T wrongly: the check must refuse that one, and the four others
-# (head size 128, Q/K/V from Slice and Split of a packed projection, ViT-B's shape) run on cuDNN.
+# cuDNN 9.14 computes K given as K^T wrongly: the check must refuse that one, and the five others
+# (head size 128, Q/K/V from Slice and Split of a packed projection, ViT-B's and DINOv2's shapes)
+# run on cuDNN.
 # usage: sdpa_check.sh RUN_ONNX_CASES CASES_DIR
 set -uo pipefail
 run=$1 cases=$2
@@ -21,9 +22,9 @@ for prec in fp16:2e-2 bf16:5e-2; do
     refused=$(grep -c "disagrees with our kernel" <<<"$out")
     # head sizes 40 and 24 (the Gather case), the relative-position bias and the window mask
     # stay ours untried
-    if [ $((by + refused)) -ne 5 ] || [ "$by" -lt 4 ]; then
+    if [ $((by + refused)) -ne 6 ] || [ "$by" -lt 5 ]; then
       echo "FAIL: ${prec%%:*}: cuDNN ran $by attention nodes and was refused on $refused," \
-           "expected 5 in all, at least 4 run"
+           "expected 6 in all, at least 5 run"
       exit 1
     fi
   fi
