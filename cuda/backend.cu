@@ -239,6 +239,13 @@ static si_status init_nodes(si_engine *e, cuda_state *cs) {
     int dev = 0;
     cudaCheck(cudaGetDevice(&dev));
     si_cuda_autotune_load(memo, e->opts.autotune_dir, dev, cs->plan.workspace);
+    // CUTLASS's fused Linear + activation is built for sm_90a (H100, H200) alone; SI_LINEAR90=0
+    // is the A/B switch back to cuBLASLt and the activation pass
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    const char *l90_env = getenv("SI_LINEAR90");
+    cs->linear90 = major == 9 && minor == 0 && !(l90_env && strcmp(l90_env, "0") == 0);
     const char *lt_env = getenv("SI_LT_TIME"); // 0: cuBLASLt's first heuristic answer, untimed
     cs->lt_timed = !(lt_env && strcmp(lt_env, "0") == 0);
     // SI_CUDNN_SDPA=0: our attention kernel everywhere; 1: cuDNN's wherever it runs (tests)
@@ -350,21 +357,6 @@ static si_status init_steps(si_engine *e, cuda_state *cs) {
     si_status st = set_pixels(e, cs);
     if (st != SI_OK) return st;
     probe_batch_rows(e, cs);
-    // CUTLASS's fused Linear + activation is built for sm_90a (H100, H200) alone; SI_LINEAR90=0
-    // is the A/B switch back to cuBLASLt and the activation pass. Where it runs in FP16/BF16, the
-    // plan folds LayerNorms into the Linear layers after them (SI_LN_FOLD=0: never)
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    const char *l90_env = getenv("SI_LINEAR90"), *fold_env = getenv("SI_LN_FOLD");
-    cs->linear90 = major == 9 && minor == 0 && !(l90_env && strcmp(l90_env, "0") == 0);
-#ifdef SI_HAVE_LINEAR90
-    e->g->fold_ln =
-        cs->linear90 && cs->t != SI_GT_F32 && !(fold_env && strcmp(fold_env, "0") == 0);
-#else
-    (void)fold_env;
-    e->g->fold_ln = false;
-#endif
     int slots = e->opts.slots;
     st = si_devplan_build(e->g, e->max_batch, si_gtype_size(cs->t), slots, e->opts.workspace_bytes,
                           e->opts.pixels, e->opts.pack_per_image, e->opts.gpu_decode_per_image,

@@ -1,7 +1,6 @@
 // The CUDA backend's constants: every weight the plan places in the device's constant block,
 // converted once at init to the backend's type and layout (conv filters as KRSC, Gather's indices
-// as int64, depthwise filters as float (kh, kw, C) for cuda/dwconv.cu, a folded LayerNorm's gamma
-// and beta in the weights and bias of the Linear layers after it).
+// as int64, depthwise filters as float (kh, kw, C) for cuda/dwconv.cu).
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,47 +22,6 @@ static int by_size_desc(const void *a, const void *b, void *ctx) {
     int64_t na = si_shape_numel(&g->values[*(const int *)a].shape),
             nb = si_shape_numel(&g->values[*(const int *)b].shape);
     return na < nb ? 1 : na > nb ? -1 : *(const int *)a - *(const int *)b;
-}
-
-// x rounded to type t and back
-static float rounded(float x, int t) {
-    if (t == SI_GT_F16) return __half2float(__float2half_rn(x));
-    if (t == SI_GT_BF16) return __bfloat162float(__float2bfloat16_rn(x));
-    return x;
-}
-
-// MatMul k reads a LayerNorm folded into it (si_devplan_ln_fold): its weights W (K, N) become
-// diag(gamma) W, its bias b + beta W, and the column sums of the rounded diag(gamma) W go to its
-// aux_off as floats (the epilogue's shift_m * csum_n, which then cancels the mean exactly as the
-// GEMM's products have it). False: out of host memory.
-static bool fold_ln(const si_graph *g, const si_devplan *p, int t, int k, uint8_t *h) {
-    const si_gnode *n = &g->nodes[k], *ln = &g->nodes[p->ln_src[k]];
-    const si_value *wv = &g->values[n->in[1]], *bv = &g->values[n->bias];
-    const float *w = (const float *)wv->data, *b = (const float *)bv->data,
-                *gamma = (const float *)g->values[ln->in[1]].data,
-                *beta = ln->n_in > 2 ? (const float *)g->values[ln->in[2]].data : NULL;
-    int64_t K = wv->shape.dims[0], N = wv->shape.dims[1];
-    float *tw = (float *)malloc(sizeof(float) * (size_t)(K * N));
-    float *tb = (float *)malloc(sizeof(float) * (size_t)N);
-    float *cs = (float *)calloc((size_t)N, sizeof(float));
-    bool ok = tw && tb && cs;
-    if (ok) {
-        for (int64_t c = 0; c < N; c++) tb[c] = b[c];
-        for (int64_t r = 0; r < K; r++)
-            for (int64_t c = 0; c < N; c++) {
-                float v = w[r * N + c];
-                tw[r * N + c] = v * gamma[r];
-                cs[c] += rounded(v * gamma[r], t);
-                if (beta) tb[c] += beta[r] * v;
-            }
-        to_type(tw, (size_t)(K * N), t, h + p->const_off[n->in[1]]);
-        to_type(tb, (size_t)N, t, h + p->const_off[n->bias]);
-        memcpy(h + p->aux_off[k], cs, sizeof(float) * (size_t)N);
-    }
-    free(tw);
-    free(tb);
-    free(cs);
-    return ok;
 }
 
 si_status si_cuda_upload_consts(si_engine *e, cuda_state *cs) {
@@ -124,11 +82,9 @@ si_status si_cuda_upload_consts(si_engine *e, cuda_state *cs) {
         free(tmp);
     }
     free(order);
-    for (int j = 0; j < g->n_nodes && !lost; j++)
-        if (p->ln_src[j] >= 0) lost = !fold_ln(g, p, cs->t, j, h);
     for (int j = 0; j < g->n_nodes; j++) {
         const si_gnode *n = &g->nodes[j];
-        if (p->aux_off[j] == SIZE_MAX || n->op != SI_OP_GATHER) continue;
+        if (p->aux_off[j] == SIZE_MAX) continue;
         { // Gather's indices as int64
             const si_value *iv = &g->values[n->in[n->pslot[0]]];
             int64_t ni = si_shape_numel(&iv->shape);

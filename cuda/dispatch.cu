@@ -225,11 +225,6 @@ static si_status run_matmul(const op_ctx *c) {
         p.w = c->in[1];
         p.c = r;
         p.y = c->y;
-        int ln = c->cs->plan.ln_src[c->j];
-        if (ln >= 0) { // the folded LayerNorm's row statistics, in this slot
-            p.rstd = (const float *)(c->sl->scratch + c->cs->plan.ln_off[ln]);
-            p.shift = p.rstd + p.m;
-        }
         cudaCheck(si_cuda_linear90_run(&p, gx->l90, c->sl->ws, c->s));
         return SI_OK;
     }
@@ -282,12 +277,6 @@ static si_status run_lnorm(const op_ctx *c) {
     const si_shape *xs = &c->xv->shape;
     int64_t rows = 1, len = 1;
     for (int d = 0; d < xs->ndim; d++) *(d < n->axis ? &rows : &len) *= xs->dims[d];
-    size_t ln = c->cs->plan.ln_off[c->j];
-    if (ln != SIZE_MAX) { // folded into the Linear layers after it: the rows' statistics alone
-        cudaCheck(si_k_layernorm_stats(c->s, c->t, c->x, rows, len, n->epsilon,
-                                       (float *)(c->sl->scratch + ln)));
-        return SI_OK;
-    }
     bool has_b = n->n_in > 2;
     int64_t ns = si_shape_numel(&c->g->values[n->in[1]].shape);
     int64_t nb = has_b ? si_shape_numel(&c->g->values[n->in[2]].shape) : 1;

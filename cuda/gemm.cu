@@ -294,16 +294,7 @@ static bool l90_params(si_engine *e, cuda_state *cs, int j, int64_t M, int64_t N
                        vptr(cs, g, &cs->slots[0], n->in[1]),
                        bias,
                        res,
-                       vptr(cs, g, &cs->slots[0], n->out),
-                       NULL,
-                       NULL,
-                       NULL};
-    int ln = cs->plan.ln_src[j];
-    if (ln >= 0) { // a folded LayerNorm's statistics (slot 0's) and the weights' column sums
-        p->rstd = (const float *)(cs->slots[0].scratch + cs->plan.ln_off[ln]);
-        p->shift = p->rstd + M;
-        p->csum = (const float *)(cs->consts + cs->plan.aux_off[j]);
-    }
+                       vptr(cs, g, &cs->slots[0], n->out)};
     return true;
 }
 
@@ -319,8 +310,7 @@ static float linear90_init(si_engine *e, cuda_state *cs, int j, int64_t M, int64
         const gemm_x *o = &cs->gemm[i];
         if (g->nodes[i].op == SI_OP_MATMUL && o->l90 >= 0 && o->l90p.type == p.type &&
             o->l90p.act == p.act && o->l90p.alpha == p.alpha && o->l90p.m == p.m &&
-            o->l90p.n == p.n && o->l90p.k == p.k && !o->l90p.c == !p.c &&
-            !o->l90p.rstd == !p.rstd) {
+            o->l90p.n == p.n && o->l90p.k == p.k && !o->l90p.c == !p.c) {
             size_t ws = 0;
             if (si_cuda_linear90_ok(&p, o->l90, &ws) && ws <= cs->plan.workspace) {
                 x->l90 = o->l90;
@@ -331,11 +321,11 @@ static float linear90_init(si_engine *e, cuda_state *cs, int j, int64_t M, int64
     }
     int vs[8], nv = si_cuda_linear90_variants(&p, vs, 8);
     const char *only = getenv("SI_LINEAR90_TILE"); // one tile, for profiling and A/B runs
-    if (only && *only) {                              // (where the kernel has that tile)
+    if (only && *only) {
         int kept = 0;
         for (int i = 0; i < nv; i++)
             if (strstr(si_cuda_linear90_tile(vs[i]), only)) vs[kept++] = vs[i];
-        if (kept) nv = kept;
+        nv = kept;
     }
     float best = -1.f;
     char said[256] = "";
@@ -353,10 +343,7 @@ static float linear90_init(si_engine *e, cuda_state *cs, int j, int64_t M, int64
         }
     }
     if (x->l90 >= 0) x->l90p = p;
-    if (e->opts.verbose && x->l90 >= 0 && p.rstd) // lt_choose says the rest
-        fprintf(stderr, "cuda: %s: LayerNorm '%s' folded in, one GEMM, %s tile (%s)\n", n->name,
-                g->nodes[cs->plan.ln_src[j]].name, si_cuda_linear90_tile(x->l90), said);
-    else if (e->opts.verbose && x->l90 >= 0 && p.act != SI_LINEAR90_NONE)
+    if (e->opts.verbose && x->l90 >= 0 && p.act != SI_LINEAR90_NONE) // lt_choose says the rest
         fprintf(stderr, "cuda: %s: Linear + bias + activation as one GEMM, %s tile (%s)\n",
                 n->name, si_cuda_linear90_tile(x->l90), said);
     return x->l90 >= 0 ? best : -1.f;
@@ -404,14 +391,7 @@ si_status si_cuda_matmul_init(si_engine *e, cuda_state *cs, int j, algo_memo *me
         batch = 1;
     }
     x->l90 = -1;
-    if (cs->plan.ln_src[j] >= 0) { // a LayerNorm folded in: only the fused kernel runs it
-        SI_ASSERT(batch == 1 && !x->loop_nd && bias && n->residual < 0);
-        linear90_init(e, cs, j, M, N, K, bias, NULL);
-        if (x->l90 < 0)
-            return si_error(SI_ERR_UNSUPPORTED,
-                            "node '%s' (MatMul): no fused kernel takes the LayerNorm folded into it",
-                            n->name);
-    } else if (x->act_after && batch == 1 && !x->loop_nd && bias && n->residual < 0 &&
+    if (x->act_after && batch == 1 && !x->loop_nd && bias && n->residual < 0 &&
         (n->act.kind == SI_ACT_GELU || n->act.kind == SI_ACT_GELU_TANH ||
          n->act.kind == SI_ACT_SWISH || n->act.kind == SI_ACT_SILU))
         linear90_init(e, cs, j, M, N, K, bias, NULL);

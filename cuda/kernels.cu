@@ -525,13 +525,10 @@ __device__ float block_sum(float v, float *part) {
 // InstanceNormalization (chans C: scale[r % C], bias[r % C] per row), a block per row. The
 // variance is the mean of squared deviations from the mean, a second pass as in the CPU's
 // row_stats: E[x^2] - E[x]^2 would cancel when the mean is large against the spread.
-// STATS: a folded LayerNorm's rows (si_devplan_ln_fold): each row's rstd and -mean * rstd into
-// stats[r] and stats[rows + r] instead of the normalised row
-template <typename T, bool STATS = false>
+template <typename T>
 __global__ void k_norm(const T *__restrict__ x, int64_t rows, int64_t len,
                        const T *__restrict__ scale, int64_t ns, const T *__restrict__ bias,
-                       int64_t nb, int64_t chans, float eps, T *__restrict__ y,
-                       float *__restrict__ stats = nullptr) {
+                       int64_t nb, int64_t chans, float eps, T *__restrict__ y) {
     __shared__ float part[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) { // the same trip count block-wide
         const T *xr = x + r * len;
@@ -544,10 +541,6 @@ __global__ void k_norm(const T *__restrict__ x, int64_t rows, int64_t len,
             v += d * d;
         }
         float inv = rsqrtf(block_sum(v, part) / (float)len + eps);
-        if constexpr (STATS) {
-            if (threadIdx.x == 0) stats[r] = inv, stats[rows + r] = -mean * inv;
-            continue;
-        }
         float rs = chans ? ld(scale, r % chans) : 0.f, rb = chans ? ld(bias, r % chans) : 0.f;
         for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
             float sc = chans ? rs : ld(scale, j % ns);
@@ -597,10 +590,10 @@ __global__ void k_norm_warp(const T *__restrict__ x, int64_t rows, int len,
 // L lanes a row (32 / L rows a warp at once): a 768-wide FP16 row is three 16-byte chunks on
 // each of 32 lanes; a 384-wide one (DeiT-S, DINOv2-S) three on each of 16, two rows a warp,
 // where 32 lanes a row left half of them idle on its second chunk.
-template <typename T, int L, bool STATS = false>
+template <typename T, int L>
 __global__ void k_norm_warp_vec(const T *__restrict__ x, int64_t rows, int len,
                                 const T *__restrict__ scale, const T *__restrict__ bias, float eps,
-                                T *__restrict__ y, float *__restrict__ stats = nullptr) {
+                                T *__restrict__ y) {
     constexpr int V = 16 / sizeof(T), NC = LN_PER / V; // chunks a lane: rows up to L * LN_PER
     const int lane = threadIdx.x % L, nch = len / V;
     const unsigned group =
@@ -631,10 +624,6 @@ __global__ void k_norm_warp_vec(const T *__restrict__ x, int64_t rows, int len,
             }
         for (int k = L / 2; k > 0; k /= 2) q += __shfl_xor_sync(group, q, k);
         float inv = rsqrtf(q / (float)len + eps);
-        if constexpr (STATS) {
-            if (lane == 0) stats[r] = inv, stats[rows + r] = -mean * inv;
-            continue;
-        }
         uint4 *yr = reinterpret_cast<uint4 *>(y + r * len);
 #pragma unroll
         for (int c = 0; c < NC; c++) {
@@ -697,34 +686,6 @@ cudaError_t si_k_layernorm(cudaStream_t s, int t, const void *x, int64_t rows, i
                            const void *scale, int64_t ns, const void *bias, int64_t nb, float eps,
                            void *y) {
     return launch_norm(s, t, x, rows, len, scale, ns, bias, nb, 0, eps, y);
-}
-
-cudaError_t si_k_layernorm_stats(cudaStream_t s, int t, const void *x, int64_t rows, int64_t len,
-                                 float eps, float *stats) {
-    if (rows <= 0 || len <= 0) return cudaSuccess;
-    size_t es = si_gtype_size(t);
-    int64_t nch = len * (int64_t)es / 16;
-    if ((len * (int64_t)es) % 16 == 0 && (uintptr_t)x % 16 == 0 && len <= 32 * LN_PER) {
-        if (len <= 16 * LN_PER && nch % 16 == 0 && nch % 32 != 0) {
-            int64_t b16 = (rows + 15) / 16;
-            unsigned g16 = (unsigned)(b16 < 65535 * 16 ? b16 : 65535 * 16);
-            SI_DISPATCH(t, T,
-                        (k_norm_warp_vec<T, 16, true><<<g16, 256, 0, s>>>(
-                            (const T *)x, rows, (int)len, nullptr, nullptr, eps, nullptr, stats)));
-        } else {
-            int64_t b = (rows + 7) / 8;
-            unsigned grid = (unsigned)(b < 65535 * 16 ? b : 65535 * 16);
-            SI_DISPATCH(t, T,
-                        (k_norm_warp_vec<T, 32, true><<<grid, 256, 0, s>>>(
-                            (const T *)x, rows, (int)len, nullptr, nullptr, eps, nullptr, stats)));
-        }
-        return cudaGetLastError();
-    }
-    unsigned grid = (unsigned)(rows < 65535 * 16 ? rows : 65535 * 16);
-    SI_DISPATCH(t, T,
-                (k_norm<T, true><<<grid, 256, 0, s>>>((const T *)x, rows, len, nullptr, 1, nullptr,
-                                                      1, 0, eps, nullptr, stats)));
-    return cudaGetLastError();
 }
 
 cudaError_t si_k_instancenorm(cudaStream_t s, int t, const void *x, int64_t n, int64_t c,

@@ -71,10 +71,6 @@ cudaError_t si_k_softmax(cudaStream_t s, int t, const void *x, int64_t outer, in
 cudaError_t si_k_layernorm(cudaStream_t s, int t, const void *x, int64_t rows, int64_t len,
                            const void *scale, int64_t ns, const void *bias, int64_t nb, float eps,
                            void *y);
-/* A LayerNorm folded into the Linear layers after it (si_devplan_ln_fold): per row its rstd into
- * stats[r] and -mean * rstd into stats[rows + r] (floats), the rows themselves left as they are */
-cudaError_t si_k_layernorm_stats(cudaStream_t s, int t, const void *x, int64_t rows, int64_t len,
-                                 float eps, float *stats);
 cudaError_t si_k_instancenorm(cudaStream_t s, int t, const void *x, int64_t n, int64_t c,
                               int64_t inner, const void *scale, const void *bias, float eps,
                               void *y);

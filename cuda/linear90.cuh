@@ -15,15 +15,13 @@ enum { SI_LINEAR90_GELU = 0, SI_LINEAR90_GELU_TANH = 1, SI_LINEAR90_SWISH = 2, S
 
 // Y (m, n) = act(X (m, k) W (k, n) + bias (n) + C (m, n)), every matrix row-major and dense;
 // borrows all. act: erf GELU, tanh GELU, x sigmoid(alpha x) (SiLU, QuickGELU) or none; C, a
-// residual, NULL for none (only with act none). With rstd (then no C): a LayerNorm folded in,
-// Y = act(rstd (m) * (X W) + shift (m) * csum (n) + bias), floats per row and per column
+// residual, NULL for none (only with act none)
 typedef struct {
     int type, act;
     float alpha;
     int m, n, k;
     const void *x, *w, *bias, *c;
     void *y;
-    const float *rstd, *shift, *csum;
 } si_linear90;
 
 #ifdef SI_HAVE_LINEAR90

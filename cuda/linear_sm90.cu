@@ -4,8 +4,7 @@
 // persistent schedule). The 4x-wide hidden tensor of a transformer's MLP is then written once
 // instead of written, read and written again by a separate activation pass. The same kernels
 // without an activation, with or without a residual C (Y = X W + b + C), are candidates beside
-// cuBLASLt's algorithms for the other Linear layers (gemm.cu times both). And with a LayerNorm
-// folded in (linear_ln below), the Linear layers that read one. Built for sm_90a
+// cuBLASLt's algorithms for the other Linear layers (gemm.cu times both). Built for sm_90a
 // only; callers ask si_cuda_linear90_ok first (linear90.cuh).
 #include <cuda_runtime.h>
 
@@ -198,94 +197,19 @@ template <class E, template <class> class Act, class Cfg, bool Res> struct linea
     }
 };
 
-// A LayerNorm folded in (si_devplan_ln_fold): the mainloop multiplies the raw rows by the weights
-// scaled by gamma, and the epilogue tree makes act(rstd_m acc + (shift_m csum_n + bias_n)), rstd
-// and shift (-mean rstd) per row (column broadcasts, read straight from global memory), csum (the
-// folded weights' column sums) and bias per column (row broadcasts, through shared memory).
-namespace fu = cutlass::epilogue::fusion;
-using per_row = Stride<_1, _0, int64_t>;
-using per_col = Stride<_0, _1, int64_t>;
-constexpr auto RN = cutlass::FloatRoundStyle::round_to_nearest;
-template <class E, template <class> class Act, class Tile>
-using ln_tree = fu::Sm90EVT<
-    fu::Sm90Compute<Act, E, float, RN>,
-    fu::Sm90EVT<fu::Sm90Compute<cutlass::homogeneous_multiply_add, float, float, RN>,
-                 fu::Sm90ColBroadcast<0, Tile, float, float, per_row>, fu::Sm90AccFetch,
-                 fu::Sm90EVT<fu::Sm90Compute<cutlass::homogeneous_multiply_add, float, float, RN>,
-                             fu::Sm90ColBroadcast<0, Tile, float, float, per_row>,
-                             fu::Sm90RowBroadcast<0, Tile, float, float, per_col>,
-                             fu::Sm90RowBroadcast<0, Tile, E, float, per_col>>>>;
-
-template <class E, template <class> class Act, class Cfg> struct linear_ln {
-    using Tree = ln_tree<E, Act, typename Cfg::Tile>;
-    using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::Tile,
-        typename Cfg::Cluster, cutlass::epilogue::collective::EpilogueTileAuto, float, float, void,
-        cutlass::layout::RowMajor, 8, E, cutlass::layout::RowMajor, 8, typename Cfg::Epi,
-        Tree>::CollectiveOp;
-    using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, cutlass::layout::RowMajor, 8, E,
-        cutlass::layout::RowMajor, 8, float, typename Cfg::Tile, typename Cfg::Cluster,
-        cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-            sizeof(typename Epilogue::SharedStorage))>,
-        typename Cfg::Main>::CollectiveOp;
-    using Kernel =
-        cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
-    using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-
-    static typename Gemm::Arguments args(const si_linear90 *p) {
-        auto sa =
-            cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, make_shape(p->m, p->k, 1));
-        auto sb =
-            cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, make_shape(p->n, p->k, 1));
-        auto sd =
-            cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, make_shape(p->m, p->n, 1));
-        typename fu::Sm90Compute<Act, E, float, RN>::Arguments act{};
-        if constexpr (cute::is_same_v<Act<float>, swish<float>>)
-            act.k = -p->alpha * 1.4426950408889634f;
-        typename Tree::Arguments tree{
-            {{p->rstd, 0.f, per_row{}},
-             {},
-             {{p->shift, 0.f, per_row{}}, {p->csum, 0.f, per_col{}},
-              {(const E *)p->bias, E(0), per_col{}}, {}},
-             {}},
-            act};
-        return typename Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGemm,
-                                        {p->m, p->n, p->k, 1},
-                                        {(const E *)p->x, sa, (const E *)p->w, sb},
-                                        {tree, nullptr, sd, (E *)p->y, sd}};
-    }
-    static int check(const si_linear90 *p, size_t *ws) {
-        typename Gemm::Arguments a = args(p);
-        if (Gemm::can_implement(a) != cutlass::Status::kSuccess) return -1;
-        *ws = Gemm::get_workspace_size(a);
-        return 0;
-    }
-    static cudaError_t run(const si_linear90 *p, void *ws, cudaStream_t s) {
-        Gemm g;
-        typename Gemm::Arguments a = args(p);
-        if (g.initialize(a, ws, s) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
-        if (g.run(s) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
-        return cudaGetLastError();
-    }
-};
-
 // no activation: a Linear layer with its bias, and its residual where it has one
 template <class T> using none = cutlass::epilogue::thread::Identity<T>;
 
 // one table row per (type, activation, residual, tile): si_linear90.variant indexes it
 struct entry {
     int type, act;
-    bool res, ln;
+    bool res;
     const char *tile;
     int (*check)(const si_linear90 *, size_t *);
     cudaError_t (*run)(const si_linear90 *, void *, cudaStream_t);
 };
 #define ROW(T, E, A, F, R, C)                                                                      \
-    { T, A, R, false, C::name, linear<E, F, C, R>::check, linear<E, F, C, R>::run }
-#define LN_ROW(T, E, A, F, C)                                                                      \
-    { T, A, false, true, C::name, linear_ln<E, F, C>::check, linear_ln<E, F, C>::run }
-#define LN_ROWS(T, E, A, F) LN_ROW(T, E, A, F, coop256), LN_ROW(T, E, A, F, pingpong128)
+    { T, A, R, C::name, linear<E, F, C, R>::check, linear<E, F, C, R>::run }
 #define ROWS(T, E, A, F, R)                                                                        \
     ROW(T, E, A, F, R, coop), ROW(T, E, A, F, R, coop256), ROW(T, E, A, F, R, pingpong128),        \
         ROW(T, E, A, F, R, pingpong)
@@ -300,17 +224,7 @@ const entry table[] = {
     ROWS(SI_LINEAR90_BF16, cutlass::bfloat16_t, SI_LINEAR90_NONE, none, false),
     ROWS(SI_LINEAR90_F16, cutlass::half_t, SI_LINEAR90_NONE, none, true),
     ROWS(SI_LINEAR90_BF16, cutlass::bfloat16_t, SI_LINEAR90_NONE, none, true),
-    LN_ROWS(SI_LINEAR90_F16, cutlass::half_t, SI_LINEAR90_GELU, gelu_erf),
-    LN_ROWS(SI_LINEAR90_BF16, cutlass::bfloat16_t, SI_LINEAR90_GELU, gelu_erf),
-    LN_ROWS(SI_LINEAR90_F16, cutlass::half_t, SI_LINEAR90_SWISH, swish),
-    LN_ROWS(SI_LINEAR90_BF16, cutlass::bfloat16_t, SI_LINEAR90_SWISH, swish),
-    LN_ROWS(SI_LINEAR90_F16, cutlass::half_t, SI_LINEAR90_GELU_TANH, gelu_tanh),
-    LN_ROWS(SI_LINEAR90_BF16, cutlass::bfloat16_t, SI_LINEAR90_GELU_TANH, gelu_tanh),
-    LN_ROWS(SI_LINEAR90_F16, cutlass::half_t, SI_LINEAR90_NONE, none),
-    LN_ROWS(SI_LINEAR90_BF16, cutlass::bfloat16_t, SI_LINEAR90_NONE, none),
 };
-#undef LN_ROWS
-#undef LN_ROW
 #undef ROWS
 #undef ROW
 const int n_table = (int)(sizeof table / sizeof table[0]);
@@ -320,8 +234,7 @@ const int n_table = (int)(sizeof table / sizeof table[0]);
 extern "C" int si_cuda_linear90_variants(const si_linear90 *p, int *out, int cap) {
     int n = 0;
     for (int i = 0; i < n_table && n < cap; i++)
-        if (table[i].type == p->type && table[i].act == p->act &&
-            table[i].res == (p->c != NULL) && table[i].ln == (p->rstd != NULL))
+        if (table[i].type == p->type && table[i].act == p->act && table[i].res == (p->c != NULL))
             out[n++] = i;
     return n;
 }
@@ -329,13 +242,11 @@ extern "C" int si_cuda_linear90_variants(const si_linear90 *p, int *out, int cap
 extern "C" int si_cuda_linear90_ok(const si_linear90 *p, int variant, size_t *ws) {
     if (variant < 0 || variant >= n_table) return 0;
     const entry *e = &table[variant];
-    if (e->type != p->type || e->act != p->act || e->res != (p->c != NULL) ||
-        e->ln != (p->rstd != NULL) || (p->rstd && (p->c || !p->shift || !p->csum)))
-        return 0;
+    if (e->type != p->type || e->act != p->act || e->res != (p->c != NULL)) return 0;
     // 16-byte rows and bases for TMA (every slot's buffers sit at the same alignment as slot
     // 0's, which init asks about); the bias is read 8 elements at a time
-    uintptr_t bases = (uintptr_t)p->x | (uintptr_t)p->w | (uintptr_t)p->y | (uintptr_t)p->bias |
-                      (uintptr_t)p->c | (uintptr_t)p->csum;
+    uintptr_t bases =
+        (uintptr_t)p->x | (uintptr_t)p->w | (uintptr_t)p->y | (uintptr_t)p->bias | (uintptr_t)p->c;
     if (p->k % 8 || p->n % 8 || (bases & 15)) return 0;
     return e->check(p, ws) == 0;
 }

@@ -980,27 +980,6 @@ def c_layernorm_after_matmul(c):
     c.output(layernorm(c, y, "ln", (64,), epsilon=1e-6))
 
 
-def _ln_linears(c, bias=True):
-    # a pre-norm block's LayerNorm read only by Linear layers: an MLP's first (bias, erf GELU) and
-    # an attention projection (bias); on an H100 in FP16/BF16 the LayerNorm folds into both
-    x = c.input("tokens", normal(c.rng, (2, 37, 64), 2.0) + 3.0)
-    y = layernorm(c, x, "ln", (64,), bias=bias)
-    c.opset = 20  # Gelu
-    h = c.node("MatMul", [y, c.init("fc1_w", normal(c.rng, (64, 256), 0.06))], ["fc1_mm"])
-    h = c.node("Add", [h, c.init("fc1_b", uniform(c.rng, (256,), -0.5, 0.5))], ["fc1"])
-    c.output(c.node("Gelu", [h], ["gelu"]))
-    q = c.node("MatMul", [y, c.init("q_w", normal(c.rng, (64, 64), 0.125))], ["q_mm"])
-    c.output(c.node("Add", [q, c.init("q_b", uniform(c.rng, (64,), -0.5, 0.5))], ["q"]))
-
-
-def c_layernorm_fold_linears(c):
-    _ln_linears(c)
-
-
-def c_layernorm_fold_nobias(c):
-    _ln_linears(c, bias=False)
-
-
 def c_instancenorm_2x8x7x9(c):
     x = c.input("features", normal(c.rng, (2, 8, 7, 9), 2.0) + 1.0)
     s = c.init("in.scale", uniform(c.rng, (8,), 0.5, 1.5))

@@ -169,10 +169,6 @@ static si_status plan_model(const plan_args *a, si_graph *g) {
                          .gpu_decode_per_image = dpi};
     si_status st = SI_OK;
     si_devplan p;
-#ifdef SI_HAVE_LINEAR90 /* as on an H100 or H200: LayerNorms fold into the Linear layers after     \
-                           them */
-    g->fold_ln = elem == 2;
-#endif
     if (cuda && (st = si_graph_infer(g, (int)a->batch)) == SI_OK)
         st = si_engine_check_backend(g, cuda, &eo);
     if (st == SI_OK)

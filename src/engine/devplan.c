@@ -3,7 +3,6 @@
 
 #include "io/resample.h"
 
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,53 +125,6 @@ int64_t si_devplan_patch_k(const si_graph *g, const si_gnode *n, size_t elem) {
     return elem == 2 ? (k + 7) / 8 * 8 : k; /* DINOv2's 14 x 14 x 3 = 588 -> 592 */
 }
 
-/* MatMul k reads LayerNorm j's output y as a Linear layer the fused kernel can take it into */
-static bool ln_reader(const si_graph *g, const si_gnode *k, int y, int64_t len) {
-    if (k->op != SI_OP_MATMUL || k->n_in < 2 || k->in[0] != y || k->in[1] == y ||
-        k->residual >= 0 || k->bias < 0)
-        return false;
-    for (int i = 2; i < k->n_in; i++)
-        if (k->in[i] == y) return false;
-    const si_value *w = &g->values[k->in[1]], *b = &g->values[k->bias];
-    bool act = k->act.kind == SI_ACT_NONE || k->act.kind == SI_ACT_GELU ||
-               k->act.kind == SI_ACT_GELU_TANH || k->act.kind == SI_ACT_SWISH ||
-               k->act.kind == SI_ACT_SILU;
-    return act && w->kind == SI_VAL_CONST && w->dtype == SI_DT_FLOAT && w->uses == 1 &&
-           w->shape.ndim == 2 && w->shape.dims[0] == len && len % 8 == 0 &&
-           w->shape.dims[1] % 8 == 0 && b->kind == SI_VAL_CONST && b->dtype == SI_DT_FLOAT &&
-           b->uses == 1 && si_shape_numel(&b->shape) == w->shape.dims[1];
-}
-
-bool si_devplan_ln_fold(const si_graph *g, int j) {
-    const si_gnode *n = &g->nodes[j];
-    if (!g->fold_ln || n->op != SI_OP_LAYERNORM || n->n_out != 1 || n->n_in < 2 || n->residual >= 0)
-        return false;
-    const si_value *x = &g->values[n->in[0]], *y = &g->values[n->out];
-    int nd = x->shape.ndim;
-    if (x->kind != SI_VAL_RUNTIME || nd < 2 || n->axis != nd - 1 || !si_devplan_rowmajor(x) ||
-        !si_devplan_rowmajor(y) || y->uses < 1)
-        return false;
-    int64_t len = x->shape.dims[nd - 1], rows = si_shape_numel(&x->shape) / (len ? len : 1);
-    if (len <= 0 || rows <= 0 || rows > INT32_MAX) return false;
-    for (int i = 1; i < n->n_in; i++) { /* gamma and beta: constants of the row's length */
-        const si_value *c = &g->values[n->in[i]];
-        if (c->kind != SI_VAL_CONST || c->dtype != SI_DT_FLOAT || si_shape_numel(&c->shape) != len)
-            return false;
-    }
-    for (int o = 0; o < g->n_outputs; o++)
-        if (g->outputs[o] == n->out) return false;
-    int readers = 0;
-    for (int k = j + 1; k < g->n_nodes; k++) {
-        const si_gnode *r = &g->nodes[k];
-        bool reads = false;
-        for (int i = 0; i < r->n_in; i++) reads = reads || r->in[i] == n->out;
-        if (!reads) continue;
-        if (!ln_reader(g, r, n->out, len)) return false;
-        readers++;
-    }
-    return readers == y->uses;
-}
-
 bool si_devplan_dwconv(const si_graph *g, const si_gnode *n) {
     if (n->op != SI_OP_CONV) return false;
     const si_conv_shape *s = &n->conv;
@@ -268,12 +220,8 @@ si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_
     p->const_off = si_xmalloc(sizeof(size_t) * (size_t)(g->n_values ? g->n_values : 1));
     p->aux_off = si_xmalloc(sizeof(size_t) * (size_t)(g->n_nodes ? g->n_nodes : 1));
     p->dw_off = si_xmalloc(sizeof(size_t) * (size_t)(g->n_nodes ? g->n_nodes : 1));
-    p->ln_off = si_xmalloc(sizeof(size_t) * (size_t)(g->n_nodes ? g->n_nodes : 1));
-    p->ln_src = si_xmalloc(sizeof(int) * (size_t)(g->n_nodes ? g->n_nodes : 1));
     for (int i = 0; i < g->n_values; i++) p->const_off[i] = SIZE_MAX;
-    for (int j = 0; j < g->n_nodes; j++) p->dw_off[j] = p->ln_off[j] = SIZE_MAX;
-    for (int j = 0; j < g->n_nodes; j++) p->ln_src[j] = -1;
-    size_t stats = 0; /* the folded LayerNorms' row statistics, after the scratch the nodes use */
+    for (int j = 0; j < g->n_nodes; j++) p->dw_off[j] = SIZE_MAX;
     int64_t scratch = 0;
     size_t w = 0;
     for (int j = 0; j < g->n_nodes; j++) {
@@ -290,15 +238,6 @@ si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_
             p->same_bytes[j] ||
             (n->op == SI_OP_VIEW ? g->values[n->in[0]].kind == SI_VAL_RUNTIME && !p->copy_view[j]
                                  : transpose_same_bytes(g, n));
-        if (si_devplan_ln_fold(g, j)) {
-            const si_value *x = &g->values[n->in[0]];
-            int64_t rows = si_shape_numel(&x->shape) / x->shape.dims[x->shape.ndim - 1];
-            p->same_bytes[j] = 1;
-            p->ln_off[j] = stats;
-            stats += up(2 * (size_t)rows * sizeof(float));
-            for (int k = j + 1; k < g->n_nodes; k++)
-                if (g->nodes[k].op == SI_OP_MATMUL && g->nodes[k].in[0] == n->out) p->ln_src[k] = j;
-        }
         int64_t s = si_devplan_node_scratch(g, n, elem);
         if (s > scratch) scratch = s;
         for (int k = 0; k < n->n_in; k++) {
@@ -323,18 +262,11 @@ si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_
             p->aux_off[j] = w;
             w += up(sizeof(int64_t) * (size_t)si_shape_numel(&g->values[n->in[n->pslot[0]]].shape));
         }
-        if (p->ln_src[j] >= 0) { /* the column sums of its folded weights */
-            p->aux_off[j] = w;
-            w += up(sizeof(float) * (size_t)g->values[n->in[1]].shape.dims[1]);
-        }
     }
     p->weights = w;
     si_memplan_build_ex(g, SI_DEV_ALIGN, elem, p->same_bytes, &p->acts);
     p->activations = up(p->acts.arena_bytes);
     p->scratch = up((size_t)scratch * elem);
-    for (int j = 0; j < g->n_nodes; j++)
-        if (p->ln_off[j] != SIZE_MAX) p->ln_off[j] += p->scratch;
-    p->scratch += stats;
     p->workspace = up(workspace);
     plan_staging(g, pixels, p);
     size_t pool = pack_per_image && pixels ? up((size_t)batch * pack_per_image) : 0;
@@ -358,8 +290,6 @@ void si_devplan_free(si_devplan *p) {
     free(p->const_off);
     free(p->aux_off);
     free(p->dw_off);
-    free(p->ln_off);
-    free(p->ln_src);
     free(p->in_off);
     free(p->out_off);
     free(p->out_row);

@@ -31,12 +31,6 @@ typedef struct {
     size_t *const_off;   /* per value: offset in the constant buffer, SIZE_MAX if not there */
     size_t *aux_off;     /* per node: Gather's indices as int64 (SIZE_MAX if none) */
     size_t *dw_off; /* per node: a depthwise Conv's float weights as (kh, kw, C), or SIZE_MAX */
-    /* per node, a LayerNorm folded into the Linear layers after it (si_devplan_ln_fold): where its
-     * rows' statistics lie in the slot's scratch block, rstd then -mean * rstd (rows floats each),
-     * else SIZE_MAX; per MatMul, the folded LayerNorm it reads (its aux_off: the float column sums
-     * of its folded weights), else -1 */
-    size_t *ln_off;
-    int *ln_src;
     /* bytes; per slot unless said otherwise */
     size_t weights;                    /* constants on the device (all slots share them) */
     size_t activations;                /* the arena */
@@ -61,13 +55,6 @@ typedef struct {
     int64_t *out_row;     /* per graph output: floats per batch row (numel / dims[0]; 0 if none) */
 } si_devplan;
 
-/* Whether LayerNorm j is folded into the Linear layers that read it (g->fold_ln set): over the
- * last axis of row-major rows, every reader of its output a MatMul taking it as the left operand,
- * by a constant (K, N) weight and a bias of its own (K and N multiples of 8), with no residual.
- * Its output then is its input's bytes (same_bytes): the MatMuls multiply the raw rows by the
- * weights scaled by gamma, and their epilogue applies each row's rstd and -mean * rstd with the
- * column sums of those weights (and beta W added to the bias). */
-bool si_devplan_ln_fold(const si_graph *g, int j);
 /* A 4-D runtime value: stored NHWC. */
 bool si_devplan_nhwc(const si_value *v);
 /* Its bytes are in ONNX's row-major order (not NHWC, or NHWC with C == 1 or H*W == 1). */

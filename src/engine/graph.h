@@ -167,8 +167,6 @@ typedef struct si_graph {
     int concat_slices;   /* Concat inputs read through their Slice (the Slice gone) */
     int inferred_batch;  /* batch size the shapes are inferred for, -1 if none yet */
     bool spatial_marked; /* si_value.spatial is set (at the first si_graph_infer) */
-    bool fold_ln;        /* the CUDA backend's fused Linear can take a LayerNorm's row statistics
-                            (sm_90, FP16/BF16): si_devplan_ln_fold may fold it */
     si_meta_prop *meta;
     int n_meta;
 } si_graph;
