@@ -589,7 +589,7 @@ __global__ void k_norm_warp(const T *__restrict__ x, int64_t rows, int len,
 // The same with 16-byte loads and stores (len a multiple of 16 bytes' elements, rows aligned),
 // L lanes a row (32 / L rows a warp at once): a 768-wide FP16 row is three 16-byte chunks on
 // each of 32 lanes; a 384-wide one (DeiT-S, DINOv2-S) three on each of 16, two rows a warp,
-// where 32 lanes a row left half of them idle on its second chunk.
+// where 32 lanes a row left half of them idle on its second chunk; a 96-wide one three on 4.
 template <typename T, int L>
 __global__ void k_norm_warp_vec(const T *__restrict__ x, int64_t rows, int len,
                                 const T *__restrict__ scale, const T *__restrict__ bias, float eps,
@@ -651,22 +651,28 @@ static cudaError_t launch_norm(cudaStream_t s, int t, const void *x, int64_t row
         size_t es = si_gtype_size(t);
         bool vec = (len * es) % 16 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0 &&
                    (uintptr_t)scale % 16 == 0 && (uintptr_t)bias % 16 == 0;
-        // 16 lanes a row where 32 would leave some idle and 16 take it evenly (384 wide in FP16)
-        int64_t nch = len * (int64_t)es / 16;
-        if (vec && len <= 16 * LN_PER && nch % 16 == 0 && nch % 32 != 0) {
-            int64_t b16 = (rows + 15) / 16; // 16 rows a block
-            unsigned g16 = (unsigned)(b16 < 65535 * 16 ? b16 : 65535 * 16);
-            SI_DISPATCH(t, T,
-                        k_norm_warp_vec<T, 16>
-                        <<<g16, 256, 0, s>>>((const T *)x, rows, (int)len, (const T *)scale,
-                                             (const T *)bias, eps, (T *)y));
-            return cudaGetLastError();
-        }
+        // as few lanes a row as hold it in at most 2 * es chunks of 16 bytes each (the kernel's
+        // NC): 32 for 768-wide FP16 rows, 16 for 384 (DeiT-S, DINOv2-S), 8 for 192 and 4 for 96
+        // (ConvNeXt-T's and Swin-T's first stages), where 32 lanes a row left most of them idle
+        int64_t nch = len * (int64_t)es / 16, per = 2 * (int64_t)es, need = (nch + per - 1) / per;
         if (vec) {
-            SI_DISPATCH(t, T,
-                        k_norm_warp_vec<T, 32>
-                        <<<grid, 256, 0, s>>>((const T *)x, rows, (int)len, (const T *)scale,
-                                              (const T *)bias, eps, (T *)y));
+            int L = need <= 4 ? 4 : need <= 8 ? 8 : need <= 16 ? 16 : 32;
+            int64_t b = (rows + 256 / L - 1) / (256 / L); // 256 / L rows a block
+            unsigned gl = (unsigned)(b < 65535 * 16 ? b : 65535 * 16);
+#define SI_NORM_VEC(LANES)                                                                         \
+    SI_DISPATCH(t, T,                                                                              \
+                k_norm_warp_vec<T, LANES><<<gl, 256, 0, s>>>((const T *)x, rows, (int)len,         \
+                                                             (const T *)scale, (const T *)bias,    \
+                                                             eps, (T *)y))
+            if (L == 4)
+                SI_NORM_VEC(4);
+            else if (L == 8)
+                SI_NORM_VEC(8);
+            else if (L == 16)
+                SI_NORM_VEC(16);
+            else
+                SI_NORM_VEC(32);
+#undef SI_NORM_VEC
             return cudaGetLastError();
         }
         SI_DISPATCH(t, T,
