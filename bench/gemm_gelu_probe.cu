@@ -19,14 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        long r_ = (long)(x);                                                                       \
-        if (r_) {                                                                                  \
-            fprintf(stderr, "%s:%d: %s: %ld\n", __FILE__, __LINE__, #x, r_);                       \
-            return -1;                                                                             \
-        }                                                                                          \
-    } while (0)
+#include "probe_util.cuh"
 
 __global__ void k_gelu(__half *y, long n) {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
@@ -34,20 +27,6 @@ __global__ void k_gelu(__half *y, long n) {
         float x = __half2float(y[i]);
         y[i] = __float2half(0.5f * x * (1.f + erff(x * 0.70710678118654752f)));
     }
-}
-
-__global__ void k_fill(__half *p, long n, unsigned seed, float scale) {
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
-         i += (long)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed;
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-        p[i] = __float2half(((float)(h & 0xffff) / 65535.f - 0.5f) * scale);
-    }
-}
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
 }
 
 // What time_ms runs: one of the three launches below, with its arguments.
@@ -282,30 +261,18 @@ static int cudnn_case(cudnnHandle_t h, cudaStream_t s, long M, long K, long N, _
 static int lt_case(cublasLtHandle_t lt, cudaStream_t s, long M, long K, long N, __half *x,
                    __half *w, __half *bias, __half *y, void *ws, size_t wsb, float *lt_ms) {
     // row-major Y (M, N) = X (M, K) W (K, N): column-major Y^T (N, M) = W^T (N, K) X^T (K, M)
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t la, lb, ld;
-    CK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16F, N, K, N));
-    CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16F, K, M, K));
-    CK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16F, N, M, N));
-    cublasLtMatmulPreference_t pref;
-    CK(cublasLtMatmulPreferenceCreate(&pref));
-    CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
-                                            sizeof wsb));
+    lt_linear d;
     cublasLtMatmulHeuristicResult_t res[8];
     int got = 0;
-    CK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 8, res, &got));
+    if (lt_linear_make(lt, M, N, K, bias, wsb, &d, res, 8, &got)) return -1;
     launch L;
     memset(&L, 0, sizeof L);
     L.what = 0;
     L.lt = lt;
-    L.op = op;
-    L.la = la;
-    L.lb = lb;
-    L.ld = ld;
+    L.op = d.op;
+    L.la = d.la;
+    L.lb = d.lb;
+    L.ld = d.ld;
     L.a = w;
     L.b = x;
     L.y = y;
@@ -332,10 +299,7 @@ static int lt_case(cublasLtHandle_t lt, cudaStream_t s, long M, long K, long N, 
     printf("  lt: %7.3f ms, %5.0f TFLOP/s; erf-GELU pass %.3f ms (%.0f GB/s); lt + gelu %.3f ms\n",
            best, 2.0 * M * N * K / best / 1e9, gelu, 4.0 * M * N / gelu / 1e6, best + gelu);
     *lt_ms = best;
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb),
-        cublasLtMatrixLayoutDestroy(ld);
-    cublasLtMatmulDescDestroy(op);
+    lt_linear_free(&d);
     return 0;
 }
 

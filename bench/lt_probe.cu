@@ -12,28 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        long r_ = (long)(x);                                                                       \
-        if (r_) {                                                                                  \
-            fprintf(stderr, "%s:%d: %s: %ld\n", __FILE__, __LINE__, #x, r_);                       \
-            return -1;                                                                             \
-        }                                                                                          \
-    } while (0)
-
-__global__ void k_fill(__half *p, long n, unsigned seed) {
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
-         i += (long)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed;
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-        p[i] = __float2half(((float)(h & 0xffff) / 65535.f - 0.5f) * 0.1f);
-    }
-}
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
+#include "probe_util.cuh"
 
 typedef struct {
     long m, n, k;
@@ -48,27 +27,15 @@ static int probe(cublasLtHandle_t lt, const shape *s, void *ws, size_t wsb, cuda
     CK(cudaMalloc(&b, s->n * 2));
     CK(cudaMalloc(&r, s->m * s->n * 2));
     CK(cudaMalloc(&y, s->m * s->n * 2));
-    k_fill<<<1024, 256>>>(x, s->m * s->k, 1);
-    k_fill<<<1024, 256>>>(w, s->k * s->n, 2);
-    k_fill<<<1024, 256>>>(b, s->n, 3);
-    k_fill<<<1024, 256>>>(r, s->m * s->n, 4);
+    k_fill<<<1024, 256>>>(x, s->m * s->k, 1, 0.1f);
+    k_fill<<<1024, 256>>>(w, s->k * s->n, 2, 0.1f);
+    k_fill<<<1024, 256>>>(b, s->n, 3, 0.1f);
+    k_fill<<<1024, 256>>>(r, s->m * s->n, 4, 0.1f);
     // row-major Y (M, N) = X W as column-major Y^T (N, M) = W^T X^T, as cuda/gemm.cu does
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t la, lb, ld;
-    CK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b));
-    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16F, s->n, s->k, s->n));
-    CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16F, s->k, s->m, s->k));
-    CK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16F, s->n, s->m, s->n));
-    cublasLtMatmulPreference_t pref;
-    CK(cublasLtMatmulPreferenceCreate(&pref));
-    CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
-                                            sizeof wsb));
+    lt_linear d;
     cublasLtMatmulHeuristicResult_t res[16];
     int got = 0;
-    CK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 16, res, &got));
+    if (lt_linear_make(lt, s->m, s->n, s->k, b, wsb, &d, res, 16, &got)) return -1;
     float one = 1.f, beta = s->residual ? 1.f : 0.f, first = 0.f, best = 0.f;
     int besti = -1;
     double flop = 2.0 * s->m * s->n * s->k;
@@ -82,8 +49,8 @@ static int probe(cublasLtHandle_t lt, const shape *s, void *ws, size_t wsb, cuda
         int ok = 1;
         for (int i = -3; i < 20 && ok; i++) {
             cudaEventRecord(e0, st);
-            ok = cublasLtMatmul(lt, op, &one, w, la, x, lb, &beta, s->residual ? r : y, ld, y, ld,
-                                &res[a].algo, ws, wsb, st) == CUBLAS_STATUS_SUCCESS;
+            ok = cublasLtMatmul(lt, d.op, &one, w, d.la, x, d.lb, &beta, s->residual ? r : y, d.ld,
+                                y, d.ld, &res[a].algo, ws, wsb, st) == CUBLAS_STATUS_SUCCESS;
             cudaEventRecord(e1, st);
             cudaEventSynchronize(e1);
             if (i >= 0) cudaEventElapsedTime(&t[i], e0, e1);
@@ -109,22 +76,18 @@ static int probe(cublasLtHandle_t lt, const shape *s, void *ws, size_t wsb, cuda
     if (besti >= 0)
         printf("  best #%d %.4f ms against the first's %.4f: %.1f%% faster\n", besti, best, first,
                100.0 * (first / best - 1.0));
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(ld);
-    cublasLtMatmulDescDestroy(op);
+    lt_linear_free(&d);
     cudaFree(x), cudaFree(w), cudaFree(b), cudaFree(r), cudaFree(y);
     return 0;
 }
 
 int main(int argc, char **argv) {
     static const shape dflt[] = {
-        {50432, 2304, 768, 0, "ViT-B/16 QKV"},    {50432, 768, 768, 1, "ViT-B/16 proj"},
-        {50432, 768, 3072, 1, "ViT-B/16 fc2"},    {50432, 3072, 768, 0, "ViT-B/16 fc1 (bare)"},
-        {50432, 1152, 384, 0, "DeiT-S QKV"},      {50432, 384, 384, 1, "DeiT-S proj"},
-        {50432, 384, 1536, 1, "DeiT-S fc2"},      {65792, 1152, 384, 0, "DINOv2-S QKV"},
-        {65792, 384, 1536, 1, "DINOv2-S fc2"},    {802816, 96, 384, 1, "ConvNeXt-T fc2 s1"},
+        {50432, 2304, 768, 0, "ViT-B/16 QKV"},      {50432, 768, 768, 1, "ViT-B/16 proj"},
+        {50432, 768, 3072, 1, "ViT-B/16 fc2"},      {50432, 3072, 768, 0, "ViT-B/16 fc1 (bare)"},
+        {50432, 1152, 384, 0, "DeiT-S QKV"},        {50432, 384, 384, 1, "DeiT-S proj"},
+        {50432, 384, 1536, 1, "DeiT-S fc2"},        {65792, 1152, 384, 0, "DINOv2-S QKV"},
+        {65792, 384, 1536, 1, "DINOv2-S fc2"},      {802816, 96, 384, 1, "ConvNeXt-T fc2 s1"},
         {200704, 192, 768, 1, "ConvNeXt-T fc2 s2"}, {50176, 384, 1536, 1, "ConvNeXt-T fc2 s3"},
     };
     shape own[16];
