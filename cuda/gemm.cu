@@ -268,11 +268,6 @@ static bool run_l90(void *ctx) {
     return si_cuda_linear90_run(r->p, r->v, r->sl->ws, r->sl->stream) == cudaSuccess;
 }
 
-// Linear + bias + GELU (or SiLU, QuickGELU; or none, with or without a residual) as one kernel
-// where this device and build have one: sets x->l90 to the fastest variant (the same shape
-// earlier in the graph reuses its choice) and returns its time (0 when reused or alone), or
-// leaves -1 and returns -1. The variants give the same bits (test_gpu_linear90), so the timing's
-// winner does not change results from run to run.
 // node j's operands on slot 0 as the fused kernel takes them; false where it cannot run here
 static bool l90_params(si_engine *e, cuda_state *cs, int j, int64_t M, int64_t N, int64_t K,
                        const void *bias, const void *res, si_linear90 *p) {
@@ -298,6 +293,11 @@ static bool l90_params(si_engine *e, cuda_state *cs, int j, int64_t M, int64_t N
     return true;
 }
 
+// Linear + bias + GELU (or SiLU, QuickGELU; or none, with or without a residual) as one kernel
+// where this device and build have one: sets x->l90 to the fastest variant (the same shape
+// earlier in the graph reuses its choice) and returns its time (0 when reused or alone), or
+// leaves -1 and returns -1. The variants give the same bits (test_gpu_linear90), so the timing's
+// winner does not change results from run to run.
 static float linear90_init(si_engine *e, cuda_state *cs, int j, int64_t M, int64_t N, int64_t K,
                            const void *bias, const void *res) {
     si_graph *g = e->g;
