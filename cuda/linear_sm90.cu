@@ -116,34 +116,27 @@ template <class T, int N> struct swish<cutlass::Array<T, N>> : each<swish<T>, T,
 // fc1 on ping-pong 128 x 128 (erf GELU 0.381 ms against 0.425 cooperative, QuickGELU 0.354), the
 // small-K layers of DeiT-S, DINOv2-S and ConvNeXt-T's first three stages cooperative 256 x 128
 // (their epilogues outlast a tile's few k-blocks of MMAs); 64 x 256 at a few hundred rows.
-// si_cuda_linear90_run takes the choice (gemm.cu times them).
-struct coop {
+// si_cuda_linear90_run takes the choice (gemm.cu times them). Each is M x N x 64 with a cluster
+// of CM x CN CTAs.
+template <int M, int N, int CM, int CN, bool PingPong> struct tile {
+    using Tile = Shape<Int<M>, Int<N>, _64>;
+    using Cluster = Shape<Int<CM>, Int<CN>, _1>;
+    using Main = cute::conditional_t<PingPong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                     cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+    using Epi = cute::conditional_t<PingPong, cutlass::epilogue::TmaWarpSpecialized,
+                                    cutlass::epilogue::TmaWarpSpecializedCooperative>;
+};
+struct coop : tile<128, 256, 2, 1, false> {
     static constexpr const char *name = "cooperative 128x256";
-    using Tile = Shape<_128, _256, _64>;
-    using Cluster = Shape<_2, _1, _1>;
-    using Main = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-    using Epi = cutlass::epilogue::TmaWarpSpecializedCooperative;
 };
-struct coop256 {
+struct coop256 : tile<256, 128, 1, 2, false> {
     static constexpr const char *name = "cooperative 256x128";
-    using Tile = Shape<_256, _128, _64>;
-    using Cluster = Shape<_1, _2, _1>;
-    using Main = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-    using Epi = cutlass::epilogue::TmaWarpSpecializedCooperative;
 };
-struct pingpong128 {
+struct pingpong128 : tile<128, 128, 2, 1, true> {
     static constexpr const char *name = "ping-pong 128x128";
-    using Tile = Shape<_128, _128, _64>;
-    using Cluster = Shape<_2, _1, _1>;
-    using Main = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
-    using Epi = cutlass::epilogue::TmaWarpSpecialized;
 };
-struct pingpong {
+struct pingpong : tile<64, 256, 2, 1, true> {
     static constexpr const char *name = "ping-pong 64x256";
-    using Tile = Shape<_64, _256, _64>;
-    using Cluster = Shape<_2, _1, _1>;
-    using Main = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
-    using Epi = cutlass::epilogue::TmaWarpSpecialized;
 };
 
 // Res: C (the residual) is read by the epilogue's TMA loads and added with beta 1
