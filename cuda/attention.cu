@@ -1,10 +1,14 @@
 // Fused attention, Y = softmax(scale * Q K^T + bias) V per matrix, without writing the T x S
-// scores to global memory. FP16/BF16 with head size 32, 64 or 128 (Dv == D): a flash-attention
-// kernel on the tensor cores (mma.sync m16n8k16, FP32 accumulation, the online softmax of
-// FlashAttention-2: each warp owns 16 query rows, K and V tiles of 64 keys stream through shared
-// memory). Otherwise (FP32, other head sizes): one block per query row, the row's scores in
-// shared memory. The CPU twin is si_cpu_attention (src/cpu/kernels.c).
+// scores to global memory. FP16/BF16 with head size 32, 64 or 128 (Dv == D): flash-attention
+// kernels on the tensor cores (mma.sync m16n8k16, FP32 accumulation, the online softmax of
+// FlashAttention-2: each warp owns 16 query rows, keys 64 at a time): k_flash streams K and V
+// tiles through shared memory; k_flash_res (head size 64, no bias, a few hundred keys: the ViTs)
+// keeps whole matrices' K and V resident and hands out rows to warps as they come free.
+// Otherwise (FP32, other head sizes): one block per query row, the row's scores in shared
+// memory. The CPU twin is si_cpu_attention (src/cpu/kernels.c).
 #include <math.h>
+
+#include <algorithm>
 
 #include "cuda/attention.cuh"
 #include "cuda/elem.cuh"
@@ -27,7 +31,7 @@ template <typename T>
 __device__ inline void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
 template <>
 __device__ inline void mma<__half>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
                  "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -35,25 +39,10 @@ __device__ inline void mma<__half>(float c[4], const uint32_t a[4], uint32_t b0,
 template <>
 __device__ inline void mma<__nv_bfloat16>(float c[4], const uint32_t a[4], uint32_t b0,
                                           uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
                  "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// four 8x8 b16 matrices from shared memory (lanes 8i..8i+7 give matrix i's row addresses): the
-// mma B fragments of two n-tiles at once; .trans for V, whose rows are keys
-__device__ inline void ldsm_x4(uint32_t r[4], const void *p) {
-    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-__device__ inline void ldsm_x4_t(uint32_t r[4], const void *p) {
-    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
 }
 
 // 2^x in one MUFU instruction; results below 2^-126 flush to 0 (a probability that small is 0)
@@ -76,11 +65,14 @@ __device__ inline int64_t batch_off(const si_k_attn &p, int64_t b, const int64_t
     return off;
 }
 
-// one 16-byte chunk global -> shared without the registers (cp.async); zeros when !valid
-__device__ inline void cp16(void *sm, const void *g, bool valid) {
-    uint32_t a = (uint32_t)__cvta_generic_to_shared(sm);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(a), "l"(g),
+// one 16-byte chunk global -> shared (a shared-space address) without the registers
+// (cp.async); zeros when !valid
+__device__ inline void cp16s(uint32_t sm, const void *g, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sm), "l"(g),
                  "r"(valid ? 16 : 0));
+}
+__device__ inline void cp16(void *sm, const void *g, bool valid) {
+    cp16s((uint32_t)__cvta_generic_to_shared(sm), g, valid);
 }
 __device__ inline void cp_commit() {
     asm volatile("cp.async.commit_group;");
@@ -101,13 +93,227 @@ __device__ inline void load_rows(T *sm, const T *g, int ld, int r0, int rows_tot
     }
 }
 
-// the same tile of K read from K^T (D, S), rows ld apart: element loads walking s, coalesced
+// the same rows of K read from K^T (D, S), rows ld apart: element loads walking s, coalesced
 template <typename T, int D>
-__device__ inline void load_kt(T *sm, const T *kt, int ld, int s0, int S) {
-    for (int i = threadIdx.x; i < BN * D; i += blockDim.x) {
-        int d = i / BN, s = i % BN;
+__device__ inline void load_kt(T *sm, const T *kt, int ld, int s0, int S, int rows) {
+    for (int i = threadIdx.x; i < rows * D; i += blockDim.x) {
+        int d = i / rows, s = i % rows;
         sm[s * (D + PAD) + d] = s0 + s < S ? kt[d * ld + s0 + s] : si_from_f<T>(0.f);
     }
+}
+
+// op over each row half of a warp's scores sc[nt][0..1] (row g) and sc[nt][2..3] (row g + 8),
+// pairwise, so the chain is log2(2N) deep; N a power of 2
+template <int N, typename Op>
+__device__ inline void quad_tree(const float (&sc)[N][4], float (&r)[2], Op op) {
+    float a[N], b[N];
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        a[i] = op(sc[i][0], sc[i][1]);
+        b[i] = op(sc[i][2], sc[i][3]);
+    }
+#pragma unroll
+    for (int w = N / 2; w > 0; w /= 2)
+#pragma unroll
+        for (int i = 0; i < w; i++) {
+            a[i] = op(a[i], a[i + w]);
+            b[i] = op(b[i], b[i + w]);
+        }
+    r[0] = a[0];
+    r[1] = b[0];
+}
+
+// four 8x8 b16 matrices from shared memory at a shared-space byte address (lanes 8i..8i+7 give
+// matrix i's row addresses; constant parts of the callers' offsets fold into the instruction):
+// the mma B fragments of two n-tiles at once; .trans for V, whose rows are keys
+__device__ inline void ldsm_x4(uint32_t r[4], uint32_t a) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+__device__ inline void ldsm_x4_t(uint32_t r[4], uint32_t a) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+// Where a lane's ldmatrix rows of a tile of keys are: the B fragments of Q K^T (K's rows are
+// keys: key group nt's 8 keys, dims kk * 16 on) and of P V (V transposed: keys kk * 16 on, dims
+// nt * 8 on), as shared-space byte addresses.
+// Rows D + PAD elements apart (k_flash): lanes 8i..8i+7 give matrix i's rows.
+template <typename T, int D> struct padded_keys {
+    uint32_t ka, va; // this lane's rows of the tile's first keys
+    __device__ padded_keys(uint32_t k0, uint32_t v0) {
+        const int lane = threadIdx.x % 32, mat = lane / 8, mr = lane % 8;
+        ka = k0 + (uint32_t)((((mat >> 1) * 8 + mr) * (D + PAD) + (mat & 1) * 8) * sizeof(T));
+        va = v0 + (uint32_t)((((mat & 1) * 8 + mr) * (D + PAD) + (mat >> 1) * 8) * sizeof(T));
+    }
+    __device__ uint32_t k(int nt, int kk) const {
+        return ka + (uint32_t)((nt * 8 * (D + PAD) + kk * 16) * sizeof(T));
+    }
+    __device__ uint32_t v(int kk, int nt) const {
+        return va + (uint32_t)((kk * 16 * (D + PAD) + nt * 8) * sizeof(T));
+    }
+};
+// 128-byte rows (64 16-bit dims) unpadded, chunk c of row r at (c ^ r % 8) * 16: conflict-free
+// ldmatrix without the padding, so more matrices fit (k_flash_res). The tile starts on a
+// multiple of 8 keys, so a lane's row is mr modulo 8.
+struct swizzled_keys {
+    static constexpr uint32_t ROW = 128;
+    uint32_t ka, va, m6, kb, vb;
+    __device__ swizzled_keys(uint32_t k0, uint32_t v0) {
+        const uint32_t lane = threadIdx.x % 32, mat = lane / 8, mr = lane % 8;
+        ka = k0 + ((mat >> 1) * 8 + mr) * ROW;
+        va = v0 + ((mat & 1) * 8 + mr) * ROW;
+        m6 = (mr & 6) << 4;              // chunk 2i + b, xor mr: ((2i ^ (mr & 6)) | ((b ^ mr) & 1))
+        kb = (((mat & 1) ^ mr) & 1) << 4; // b: K's chunk within the kk step
+        vb = (((mat >> 1) ^ mr) & 1) << 4; // b: V's within the pair of n-tiles
+    }
+    __device__ uint32_t k(int nt, int kk) const {
+        return ka + nt * 8 * ROW + ((((uint32_t)kk << 5) ^ m6) | kb);
+    }
+    __device__ uint32_t v(int kk, int nt) const {
+        return va + kk * 16 * ROW + ((((uint32_t)nt << 4) ^ m6) | vb);
+    }
+    // where chunk c of row r goes
+    static __device__ uint32_t at(int r, int c) { return r * ROW + ((c ^ (r & 7)) << 4); }
+};
+
+// One warp's 16 query rows (their A fragments qa) against a tile of up to NK keys in shared
+// memory (lay: where this lane's ldmatrix rows are; zeros past S): the scores, the
+// online softmax's running max m and sum l (log2 domain, exp2) and o += P V. live: the tile's
+// keys inside S, s0 its first; bias NULL or the scores' bias at boff (rows row[]). Key groups
+// wholly beyond live are skipped; FULL: live == NK and no bias, nothing to test.
+template <typename T, int D, int NK = BN, bool FULL = false, class L>
+__device__ inline void flash_tile(const L &lay, int live,
+                                  const uint32_t (&qa)[D / 16][4], float (&o)[D / 8][4],
+                                  float (&m)[2], float (&l)[2], float sl2, const si_k_attn &p,
+                                  const T *bias, int64_t boff, const int (&row)[2], int s0) {
+    const int t4 = threadIdx.x % 4;
+    const float LOG2E = 1.4426950408889634f;
+    float sc[NK / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < NK / 8; nt++) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NK / 8; nt += 2) {
+        if (!FULL && nt * 8 >= live) continue; // the whole pair of key groups is padding
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) { // K rows are keys: B[dim][key] untransposed
+            uint32_t r[4];
+            ldsm_x4(r, lay.k(nt, kk));
+            mma<T>(sc[nt], qa[kk], r[0], r[1]);
+            mma<T>(sc[nt + 1], qa[kk], r[2], r[3]);
+        }
+    }
+    // scores in the log2 domain are sc * k2 (k2 = 1 once scaled here); the exponent below is
+    // one FFMA, sc * k2 - max
+    float k2 = 1.f;
+    if (FULL || (!bias && live == NK && sl2 > 0.f)) { // a whole tile of keys: nothing to mask
+        k2 = sl2;
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < NK / 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int c = nt * 8 + 2 * t4 + (i & 1), r = row[i >> 1]; // key in tile, query row
+                float x = sc[nt][i] * sl2;
+                if (bias && r < p.t && c < live)
+                    x += si_to_f(bias[boff + r * p.bst_t + (int64_t)(s0 + c) * p.bst_s]) * LOG2E;
+                sc[nt][i] = c < live ? x : -INFINITY;
+            }
+    }
+    // the row maxima and, below, sums as trees: a chain of NK / 2 dependent FMNMX or FADD
+    // stalled the warps more than anything else (ncu, ViT-B's shape)
+    float mx[2];
+    quad_tree<NK / 8>(sc, mx, [](float x, float y) { return fmaxf(x, y); });
+    // The running max moves only when a score passes it by more than 2^8 (log2 domain 8): P is
+    // then at most 256, well inside FP16 and BF16, and the output's rescale is skipped while no
+    // row of the warp moved (after a row's first tile, nearly always)
+    float corr[2] = {1.f, 1.f};
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        mx[h] *= k2;
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 2));
+        if (mx[h] > m[h] + 8.f) { // also the first tile's max against -inf
+            corr[h] = ex2(m[h] - mx[h]);
+            m[h] = mx[h];
+        }
+        mx[h] = m[h] == -INFINITY ? 0.f : m[h];
+    }
+#pragma unroll
+    for (int nt = 0; nt < NK / 8; nt++) {
+        if (!FULL && (nt & ~1) * 8 >= live) { // a pair of key groups beyond S: no exponentials
+            sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+            continue;
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) sc[nt][i] = ex2(fmaf(sc[nt][i], k2, -mx[i >> 1]));
+    }
+    float sum[2];
+    quad_tree<NK / 8>(sc, sum, [](float x, float y) { return x + y; });
+    l[0] = fmaf(l[0], corr[0], sum[0]);
+    l[1] = fmaf(l[1], corr[1], sum[1]);
+    if (__any_sync(0xffffffff, corr[0] != 1.f || corr[1] != 1.f)) {
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            o[i][0] *= corr[0];
+            o[i][1] *= corr[0];
+            o[i][2] *= corr[1];
+            o[i][3] *= corr[1];
+        }
+    }
+#pragma unroll
+    for (int kk = 0; kk < NK / 16; kk++) {
+        if (!FULL && kk * 16 >= live) continue; // P is zero there
+        uint32_t a[4] = {pack2<T>(sc[2 * kk][0], sc[2 * kk][1]),
+                         pack2<T>(sc[2 * kk][2], sc[2 * kk][3]),
+                         pack2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                         pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt += 2) { // V rows are keys: B[key][dim] transposed
+            uint32_t r[4];
+            ldsm_x4_t(r, lay.v(kk, nt));
+            mma<T>(o[nt], a, r[0], r[1]);
+            mma<T>(o[nt + 1], a, r[2], r[3]);
+        }
+    }
+}
+
+// a warp's A fragments of its 16 query rows qs (rows D + PAD apart) in shared memory
+template <typename T, int D>
+__device__ inline void load_qa(uint32_t (&qa)[D / 16][4], const T *qs) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const T *r_lo = qs + g * (D + PAD) + kk * 16 + 2 * t4;
+        const T *r_hi = r_lo + 8 * (D + PAD);
+        qa[kk][0] = *reinterpret_cast<const uint32_t *>(r_lo);
+        qa[kk][1] = *reinterpret_cast<const uint32_t *>(r_hi);
+        qa[kk][2] = *reinterpret_cast<const uint32_t *>(r_lo + 8);
+        qa[kk][3] = *reinterpret_cast<const uint32_t *>(r_hi + 8);
+    }
+}
+
+// a warp's rows row[] (those inside T) of Y = o / l, l the running sums of its lanes' quads
+template <typename T, int D>
+__device__ inline void store_o(T *yb, int64_t ld, int T_, const int (&row)[2],
+                               const float (&o)[D / 8][4], float (&l)[2]) {
+    const int t4 = threadIdx.x % 4;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffff, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffff, l[h], 2);
+        l[h] = l[h] > 0.f ? 1.f / l[h] : 0.f;
+    }
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            if (row[h] >= T_) continue;
+            uint32_t w = pack2<T>(o[nt][2 * h] * l[h], o[nt][2 * h + 1] * l[h]);
+            *reinterpret_cast<uint32_t *>(yb + (int64_t)row[h] * ld + nt * 8 + 2 * t4) = w;
+        }
 }
 
 // blockDim.x / 32 warps (at most 8), 16 query rows each; K and V tiles double-buffered: tile
@@ -124,8 +330,7 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1)
     // a matrix's row blocks side by side (they share K and V in L2), matrices after each other
     const int64_t b = blockIdx.x / row_blocks;
     const int T_ = (int)p.t, S = (int)p.s, q0 = (int)(blockIdx.x % row_blocks) * M;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-    const int mat = lane / 8, mr = lane % 8; // this lane's row address in ldmatrix
+    const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
     const T *kb = k + batch_off(p, b, p.ost[1]), *vb = v + batch_off(p, b, p.ost[2]);
     const int tiles = (S + BN - 1) / BN, ldk = (int)p.ld[1], ldv = (int)p.ld[2];
     auto load_tile = [&](int i) {
@@ -133,7 +338,7 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1)
         if (p.trans_b)
             load_rows<T, D>(kt, kb, ldk, i * BN, S, BN);
         else
-            load_kt<T, D>(kt, kb, ldk, i * BN, S);
+            load_kt<T, D>(kt, kb, ldk, i * BN, S, BN);
         load_rows<T, D>(vt, vb, ldv, i * BN, S, BN);
     };
     load_rows<T, D>(qs, q + batch_off(p, b, p.ost[0]), (int)p.ld[0], q0, T_, M);
@@ -147,123 +352,169 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1)
     const int r0 = warp * 16;
     const int row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
     const int64_t boff = bias ? batch_off(p, b, p.bst, p.bmod) : 0;
-    const float LOG2E = 1.4426950408889634f, sl2 = p.scale * LOG2E;
+    const float sl2 = p.scale * 1.4426950408889634f; // scores to the log2 domain
+    const uint32_t kv_sh = (uint32_t)__cvta_generic_to_shared(kv);
     for (int it = 0; it < tiles; it++) {
         if (it + 1 < tiles) load_tile(it + 1);
         cp_commit();
         cp_wait<1>(); // tile it (and Q) landed
         __syncthreads();
-        if (it == 0) {
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                const T *r_lo = qs + (r0 + g) * (D + PAD) + kk * 16 + 2 * t4;
-                const T *r_hi = r_lo + 8 * (D + PAD);
-                qa[kk][0] = *reinterpret_cast<const uint32_t *>(r_lo);
-                qa[kk][1] = *reinterpret_cast<const uint32_t *>(r_hi);
-                qa[kk][2] = *reinterpret_cast<const uint32_t *>(r_lo + 8);
-                qa[kk][3] = *reinterpret_cast<const uint32_t *>(r_hi + 8);
-            }
-        }
-        const T *ks = kv + (it & 1) * 2 * TILE, *vs = ks + TILE;
-        const int s0 = it * BN, live = min(BN, S - s0); // keys of this tile inside S
-        float sc[BN / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; nt++) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; nt += 2) {
-            if (nt * 8 >= live) continue; // the whole pair of key groups is padding
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) { // K rows are keys: B[dim][key] untransposed
-                uint32_t r[4];
-                ldsm_x4(r, ks + ((nt + (mat >> 1)) * 8 + mr) * (D + PAD) + kk * 16 + (mat & 1) * 8);
-                mma<T>(sc[nt], qa[kk], r[0], r[1]);
-                mma<T>(sc[nt + 1], qa[kk], r[2], r[3]);
-            }
-        }
-        // scores in the log2 domain are sc * k2 (k2 = 1 once scaled here); the exponent below is
-        // one FFMA, sc * k2 - max
-        float mx[2] = {-INFINITY, -INFINITY}, k2 = 1.f;
-        if (!bias && live == BN && sl2 > 0.f) { // a whole tile of keys: nothing to mask or add
-#pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) mx[i >> 1] = fmaxf(mx[i >> 1], sc[nt][i]);
-            mx[0] *= sl2;
-            mx[1] *= sl2;
-            k2 = sl2;
-        } else {
-#pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    int c = nt * 8 + 2 * t4 + (i & 1), r = row[i >> 1]; // key in tile, query row
-                    float x = sc[nt][i] * sl2;
-                    if (bias && r < T_ && c < live)
-                        x += si_to_f(bias[boff + r * p.bst_t + (int64_t)(s0 + c) * p.bst_s]) * LOG2E;
-                    sc[nt][i] = c < live ? x : -INFINITY;
-                    mx[i >> 1] = fmaxf(mx[i >> 1], sc[nt][i]);
-                }
-        }
-        float corr[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 1));
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 2));
-            float mn = fmaxf(m[h], mx[h]);
-            float use = mn == -INFINITY ? 0.f : mn;
-            corr[h] = ex2(m[h] - use);
-            m[h] = mn;
-            mx[h] = use;
-            l[h] *= corr[h];
-        }
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                sc[nt][i] = ex2(fmaf(sc[nt][i], k2, -mx[i >> 1]));
-                l[i >> 1] += sc[nt][i];
-            }
-#pragma unroll
-        for (int i = 0; i < D / 8; i++) {
-            o[i][0] *= corr[0];
-            o[i][1] *= corr[0];
-            o[i][2] *= corr[1];
-            o[i][3] *= corr[1];
-        }
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            if (kk * 16 >= live) continue; // P is zero there
-            uint32_t a[4] = {pack2<T>(sc[2 * kk][0], sc[2 * kk][1]),
-                             pack2<T>(sc[2 * kk][2], sc[2 * kk][3]),
-                             pack2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                             pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
-#pragma unroll
-            for (int nt = 0; nt < D / 8; nt += 2) { // V rows are keys: B[key][dim] transposed
-                uint32_t r[4];
-                ldsm_x4_t(r,
-                          vs + (kk * 16 + (mat & 1) * 8 + mr) * (D + PAD) + (nt + (mat >> 1)) * 8);
-                mma<T>(o[nt], a, r[0], r[1]);
-                mma<T>(o[nt + 1], a, r[2], r[3]);
-            }
-        }
+        if (it == 0) load_qa<T, D>(qa, qs + r0 * (D + PAD));
+        const uint32_t ks = kv_sh + (it & 1) * 2 * TILE * sizeof(T);
+        flash_tile<T, D>(padded_keys<T, D>(ks, ks + TILE * sizeof(T)), min(BN, S - it * BN), qa, o,
+                         m, l, sl2, p, bias, boff, row, it * BN);
         __syncthreads(); // every warp is done with this buffer before it is loaded again
     }
     cp_wait<0>(); // nothing in flight at exit (S == 0 issued Q and never waited)
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        l[h] += __shfl_xor_sync(0xffffffff, l[h], 1);
-        l[h] += __shfl_xor_sync(0xffffffff, l[h], 2);
-        l[h] = l[h] > 0.f ? 1.f / l[h] : 0.f;
-    }
-    T *yb = y + batch_off(p, b, p.ost[3]);
-#pragma unroll
-    for (int nt = 0; nt < D / 8; nt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            if (row[h] >= T_) continue;
-            uint32_t w = pack2<T>(o[nt][2 * h] * l[h], o[nt][2 * h + 1] * l[h]);
-            *reinterpret_cast<uint32_t *>(yb + (int64_t)row[h] * p.ld[3] + nt * 8 + 2 * t4) = w;
+    store_o<T, D>(y + batch_off(p, b, p.ost[3]), p.ld[3], T_, row, o, l);
+}
+
+// Short sequences without a bias (a ViT's 197 or DINOv2's 257 tokens): the flash kernel above
+// reads each matrix's K and V once per block of query rows and waits on every 64-key tile. Here
+// a persistent block of RES_WARPS warps keeps the K and V of ns (2 to 4) matrices in shared
+// memory (its matrices blockIdx.x, + gridDim.x, ... in slots 0, 1, .., ns - 1 in turn) and its
+// warps take units of work, 16 query rows of a matrix against all of its keys, from a counter
+// in shared memory. The warp that finishes a matrix's last unit loads the matrix ns later into
+// that slot (and has the L2 fetch its query rows) and marks the slot ready once the copies land;
+// no barrier waits for the slowest warp. (A first version gave each warp one row tile and
+// synchronised the block every matrix: 13 or 17 warps a block put 4 or 5 on one of the SM's
+// four schedulers and 3 or 4 on the others, whose warps then waited at the barrier, 11% of
+// ViT-B's samples in ncu. With two slots, warps waited for the next matrix's copies instead.)
+constexpr int RES_WARPS = 16, RES_SLOTS = 4; // 128 registers a thread
+
+struct res_sync {
+    int next;                  // the next unit to take
+    int done[RES_SLOTS];       // units finished of the matrix in each slot
+    int ready[RES_SLOTS];      // which of the block's matrices (0, 1, ...) a slot holds, once landed
+    int64_t qoff[RES_SLOTS];   // where the slot's matrix starts in Q and in Y (batch_off's
+    int64_t yoff[RES_SLOTS];   // 64-bit divisions once a matrix, not once a unit)
+};
+
+template <typename T>
+__global__ void __launch_bounds__(RES_WARPS * 32, 1)
+    k_flash_res(si_k_attn p, const T *__restrict__ q, const T *__restrict__ k,
+                const T *__restrict__ v, T *__restrict__ y, int spad, int ns) {
+    constexpr int D = 64, V = D / 8; // 128-byte rows, V 16-byte chunks each (swizzled_keys)
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ res_sync sy;
+    const uint32_t KV = spad * swizzled_keys::ROW; // one operand of one matrix, bytes
+    const uint32_t base = (uint32_t)__cvta_generic_to_shared(smem); // [slot][K, V]
+    const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+    const int T_ = (int)p.t, S = (int)p.s, tiles = (T_ + 15) / 16;
+    const float sl2 = p.scale * 1.4426950408889634f;
+    auto matrix = [&](int j) { return (int64_t)blockIdx.x + (int64_t)j * gridDim.x; };
+    // matrix j's K and V into slot j % ns by threads first, first + step, ... (step a multiple
+    // of V: each thread keeps one chunk column and walks rows); its Q rows into the L2
+    auto load = [&](int j, int first, int step) {
+        const int64_t b = matrix(j);
+        const int c = first % V, r0 = first / V, rs = step / V;
+        const uint32_t ks = base + (j % ns) * 2 * KV, vs = ks + KV;
+        const T *kb = k + batch_off(p, b, p.ost[1]), *vb = v + batch_off(p, b, p.ost[2]);
+        const int ldk = (int)p.ld[1], ldv = (int)p.ld[2];
+        for (int r = r0; r < spad; r += rs) {
+            const bool ok = r < S;
+            const uint32_t at = swizzled_keys::at(r, c);
+            if (p.trans_b) cp16s(ks + at, kb + (ok ? r * ldk + c * 8 : 0), ok);
+            cp16s(vs + at, vb + (ok ? r * ldv + c * 8 : 0), ok);
         }
+        if (!p.trans_b) { // from K^T (D, S): element loads walking s, coalesced
+            T *kt = reinterpret_cast<T *>(smem + (j % ns) * 2 * KV);
+            for (int i = first; i < spad * D; i += step) {
+                int d = i / spad, r = i % spad;
+                kt[swizzled_keys::at(r, d / 8) / sizeof(T) + d % 8] =
+                    r < S ? kb[d * ldk + r] : si_from_f<T>(0.f);
+            }
+        }
+        cp_commit();
+        const int64_t qo = batch_off(p, b, p.ost[0]);
+        if (first == 0) sy.qoff[j % ns] = qo, sy.yoff[j % ns] = batch_off(p, b, p.ost[3]);
+        const T *qb = q + qo;
+        for (int r = first; r < T_; r += step)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(qb + r * p.ld[0]));
+    };
+    if (blockIdx.x >= p.nb) return;
+    for (int j = 0; j < ns && matrix(j) < p.nb; j++) load(j, threadIdx.x, blockDim.x);
+    if (threadIdx.x == 0) {
+        sy.next = 0;
+        for (int i = 0; i < RES_SLOTS; i++) sy.done[i] = 0, sy.ready[i] = i;
+    }
+    cp_wait<0>();
+    __syncthreads();
+    int pending = -1; // a matrix this warp loaded and has not yet marked ready
+    auto publish = [&]() {
+        cp_wait<0>();
+        __syncwarp();
+        __threadfence_block();
+        if (lane == 0) *(volatile int *)&sy.ready[pending % ns] = pending;
+        pending = -1;
+    };
+    for (;;) {
+        int u = 0;
+        if (lane == 0) u = atomicAdd(&sy.next, 1);
+        u = __shfl_sync(0xffffffff, u, 0);
+        const int j = u / tiles, t = u % tiles, slot = j % ns;
+        if (matrix(j) >= p.nb) break;
+        int ready = 0;
+        if (lane == 0) ready = *(volatile int *)&sy.ready[slot] == j;
+        if (!__shfl_sync(0xffffffff, ready, 0)) { // a warp that waits holds no load unmarked
+            if (pending >= 0) publish();
+            if (lane == 0)
+                while (*(volatile int *)&sy.ready[slot] != j) __nanosleep(32);
+        }
+        __syncwarp();
+        __threadfence_block();
+        // this unit's 16 query rows, A fragments straight from global memory (the L2 has them)
+        const int row[2] = {t * 16 + g, t * 16 + g + 8};
+        uint32_t qa[D / 16][4];
+        {
+            const T *qb = q + sy.qoff[slot];
+            const T *lo = qb + (int64_t)min(row[0], T_ - 1) * p.ld[0] + 2 * t4;
+            const T *hi = qb + (int64_t)min(row[1], T_ - 1) * p.ld[0] + 2 * t4;
+            const bool ok0 = row[0] < T_, ok1 = row[1] < T_;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                qa[kk][0] = ok0 ? __ldg(reinterpret_cast<const unsigned *>(lo + kk * 16)) : 0u;
+                qa[kk][1] = ok1 ? __ldg(reinterpret_cast<const unsigned *>(hi + kk * 16)) : 0u;
+                qa[kk][2] = ok0 ? __ldg(reinterpret_cast<const unsigned *>(lo + kk * 16 + 8)) : 0u;
+                qa[kk][3] = ok1 ? __ldg(reinterpret_cast<const unsigned *>(hi + kk * 16 + 8)) : 0u;
+            }
+        }
+        T *yb = y + sy.yoff[slot];
+        float o[D / 8][4];
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+        const uint32_t ks = base + slot * 2 * KV, vs = ks + KV;
+        for (int s0 = 0; s0 < S; s0 += BN) {
+            const swizzled_keys lay(ks + s0 * swizzled_keys::ROW, vs + s0 * swizzled_keys::ROW);
+            const int live = S - s0;
+            const T *nb = nullptr; // no bias
+            if (live >= BN) // a whole tile; the last one as narrow as its keys
+                flash_tile<T, D, BN, true>(lay, BN, qa, o, m, l, sl2, p, nb, 0, row, s0);
+            else if (live > 32)
+                flash_tile<T, D, BN>(lay, live, qa, o, m, l, sl2, p, nb, 0, row, s0);
+            else if (live > 16)
+                flash_tile<T, D, 32>(lay, live, qa, o, m, l, sl2, p, nb, 0, row, s0);
+            else
+                flash_tile<T, D, 16>(lay, live, qa, o, m, l, sl2, p, nb, 0, row, s0);
+            // a load issued a tile ago has landed by now; the others may wait for it
+            if (pending >= 0) publish();
+        }
+        store_o<T, D>(yb, p.ld[3], T_, row, o, l);
+        __syncwarp(); // every lane's reads of the slot are done
+        int fin = 0;
+        if (lane == 0) fin = atomicAdd(&sy.done[slot], 1);
+        fin = __shfl_sync(0xffffffff, fin, 0);
+        if (fin == tiles - 1) { // the slot's last reader: the matrix ns later goes there
+            if (lane == 0) sy.done[slot] = 0;
+            if (matrix(j + ns) < p.nb) {
+                load(j + ns, lane, 32);
+                pending = j + ns;
+            }
+        }
+    }
+    if (pending >= 0) publish();
+    cp_wait<0>();
 }
 
 __device__ inline float block_reduce(float v, bool is_max, float *red) {
@@ -363,11 +614,45 @@ bool flash_fits(const si_k_attn &p, const void *q, const void *k, const void *v,
     return true;
 }
 
+// The resident kernel (head size 64) where the K and V of at least two matrices fit the shared
+// memory a block may have (up to RES_SLOTS); as many persistent blocks as the GPU has SMs. 0
+// launched (or failed: *err); 1 not taken.
+template <typename T>
+int launch_resident(cudaStream_t s, const si_k_attn &p, const void *q, const void *k,
+                    const void *v, void *y, cudaError_t *err) {
+    int64_t spad = (p.s + 15) / 16 * 16;
+    size_t slot = 2 * (size_t)spad * swizzled_keys::ROW;
+    static int optin = -1, sms = 0;
+    if (optin < 0) {
+        int dev = 0;
+        if ((*err = cudaGetDevice(&dev)) != cudaSuccess ||
+            (*err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) !=
+                cudaSuccess ||
+            (*err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) !=
+                cudaSuccess)
+            return 0;
+        optin -= (int)sizeof(res_sync) + 128; // the static res_sync shares the block's memory
+        if ((*err = cudaFuncSetAttribute(k_flash_res<T>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, optin)) !=
+            cudaSuccess)
+            return 0;
+    }
+    int ns = (int)std::min<size_t>(RES_SLOTS, (size_t)optin / slot);
+    if (ns < 2) return 1;
+    int64_t grid = std::min<int64_t>(p.nb, sms);
+    k_flash_res<T><<<(unsigned)grid, RES_WARPS * 32, ns * slot, s>>>(
+        p, (const T *)q, (const T *)k, (const T *)v, (T *)y, (int)spad, ns);
+    *err = cudaGetLastError();
+    return 0;
+}
+
 template <typename T>
 cudaError_t launch(cudaStream_t s, const si_k_attn &p, const void *q, const void *k, const void *v,
                    const void *bias, void *y) {
     if constexpr (sizeof(T) == 2) {
         if (p.dv == p.d && flash_fits<T>(p, q, k, v, y)) {
+            cudaError_t e = cudaSuccess;
+            if (p.d == 64 && !bias && launch_resident<T>(s, p, q, k, v, y, &e) == 0) return e;
             if (p.d == 64) return launch_flash<T, 64>(s, p, q, k, v, bias, y);
             if (p.d == 32) return launch_flash<T, 32>(s, p, q, k, v, bias, y);
             if (p.d == 128) return launch_flash<T, 128>(s, p, q, k, v, bias, y);
