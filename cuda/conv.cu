@@ -290,6 +290,33 @@ void si_cuda_conv_release(conv_x *c) {
     if (c->ad) cudnnDestroyActivationDescriptor(c->ad);
 }
 
+// The patch rows of a patch convolution by a strided copy of the input viewed as (n, oh, ow, kh,
+// kw, c), each row's padding zeroed first (a 2D memset of a few bytes a row: slow where rows are
+// padded, hence si_k_patchify there).
+static si_status patch_rows(cuda_state *cs, const si_graph *g, const si_gnode *n, slot_x *sl,
+                            const void *x, si_tview vx, int64_t kp) {
+    const si_conv_shape *s = &n->conv;
+    si_tview vp = tv_none(), vs = tv_none();
+    int64_t d[6] = {s->n, s->oh, s->ow, s->kh, s->kw, s->c};
+    int64_t xs[6] = {vx.st[0], vx.st[2] * s->kh, vx.st[3] * s->kw, vx.st[2], vx.st[3], vx.st[1]};
+    int64_t k = (int64_t)s->kh * s->kw * s->c;
+    vp.nd = vs.nd = 6;
+    vs.off = vx.off;
+    int64_t acc = 1;
+    for (int i = 5; i >= 0; i--) {
+        vp.dims[i] = vs.dims[i] = d[i];
+        vp.st[i] = acc;
+        vs.st[i] = xs[i];
+        acc = i == 3 ? kp : acc * d[i]; // a patch's row: kp apart
+    }
+    if (kp != k) { // each row's padding is zero (its weights too)
+        size_t es = cs->plan.elem;
+        cudaCheck(cudaMemset2DAsync(sl->scratch + k * es, kp * es, 0, (kp - k) * es,
+                                    (size_t)(s->n * s->oh * s->ow), sl->stream));
+    }
+    return map(sl->stream, SI_MAP_COPY, 0, no_act, cs->t, sl->scratch, vp, cs->t, x, vs);
+}
+
 si_status si_cuda_conv_run(si_engine *e, cuda_state *cs, slot_x *sl, int j) {
     si_graph *g = e->g;
     si_gnode *n = &g->nodes[j];
@@ -318,28 +345,22 @@ si_status si_cuda_conv_run(si_engine *e, cuda_state *cs, slot_x *sl, int j) {
         return SI_OK;
     }
     if (c->patch) { // patches as rows (n, oh, ow) of (kh, kw, c) and zeros to kp, then the GEMM
-        si_tview vx = tv_of(&g->values[n->in[0]]), vp = tv_none(), vs = tv_none();
-        int64_t d[6] = {s->n, s->oh, s->ow, s->kh, s->kw, s->c};
-        int64_t xs[6] = {vx.st[0], vx.st[2] * s->kh, vx.st[3] * s->kw,
-                         vx.st[2], vx.st[3],         vx.st[1]};
-        int64_t k = (int64_t)s->kh * s->kw * s->c, kp = si_devplan_patch_k(g, n, cs->plan.elem);
-        vp.nd = vs.nd = 6;
-        vs.off = vx.off;
-        int64_t acc = 1;
-        for (int i = 5; i >= 0; i--) {
-            vp.dims[i] = vs.dims[i] = d[i];
-            vp.st[i] = acc;
-            vs.st[i] = xs[i];
-            acc = i == 3 ? kp : acc * d[i]; // a patch's row: kp apart
+        si_tview vx = tv_of(&g->values[n->in[0]]);
+        int64_t kp = si_devplan_patch_k(g, n, cs->plan.elem);
+        si_k_patch pp = {(int)s->n, (int)s->c, (int)s->h, (int)s->w, s->kh, s->kw,
+                         (int)s->oh, (int)s->ow, {vx.st[0], vx.st[1], vx.st[2], vx.st[3]}, kp};
+        // rows padded to kp (DINOv2's 588 taps to 592) from an image stored channels first: the
+        // staged kernel; elsewhere the strided copy measured as fast (ViT-B's, ConvNeXt's)
+        cudaError_t e = cudaErrorNotSupported;
+        if (kp != (int64_t)s->kh * s->kw * s->c && vx.st[1] != 1)
+            e = si_k_patchify(sl->stream, cs->t, &pp,
+                              (const char *)x + vx.off * (int64_t)cs->plan.elem, sl->scratch);
+        if (e == cudaErrorNotSupported) {
+            si_status st = patch_rows(cs, g, n, sl, x, vx, kp);
+            if (st != SI_OK) return st;
+        } else {
+            cudaCheck(e);
         }
-        if (kp != k) { // each row's padding is zero (its weights too)
-            size_t es = cs->plan.elem;
-            cudaCheck(cudaMemset2DAsync(sl->scratch + k * es, kp * es, 0, (kp - k) * es,
-                                        (size_t)(s->n * s->oh * s->ow), sl->stream));
-        }
-        si_status st =
-            map(sl->stream, SI_MAP_COPY, 0, no_act, cs->t, sl->scratch, vp, cs->t, x, vs);
-        if (st != SI_OK) return st;
         return si_cuda_lt_run(cs, sl, &cs->gemm[j], vptr(cs, g, sl, n->in[1]), sl->scratch, NULL,
                               y);
     }

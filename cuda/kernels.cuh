@@ -89,6 +89,16 @@ cudaError_t si_k_resize(cudaStream_t s, int t, const si_resize_params *p, int64_
 cudaError_t si_k_normalize_nhwc(cudaStream_t s, int t, const uint8_t *src, int64_t pixels,
                                 const float scale[3], const float shift[3], void *y);
 
+/* A patch convolution's input as GEMM rows (stride = kernel, no padding: a ViT's patch
+ * embedding): row (n, oh, ow) holds its patch's taps (kh, kw, c) and zeros up to kp. x: the
+ * (n, c, h, w) input at element strides st[4]; a block a row of patches, staged in shared memory.
+ * cudaErrorNotSupported where one row of patches does not fit a block's shared memory. */
+typedef struct {
+    int n, c, h, w, kh, kw, oh, ow;
+    int64_t st[4], kp;
+} si_k_patch;
+cudaError_t si_k_patchify(cudaStream_t s, int t, const si_k_patch *p, const void *x, void *y);
+
 /* fills n elements of type t with v (poisoning in tests, zero padding) */
 cudaError_t si_k_fill(cudaStream_t s, int t, void *y, int64_t n, float v);
 
