@@ -54,7 +54,7 @@ static inline unsigned char *test_slurp(const char *path, size_t *len, const cha
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(n > 0 ? (size_t)n + 1 : 1);
+    unsigned char *b = (unsigned char *)malloc(n > 0 ? (size_t)n + 1 : 1); /* C++ too */
     *len = fread(b, 1, n > 0 ? (size_t)n : 0, f);
     b[*len] = 0;
     fclose(f);
