@@ -376,8 +376,7 @@ def chaos(a):
                 try:
                     so, se = p.communicate(timeout=300)
                 except subprocess.TimeoutExpired:
-                    p.kill()
-                    fail(f"job {j}: {what}: no end within 300 s (a hang)")
+                    fail(f"job {j}: {what}: no end within 300 s (a hang); {hang_report(p, out)}")
                 wait_ranks_gone(out)
                 if kind == "disk-full":
                     what = f"disk of {fs_size(fs)} full" if p.returncode else "disk large enough"
@@ -402,6 +401,34 @@ def chaos(a):
     print(f"chaos: OK: {a.runs} jobs, {sum(counts.values())} interruptions "
           f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}), signal instants "
           f"{spread}; every final file == the uninterrupted run's")
+
+
+def hang_report(p, out):
+    """What was still running when a job hung (its ranks under mpirun, each with its state and
+    where its main thread waits, any other process holding the output), then mpirun's stderr
+    once it is killed: for the log, so that a rare hang can be told apart from mpirun's own."""
+    parts = []
+    for rank, pid in sorted(cluster.rank_pids(p.pid).items()):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{pid}/wchan") as f:
+                wchan = f.read().strip() or "-"
+        except OSError:
+            state, wchan = "gone", "-"
+        parts.append(f"rank {rank} pid {pid} state {state} wchan {wchan}")
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) not in (os.getpid(), p.pid):
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    if out.encode() in f.read() and cluster.alive(int(d)):
+                        parts.append(f"pid {d} still holds the output")
+            except OSError:
+                pass
+    p.kill()
+    _, se = p.communicate()
+    said = " | ".join((se or "").strip().splitlines()[-8:]) or "nothing"
+    return "; ".join(parts or ["no rank left under mpirun"]) + f"; its stderr's end: {said}"
 
 
 def wait_ranks_gone(out, limit=30):
