@@ -417,18 +417,25 @@ def hang_report(p, out):
         except OSError:
             state, wchan = "gone", "-"
         parts.append(f"rank {rank} pid {pid} state {state} wchan {wchan}")
-    for d in os.listdir("/proc"):
-        if d.isdigit() and int(d) not in (os.getpid(), p.pid):
-            try:
-                with open(f"/proc/{d}/cmdline", "rb") as f:
-                    if out.encode() in f.read() and cluster.alive(int(d)):
-                        parts.append(f"pid {d} still holds the output")
-            except OSError:
-                pass
+    parts += [f"pid {pid} still holds the output" for pid in holders(out) if pid != p.pid]
     p.kill()
     _, se = p.communicate()
     said = " | ".join((se or "").strip().splitlines()[-8:]) or "nothing"
     return "; ".join(parts or ["no rank left under mpirun"]) + f"; its stderr's end: {said}"
+
+
+def holders(out):
+    """The live processes (but this one) with the output file in their command line."""
+    busy = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != os.getpid():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    if out.encode() in f.read() and cluster.alive(int(d)):
+                        busy.append(int(d))
+            except OSError:
+                pass
+    return busy
 
 
 def wait_ranks_gone(out, limit=30):
@@ -436,15 +443,7 @@ def wait_ranks_gone(out, limit=30):
     files): wait until no process runs with this output in its command line."""
     t = time.time()
     while True:
-        busy = []
-        for d in os.listdir("/proc"):
-            if d.isdigit() and int(d) != os.getpid():
-                try:
-                    with open(f"/proc/{d}/cmdline", "rb") as f:
-                        if out.encode() in f.read() and cluster.alive(int(d)):
-                            busy.append(int(d))
-                except OSError:
-                    pass
+        busy = holders(out)
         if not busy:
             return
         if time.time() - t > limit:
