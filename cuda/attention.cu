@@ -93,11 +93,11 @@ __device__ inline void load_rows(T *sm, const T *g, int ld, int r0, int rows_tot
     }
 }
 
-// the same rows of K read from K^T (D, S), rows ld apart: element loads walking s, coalesced
+// the same tile of K read from K^T (D, S), rows ld apart: element loads walking s, coalesced
 template <typename T, int D>
-__device__ inline void load_kt(T *sm, const T *kt, int ld, int s0, int S, int rows) {
-    for (int i = threadIdx.x; i < rows * D; i += blockDim.x) {
-        int d = i / rows, s = i % rows;
+__device__ inline void load_kt(T *sm, const T *kt, int ld, int s0, int S) {
+    for (int i = threadIdx.x; i < BN * D; i += blockDim.x) {
+        int d = i / BN, s = i % BN;
         sm[s * (D + PAD) + d] = s0 + s < S ? kt[d * ld + s0 + s] : si_from_f<T>(0.f);
     }
 }
@@ -338,7 +338,7 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1)
         if (p.trans_b)
             load_rows<T, D>(kt, kb, ldk, i * BN, S, BN);
         else
-            load_kt<T, D>(kt, kb, ldk, i * BN, S, BN);
+            load_kt<T, D>(kt, kb, ldk, i * BN, S);
         load_rows<T, D>(vt, vb, ldv, i * BN, S, BN);
     };
     load_rows<T, D>(qs, q + batch_off(p, b, p.ost[0]), (int)p.ld[0], q0, T_, M);
