@@ -13,7 +13,16 @@
  * SMS runs them once more with the GEMMs confined to a green context of SMS SMs (the decoder
  * keeps the rest). Needs a GPU with hardware JPEG decoders and libnvjpeg.so.13.
  *
+ * With --backends, instead: nvJPEG's other backends from several host threads at once, each thread
+ * with its own decode state, stream, page-locked bitstreams and packed RGB outputs, as a run would
+ * hold them per decoding thread: GPU_HYBRID (Huffman on the calling thread's CPU, the rest on the
+ * GPU) and GPU_HYBRID_DEVICE (Huffman on the GPU too, for batches of more than 50) at 1-15
+ * threads, then the hardware backend from one thread beside GPU_HYBRID ones (what the CPU's share
+ * of a batch could use instead of libjpeg-turbo); with --load all of it again beside the GEMMs.
+ * GPU_HYBRID's planes and RGB are compared with libjpeg-turbo's first, as the hardware's are.
+ *
  *   nvjpeg_probe [--load [--green SMS]...] FILE.jpg...
+ *   nvjpeg_probe --backends [--load] FILE.jpg...
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <cublas_v2.h>
@@ -406,6 +415,108 @@ static void *gemm_load(void *arg) {
     return NULL;
 }
 
+/* --backends: one decoding thread's batches for `seconds` once every thread is ready. */
+typedef struct {
+    nvjpegHandle_t h;
+    const image *ims;
+    int n, first; /* the images, cycled from `first` */
+    double seconds;
+    atomic_int *ready;
+    long images;
+    double elapsed;
+    int status;
+} worker;
+
+static void *decode_worker(void *arg) {
+    worker *w = arg;
+    nvjpegJpegState_t st;
+    cudaStream_t s;
+    uint8_t *dev = NULL, *pin = NULL;
+    image *mine = malloc(sizeof(image) * (size_t)w->n);
+    for (int i = 0; i < w->n; i++) mine[i] = w->ims[(w->first + i) % w->n];
+    size_t bytes = 0, out = 0;
+    for (int i = 0; i < BATCH; i++) {
+        const image *im = &mine[i % w->n];
+        bytes += im->len, out += ((size_t)im->w * (size_t)im->h * 3 + 255) / 256 * 256;
+    }
+    batch *b = malloc(sizeof *b);
+    w->status = nv.state_create(w->h, &st) != 0 ? -1 : 0;
+    if (!w->status && (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+                       cudaMalloc((void **)&dev, out) != cudaSuccess ||
+                       cudaHostAlloc((void **)&pin, bytes, cudaHostAllocDefault) != cudaSuccess))
+        w->status = -2;
+    if (!w->status) {
+        batch_fill(b, mine, w->n, NVJPEG_OUTPUT_RGBI, dev, pin, true);
+        w->status = batch_decode(w->h, st, b, NVJPEG_OUTPUT_RGBI, s); /* warm-up */
+        cudaStreamSynchronize(s);
+    }
+    atomic_fetch_sub(w->ready, 1);
+    while (atomic_load(w->ready) > 0) {
+    }
+    double t0 = now();
+    while (!w->status && now() - t0 < w->seconds) {
+        w->status = batch_decode(w->h, st, b, NVJPEG_OUTPUT_RGBI, s);
+        cudaStreamSynchronize(s);
+        if (!w->status) w->images += BATCH;
+    }
+    w->elapsed = now() - t0;
+    cudaFree(dev), cudaFreeHost(pin), free(b), free(mine);
+    return NULL;
+}
+
+/* nh threads on handle hw and nt on handle h at once for 2 s; prints their rates. */
+static void run_workers(const char *what, nvjpegHandle_t hw, int nh, nvjpegHandle_t h, int nt,
+                        const image *ims, int n) {
+    enum { MAXT = 32 };
+    worker w[MAXT];
+    pthread_t th[MAXT];
+    int all = nh + nt;
+    atomic_int ready = all;
+    for (int i = 0; i < all; i++) {
+        w[i] = (worker){i < nh ? hw : h, ims, n, (i * 37) % n, 2.0, &ready, 0, 0.0, 0};
+        pthread_create(&th[i], NULL, decode_worker, &w[i]);
+    }
+    double rate[2] = {0, 0};
+    int bad = 0;
+    for (int i = 0; i < all; i++) {
+        pthread_join(th[i], NULL);
+        if (w[i].status) bad = w[i].status;
+        rate[i >= nh] += w[i].elapsed > 0 ? (double)w[i].images / w[i].elapsed : 0;
+    }
+    if (bad) {
+        printf("%-44s status %d\n", what, bad);
+        return;
+    }
+    if (nh)
+        printf("%-44s hardware %6.0f + %2d threads %6.0f (%5.0f each) = %6.0f images/s\n", what,
+               rate[0], nt, rate[1], nt ? rate[1] / nt : 0, rate[0] + rate[1]);
+    else
+        printf("%-44s %2d threads %6.0f images/s (%5.0f each)\n", what, nt, rate[1], rate[1] / nt);
+}
+
+static void time_backends(nvjpegHandle_t hw, const image *ims, int n) {
+    static const struct {
+        const char *name;
+        nvjpegBackend_t b;
+    } backends[] = {{"GPU_HYBRID", NVJPEG_BACKEND_GPU_HYBRID},
+                    {"GPU_HYBRID_DEVICE", NVJPEG_BACKEND_GPU_HYBRID_DEVICE}};
+    static const int threads[] = {1, 2, 4, 8, 15};
+    nvjpegHandle_t hy = NULL;
+    for (size_t k = 0; k < sizeof backends / sizeof backends[0]; k++) {
+        nvjpegHandle_t h;
+        if (nv.create(backends[k].b, NULL, NULL, 0, &h) != 0) {
+            printf("%s: no handle\n", backends[k].name);
+            continue;
+        }
+        if (k == 0) hy = h;
+        for (size_t t = 0; t < sizeof threads / sizeof threads[0]; t++)
+            run_workers(backends[k].name, NULL, 0, h, threads[t], ims, n);
+    }
+    run_workers("HARDWARE alone", hw, 1, NULL, 0, ims, n);
+    for (size_t t = 0; hy && t < sizeof threads / sizeof threads[0]; t++)
+        run_workers("HARDWARE + GPU_HYBRID", hw, 1, hy, threads[t], ims, n);
+}
+
 /* A handle and a state on the hardware backend, from libnvjpeg.so.13 loaded here. */
 static bool open_nvjpeg(nvjpegHandle_t *h, nvjpegJpegState_t *st) {
     void *lib = dlopen("libnvjpeg.so.13", RTLD_NOW);
@@ -426,6 +537,8 @@ static bool open_nvjpeg(nvjpegHandle_t *h, nvjpegJpegState_t *st) {
 }
 
 int main(int argc, char **argv) {
+    const bool backends = argc > 1 && strcmp(argv[1], "--backends") == 0;
+    if (backends) argv++, argc--;
     const bool load = argc > 1 && strcmp(argv[1], "--load") == 0;
     if (load) argv++, argc--;
     int green[8], n_green = 0; /* --green SMS (repeatable): the load again in a green context */
@@ -444,6 +557,31 @@ int main(int argc, char **argv) {
     comparison cmp;
     memset(&cmp, 0, sizeof cmp);
     int n = 0;
+    for (int a = 1; backends && a < argc; a++) n += read_image(tj, argv[a], &ims[n]);
+    nvjpegHandle_t hy;
+    nvjpegJpegState_t sy;
+    if (backends && n && nv.create(NVJPEG_BACKEND_GPU_HYBRID, NULL, NULL, 0, &hy) == 0 &&
+        nv.state_create(hy, &sy) == 0) { /* the hybrid backend's pixels, as the hardware's below */
+        for (int i = 0; i < n; i++)
+            if (!compare(hy, sy, tj, dev, &ims[i], "(hybrid)", &cmp)) return 1;
+        report("GPU_HYBRID Y/Cb/Cr planes vs libjpeg-turbo's", &cmp.planes);
+        report("GPU_HYBRID RGB vs libjpeg-turbo RGB (fancy upsampling)", &cmp.fancy);
+        report("GPU_HYBRID RGB vs libjpeg-turbo RGB (fast upsampling)", &cmp.fast);
+        report("GPU_HYBRID planes + io/yuv.h vs libjpeg-turbo RGB", &cmp.converted);
+    }
+    for (int k = -1; backends && n && k < (int)load; k++) {
+        load_arg la = {true, 0};
+        pthread_t th;
+        if (k == 0) {
+            pthread_create(&th, NULL, gemm_load, &la);
+            struct timespec wait = {1, 0};
+            nanosleep(&wait, NULL);
+            printf("with GEMMs running beside the decoders in this process:\n");
+        }
+        time_backends(h, ims, n);
+        if (k == 0) atomic_store(&la.on, false), pthread_join(th, NULL);
+    }
+    if (backends) return n ? 0 : 1;
     for (int a = 1; a < argc; a++) {
         if (!read_image(tj, argv[a], &ims[n])) continue;
         if (!compare(h, st, tj, dev, &ims[n], argv[a], &cmp)) return 1;

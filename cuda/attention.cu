@@ -501,11 +501,13 @@ __global__ void __launch_bounds__(RES_WARPS * 32, 1)
             if (pending >= 0) publish();
         }
         store_o<T, D>(yb, p.ld[3], T_, row, o, l);
-        __syncwarp(); // every lane's reads of the slot are done
+        __syncwarp();          // every lane's reads of the slot are done
+        __threadfence_block(); // and ordered before the count (release)
         int fin = 0;
         if (lane == 0) fin = atomicAdd(&sy.done[slot], 1);
         fin = __shfl_sync(0xffffffff, fin, 0);
         if (fin == tiles - 1) { // the slot's last reader: the matrix ns later goes there
+            __threadfence_block(); // after every other reader's count (acquire)
             if (lane == 0) sy.done[slot] = 0;
             if (matrix(j + ns) < p.nb) {
                 load(j + ns, lane, 32);
