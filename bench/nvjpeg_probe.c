@@ -20,6 +20,8 @@
  * threads, then the hardware backend from one thread beside GPU_HYBRID ones (what the CPU's share
  * of a batch could use instead of libjpeg-turbo); with --load all of it again beside the GEMMs.
  * GPU_HYBRID's planes and RGB are compared with libjpeg-turbo's first, as the hardware's are.
+ * NVJPEG_PROBE_YUV=1: every thread decodes to planes instead of RGB; NVJPEG_PROBE_QUICK=1: only
+ * GPU_HYBRID at 4 threads (to trace what its calls wait for, e.g. under nsys).
  *
  *   nvjpeg_probe [--load [--green SMS]...] FILE.jpg...
  *   nvjpeg_probe --backends [--load] FILE.jpg...
@@ -445,9 +447,12 @@ static void *decode_worker(void *arg) {
                        cudaMalloc((void **)&dev, out) != cudaSuccess ||
                        cudaHostAlloc((void **)&pin, bytes, cudaHostAllocDefault) != cudaSuccess))
         w->status = -2;
+    /* NVJPEG_PROBE_YUV set: the planes, as --decode gpu-exact takes them, instead of RGB */
+    const nvjpegOutputFormat_t fmt = getenv("NVJPEG_PROBE_YUV") ? NVJPEG_OUTPUT_YUV
+                                                                : NVJPEG_OUTPUT_RGBI;
     if (!w->status) {
-        batch_fill(b, mine, w->n, NVJPEG_OUTPUT_RGBI, dev, pin, true);
-        w->status = batch_decode(w->h, st, b, NVJPEG_OUTPUT_RGBI, s); /* warm-up */
+        batch_fill(b, mine, w->n, fmt, dev, pin, true);
+        w->status = batch_decode(w->h, st, b, fmt, s); /* warm-up */
         cudaStreamSynchronize(s);
     }
     atomic_fetch_sub(w->ready, 1);
@@ -455,7 +460,7 @@ static void *decode_worker(void *arg) {
     }
     double t0 = now();
     while (!w->status && now() - t0 < w->seconds) {
-        w->status = batch_decode(w->h, st, b, NVJPEG_OUTPUT_RGBI, s);
+        w->status = batch_decode(w->h, st, b, fmt, s);
         cudaStreamSynchronize(s);
         if (!w->status) w->images += BATCH;
     }
@@ -501,7 +506,14 @@ static void time_backends(nvjpegHandle_t hw, const image *ims, int n) {
     } backends[] = {{"GPU_HYBRID", NVJPEG_BACKEND_GPU_HYBRID},
                     {"GPU_HYBRID_DEVICE", NVJPEG_BACKEND_GPU_HYBRID_DEVICE}};
     static const int threads[] = {1, 2, 4, 8, 15};
+    /* NVJPEG_PROBE_QUICK set: GPU_HYBRID at 4 threads only (to trace its calls) */
+    const bool quick = getenv("NVJPEG_PROBE_QUICK") != NULL;
     nvjpegHandle_t hy = NULL;
+    if (quick) {
+        if (nv.create(NVJPEG_BACKEND_GPU_HYBRID, NULL, NULL, 0, &hy) == 0)
+            run_workers("GPU_HYBRID", NULL, 0, hy, 4, ims, n);
+        return;
+    }
     for (size_t k = 0; k < sizeof backends / sizeof backends[0]; k++) {
         nvjpegHandle_t h;
         if (nv.create(backends[k].b, NULL, NULL, 0, &h) != 0) {
