@@ -1,7 +1,7 @@
-// The autotune cache's file (autotune.cuh). Layout: "SIAT0002", u32 sizeof(memo_entry), u32 n,
+// The autotune cache's file (autotune.cuh). Layout: "SIAT0003", u32 sizeof(memo_entry), u32 n,
 // char[256] the GPU's name, i32 compute capability, i32 cuDNN version, u64 workspace, u32
-// sizeof(gemm_memo_entry), u32 gn, u64 cuBLASLt version, n conv entries, gn GEMM entries, u32
-// CRC-32 of all that precedes it.
+// sizeof(gemm_memo_entry), u32 gn, u64 cuBLASLt version, u32 sizeof(attn_memo_entry), u32 an, n
+// conv entries, gn GEMM entries, an attention entries, u32 CRC-32 of all that precedes it.
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -15,7 +15,7 @@
 
 #include "cuda/autotune.cuh"
 
-#define AT_MAGIC "SIAT0002"
+#define AT_MAGIC "SIAT0003"
 
 typedef struct {
     char magic[8];
@@ -25,6 +25,7 @@ typedef struct {
     uint64_t workspace;
     uint32_t gemm_entry_bytes, gn;
     uint64_t lt;
+    uint32_t attn_entry_bytes, an;
 } at_header;
 
 // The header this process would write: what a file must match to be used.
@@ -41,6 +42,7 @@ static void own_header(at_header *h, int device, size_t workspace) {
     h->workspace = workspace;
     h->gemm_entry_bytes = (uint32_t)sizeof(gemm_memo_entry);
     h->lt = (uint64_t)cublasLtGetVersion();
+    h->attn_entry_bytes = (uint32_t)sizeof(attn_memo_entry);
 }
 
 static bool mkdirs(const char *dir) {
@@ -86,22 +88,26 @@ void si_cuda_autotune_load(algo_memo *m, const char *dir, int device, size_t wor
     bool ok = fread(&fh, sizeof fh, 1, f) == 1 && !memcmp(&fh, &h, offsetof(at_header, n)) &&
               !memcmp(fh.gpu, h.gpu, sizeof h.gpu) && fh.cc == h.cc && fh.cudnn == h.cudnn &&
               fh.workspace == h.workspace && fh.n <= MEMO_CAP &&
-              fh.gemm_entry_bytes == h.gemm_entry_bytes && fh.lt == h.lt && fh.gn <= GEMM_MEMO_CAP;
+              fh.gemm_entry_bytes == h.gemm_entry_bytes && fh.lt == h.lt && fh.gn <= GEMM_MEMO_CAP &&
+              fh.attn_entry_bytes == h.attn_entry_bytes && fh.an <= ATTN_MEMO_CAP;
     uint32_t crc = 0, want = 0;
     if (ok) {
         ok = fread(m->e, sizeof(memo_entry), fh.n, f) == fh.n &&
              fread(m->ge, sizeof(gemm_memo_entry), fh.gn, f) == fh.gn &&
+             fread(m->ae, sizeof(attn_memo_entry), fh.an, f) == fh.an &&
              fread(&want, 4, 1, f) == 1;
         crc = (uint32_t)crc32(crc32(0, (const Bytef *)&fh, sizeof fh), (const Bytef *)m->e,
                               (uInt)(sizeof(memo_entry) * fh.n));
         crc = (uint32_t)crc32(crc, (const Bytef *)m->ge, (uInt)(sizeof(gemm_memo_entry) * fh.gn));
+        crc = (uint32_t)crc32(crc, (const Bytef *)m->ae, (uInt)(sizeof(attn_memo_entry) * fh.an));
     }
     fclose(f);
     if (ok && crc == want) {
         m->n = m->loaded = (int)fh.n;
         m->gn = m->gloaded = (int)fh.gn;
+        m->an = m->aloaded = (int)fh.an;
     } else {
-        m->n = m->loaded = m->gn = m->gloaded = 0;
+        m->n = m->loaded = m->gn = m->gloaded = m->an = m->aloaded = 0;
         si_log_warn("autotune cache %s: damaged or from another build; timing again and "
                     "rewriting it",
                     m->path);
@@ -109,7 +115,9 @@ void si_cuda_autotune_load(algo_memo *m, const char *dir, int device, size_t wor
 }
 
 void si_cuda_autotune_save(const algo_memo *m) {
-    if (!m->path[0] || (m->n == m->loaded && m->gn == m->gloaded && !m->gdirty)) return;
+    if (!m->path[0] ||
+        (m->n == m->loaded && m->gn == m->gloaded && m->an == m->aloaded && !m->gdirty))
+        return;
     char dir[1024], tmp[1100];
     snprintf(dir, sizeof dir, "%s", m->path);
     *strrchr(dir, '/') = 0;
@@ -118,13 +126,16 @@ void si_cuda_autotune_save(const algo_memo *m) {
     own_header(&h, m->device, m->workspace);
     h.n = (uint32_t)m->n;
     h.gn = (uint32_t)m->gn;
+    h.an = (uint32_t)m->an;
     uint32_t crc = (uint32_t)crc32(crc32(0, (const Bytef *)&h, sizeof h), (const Bytef *)m->e,
                                    (uInt)(sizeof(memo_entry) * (size_t)m->n));
     crc = (uint32_t)crc32(crc, (const Bytef *)m->ge, (uInt)(sizeof(gemm_memo_entry) * (size_t)m->gn));
+    crc = (uint32_t)crc32(crc, (const Bytef *)m->ae, (uInt)(sizeof(attn_memo_entry) * (size_t)m->an));
     FILE *f = mkdirs(dir) ? fopen(tmp, "wb") : NULL;
     bool ok = f && fwrite(&h, sizeof h, 1, f) == 1 &&
               fwrite(m->e, sizeof(memo_entry), (size_t)m->n, f) == (size_t)m->n &&
               fwrite(m->ge, sizeof(gemm_memo_entry), (size_t)m->gn, f) == (size_t)m->gn &&
+              fwrite(m->ae, sizeof(attn_memo_entry), (size_t)m->an, f) == (size_t)m->an &&
               fwrite(&crc, 4, 1, f) == 1;
     if (f && fclose(f) != 0) ok = false;
     if (ok && rename(tmp, m->path) == 0) return;

@@ -1,5 +1,5 @@
-// The convolution and GEMM algorithms chosen at init, remembered within one init (the same shape
-// is timed once) and across runs in the autotune cache: one file per (GPU, cuDNN version,
+// The convolution and GEMM algorithms and the attention kernels chosen at init, remembered within
+// one init (the same shape is timed once) and across runs in the autotune cache: one file per (GPU, cuDNN version,
 // workspace size) under --autotune-cache DIR, holding every shape ever timed there, whatever the
 // model. A warm cache skips cuDNN's Find and the retiming (most of a start's second) and makes the
 // choice the same from run to run.
@@ -30,8 +30,20 @@ typedef struct {
     float ms;
 } gemm_memo_entry;
 
+// An attention node's choice between cuDNN's fused SDPA and our kernel (sdpa.cu): what
+// sdpa.cu's same_shape compares (the sizes, batch dims and every operand's strides), the
+// activations' type, and which one ran it faster (cuDNN's only where it also agreed with ours).
+// The two give different bits, so a warm cache also keeps a run's results the same as the last.
+#define ATTN_KEY 56
+typedef struct {
+    int64_t key[ATTN_KEY];
+    int32_t t, cudnn;
+    float ms;
+} attn_memo_entry;
+
 #define MEMO_CAP 4096
 #define GEMM_MEMO_CAP 1024
+#define ATTN_MEMO_CAP 256
 struct algo_memo {
     memo_entry e[MEMO_CAP];
     int n, loaded;   // loaded: the first `loaded` came from the cache file
@@ -40,6 +52,9 @@ struct algo_memo {
     int gn, gloaded; // the same for the timed matmuls
     bool gdirty;     // one of the loaded entries was replaced
     int gasked, ghits;
+    attn_memo_entry ae[ATTN_MEMO_CAP];
+    int an, aloaded; // the same for the attention nodes' choices
+    int aasked, ahits;
     int device;
     size_t workspace;
     char path[1024]; // the cache file; "" when there is none

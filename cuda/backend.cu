@@ -262,13 +262,15 @@ static si_status init_nodes(si_engine *e, cuda_state *cs) {
         else if (op == SI_OP_MATMUL)
             st = si_cuda_matmul_init(e, cs, j, memo);
         else if (op == SI_OP_ATTENTION)
-            st = si_cuda_attn_init(e, cs, j, sdpa);
+            st = si_cuda_attn_init(e, cs, j, sdpa, memo);
     }
     if (st == SI_OK) si_cuda_autotune_save(memo);
     e->mem.convs_tuned = memo->asked;
     e->mem.convs_cached = memo->hits;
     e->mem.matmuls_tuned = memo->gasked;
     e->mem.matmuls_cached = memo->ghits;
+    e->mem.attn_tuned = memo->aasked;
+    e->mem.attn_cached = memo->ahits;
     si_cuda_memo_free(memo);
     return st;
 }

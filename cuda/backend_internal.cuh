@@ -216,7 +216,8 @@ void si_cuda_attn_params(const si_graph *g, const si_gnode *n, si_k_attn *p, int
 // Sets attention node j up: cuDNN's fused SDPA if it takes the node and (SI_SDPA_TIMED) runs
 // faster than our kernel on slot 0 or (SI_SDPA_ALWAYS) runs at all, else our kernel.
 enum { SI_SDPA_NEVER, SI_SDPA_TIMED, SI_SDPA_ALWAYS }; // SI_CUDNN_SDPA=0, unset, 1
-si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode);
+// The choice is the autotune cache's where memo has it (mode SI_SDPA_TIMED), and is added there.
+si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode, algo_memo *memo);
 // Queues node j on sl: Q, K, V, bias (or NULL) and Y's values at in[0..3] and y, row-major.
 si_status si_cuda_attn_run(cuda_state *cs, slot_x *sl, const si_graph *g, int j,
                            const void *const in[4], void *y);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "cuda/attention.cuh"
+#include "cuda/autotune.cuh"
 #include "cuda/backend_internal.cuh"
 #include "cuda/elem.cuh"
 
@@ -380,7 +381,70 @@ static bool plan_agrees(cuda_state *cs, const si_graph *g, int j, desc plan, flo
     return *err <= (cs->t == SI_GT_BF16 ? 3e-2f : 1e-2f);
 }
 
-si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode) {
+// The autotune cache's key of an attention node (autotune.cuh): what same_shape compares
+static void attn_key(const si_k_attn *p, int64_t key[ATTN_KEY]) {
+    memset(key, 0, sizeof(int64_t) * ATTN_KEY);
+    const int64_t head[] = {p->nb, p->t,     p->s,     p->d,     p->dv,   p->trans_b,
+                            p->nbd, p->ld[0], p->ld[1], p->ld[2], p->ld[3]};
+    int k = 0;
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) key[k++] = head[i];
+    for (int d = 0; d < p->nbd && k + 5 <= ATTN_KEY; d++) {
+        key[k++] = p->bdims[d];
+        for (int i = 0; i < 4; i++) key[k++] = p->ost[i][d];
+    }
+}
+
+// cuDNN's plan for node j, or NULL with why set: built, and checked against our kernel (err: by
+// how much they differ, < 0 if the check could not run)
+static desc checked_plan(cuda_state *cs, const si_graph *g, int j, const si_k_attn *p,
+                         const char **why, float *err, char *said, size_t cap) {
+    desc graph = sdpa_graph(cs->slots[0].dnn, cs->dt, p, why);
+    desc plan = graph ? first_plan(cs->slots[0].dnn, graph, cs->plan.workspace, why) : NULL;
+    drop(graph);
+    if (plan && !plan_agrees(cs, g, j, plan, err)) {
+        if (*err >= 0.f)
+            snprintf(said, cap, "disagrees with our kernel by %.3g of max |y|", *err);
+        else
+            snprintf(said, cap, "its check could not run");
+        *why = said;
+        drop(plan);
+        plan = NULL;
+    }
+    return plan;
+}
+
+// The autotune cache's choice for node j (true: taken, its plan built where it is cuDNN's), else
+// false with *at the entry to replace (-1: none)
+static bool cached_choice(si_engine *e, cuda_state *cs, int j, const int64_t key[ATTN_KEY],
+                          algo_memo *memo, int *at) {
+    const si_graph *g = e->g;
+    attn_x *x = &cs->attn[j];
+    *at = -1;
+    int i = 0;
+    while (i < memo->an && (memo->ae[i].t != cs->t ||
+                            memcmp(memo->ae[i].key, key, sizeof(int64_t) * ATTN_KEY) != 0))
+        i++;
+    if (i == memo->an) return false;
+    const char *why = NULL;
+    float err = -1.f;
+    char said[96] = "";
+    if (memo->ae[i].cudnn) {
+        desc plan = checked_plan(cs, g, j, &x->p, &why, &err, said, sizeof said);
+        if (!plan) { // the cache's choice no longer builds or agrees here: timed again
+            *at = i;
+            return false;
+        }
+        x->plan = plan;
+        x->owns = true;
+    }
+    if (i < memo->aloaded) memo->ahits++;
+    if (e->opts.verbose)
+        fprintf(stderr, "cuda: %s: attention by %s (the autotune cache's choice, %.3f ms)\n",
+                g->nodes[j].name, x->plan ? "cuDNN's fused SDPA" : "our kernel", memo->ae[i].ms);
+    return true;
+}
+
+si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode, algo_memo *memo) {
     const si_graph *g = e->g;
     const si_gnode *n = &g->nodes[j];
     attn_x *x = &cs->attn[j];
@@ -409,22 +473,19 @@ si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode) {
         }
     }
     x->decided = true;
+    // the choice of an earlier run, from the autotune cache: the same kernel, the same bits
+    int64_t key[ATTN_KEY];
+    attn_key(&x->p, key);
+    int stale = -1;
+    if (memo && mode == SI_SDPA_TIMED) {
+        memo->aasked++;
+        if (cached_choice(e, cs, j, key, memo, &stale)) return SI_OK;
+    }
     float own = mode == SI_SDPA_ALWAYS ? -1.f : time_node(cs, g, j);
-    desc graph = sdpa_graph(cs->slots[0].dnn, cs->dt, &x->p, &why);
-    desc plan = graph ? first_plan(cs->slots[0].dnn, graph, cs->plan.workspace, &why) : NULL;
-    drop(graph);
     float theirs = -1.f;
     float err = -1.f;
     char said[96] = "";
-    if (plan && !plan_agrees(cs, g, j, plan, &err)) {
-        if (err >= 0.f)
-            snprintf(said, sizeof said, "disagrees with our kernel by %.3g of max |y|", err);
-        else
-            snprintf(said, sizeof said, "its check could not run");
-        why = said;
-        drop(plan);
-        plan = NULL;
-    }
+    desc plan = checked_plan(cs, g, j, &x->p, &why, &err, said, sizeof said);
     if (plan) { // timed also when forced: a plan that fails to run is not kept
         x->plan = plan;
         theirs = time_node(cs, g, j);
@@ -436,6 +497,20 @@ si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode) {
         x->owns = true;
     } else {
         drop(plan);
+    }
+    if (memo && mode == SI_SDPA_TIMED && own >= 0.f) { // remembered for the next run
+        attn_memo_entry m;
+        memset(&m, 0, sizeof m);
+        memcpy(m.key, key, sizeof key);
+        m.t = cs->t;
+        m.cudnn = x->plan != NULL;
+        m.ms = x->plan ? theirs : own;
+        if (stale >= 0) {
+            memo->ae[stale] = m;
+            memo->gdirty = true;
+        } else if (memo->an < ATTN_MEMO_CAP) {
+            memo->ae[memo->an++] = m;
+        }
     }
     if (!e->opts.verbose) return SI_OK;
     if (x->plan && mode == SI_SDPA_ALWAYS)

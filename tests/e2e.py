@@ -883,7 +883,7 @@ def autotune(a):
                 "--output", out, "--overwrite", "--post", "raw", "--batch", "8",
                 "--autotune-cache", cache_arg])
         m = re.search(r"(\d+) of (\d+) convolutions' and (\d+) of (\d+) matmuls' algorithms "
-                      r"from the autotune cache", p.stderr)
+                      r"and \d+ of \d+ attention choices from the autotune cache", p.stderr)
         if not m:
             sys.exit(f"FAIL: {tag}: the engine line does not say what the cache gave")
         with h5py.File(out, "r") as f:  # --post raw: the model's one output under /raw

@@ -23,7 +23,7 @@ static const char bench_usage[] =
     "usage: shardinfer bench --model M.onnx [--batch 32] [--threads N] "
     "[--iters 10] [--warmup 2] [--backend cpu|cuda] [--precision fp32|fp16|bf16]\n"
     "                       [--compute-only] [--workspace MB] [--no-graphs] "
-    "[--profile] [--verbose]\n"
+    "[--profile] [--verbose] [--autotune-cache DIR|off]\n"
     "  times the engine alone on seeded random input and prints the median;\n"
     "  with cuda each run uploads the inputs and downloads the outputs, unless\n"
     "  --compute-only (the model's CUDA Graph alone); --profile adds the time per\n"
@@ -43,6 +43,7 @@ static bool set_option(bench_args *a, int c, const char *arg) {
     case 'C': a->run.compute_only = true; return true;
     case 'G': a->eo.no_graphs = true; return true;
     case 'v': a->eo.verbose = true; return true;
+    case 'A': return arg && *arg && (a->eo.autotune_dir = arg, true);
     case 'S': return num_ok && v >= 1 && v <= 16 && (a->eo.slots = (int)v, true);
     case 'W': return num_ok && v >= 1 && (a->eo.workspace_bytes = (size_t)v << 20, true);
     case 'b': return num_ok && v >= 1 && (a->run.batch = (int)v, true);
@@ -68,6 +69,7 @@ static int parse_bench(int argc, char **argv, bench_args *a) {
                                          {"workspace", required_argument, 0, 'W'},
                                          {"no-graphs", no_argument, 0, 'G'},
                                          {"verbose", no_argument, 0, 'v'},
+                                         {"autotune-cache", required_argument, 0, 'A'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c;
@@ -180,10 +182,11 @@ static void print_result(const bench_args *a, const si_engine *e, const double *
     if (si_engine_on_gpu(e))
         printf("bench: init_s=%.2f (plan, weights, algorithm search, graph capture, warm-up) "
                "device_planned_mb=%.1f device_in_use_mb=%.1f autotune_cached=%d/%d convs "
-               "%d/%d matmuls\n",
+               "%d/%d matmuls %d/%d attention\n",
                e->mem.init_seconds, (double)e->mem.device_total / 1048576.0,
                (double)e->mem.device_used_after_init / 1048576.0, e->mem.convs_cached,
-               e->mem.convs_tuned, e->mem.matmuls_cached, e->mem.matmuls_tuned);
+               e->mem.convs_tuned, e->mem.matmuls_cached, e->mem.matmuls_tuned, e->mem.attn_cached,
+               e->mem.attn_tuned);
 }
 
 int si_cli_bench(int argc, char **argv) {

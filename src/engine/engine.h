@@ -84,6 +84,7 @@ typedef struct {
     double init_seconds;           /* planning, uploads, algorithm search, capture, warm-up */
     int convs_tuned, convs_cached; /* cuDNN convs set up, and those the autotune cache answered */
     int matmuls_tuned, matmuls_cached; /* cuBLASLt matmuls timed, and those it answered */
+    int attn_tuned, attn_cached;       /* attention nodes choosing cuDNN's SDPA or ours, the same */
     /* GPU: init_seconds by step: plan, allocate, slots (streams, cuDNN handles), algorithms,
      * warm-up, graph capture */
     double init_step[6];

@@ -331,13 +331,15 @@ static si_status create_engine(si_job_state *J) {
         si_log_info("cuda: %s, batch %d, %d slots: planned %.1f MiB of GPU memory per rank "
                     "(weights %.1f, activations %.1f, workspace %.1f, staging %.1f); engine ready "
                     "in %.2f s (algorithm search, graph capture, warm-up; %d of %d convolutions' "
-                    "and %d of %d matmuls' algorithms from the autotune cache)",
+                    "and %d of %d matmuls' algorithms and %d of %d attention choices from the "
+                    "autotune cache)",
                     si_precision_name(J->eo.precision), J->pc.batch, e->n_slots,
                     (double)e->mem.device_total / 1048576.0, (double)e->mem.weights / 1048576.0,
                     (double)e->mem.activations / 1048576.0, (double)e->mem.workspace / 1048576.0,
                     (double)(e->mem.input + e->mem.output + e->mem.scratch) / 1048576.0,
                     e->mem.init_seconds, e->mem.convs_cached, e->mem.convs_tuned,
-                    e->mem.matmuls_cached, e->mem.matmuls_tuned);
+                    e->mem.matmuls_cached, e->mem.matmuls_tuned, e->mem.attn_cached,
+                    e->mem.attn_tuned);
     return SI_OK;
 }
 
