@@ -624,20 +624,21 @@ int launch_resident(cudaStream_t s, const si_k_attn &p, const void *q, const voi
                     const void *v, void *y, cudaError_t *err) {
     int64_t spad = (p.s + 15) / 16 * 16;
     size_t slot = 2 * (size_t)spad * swizzled_keys::ROW;
-    static int optin = -1, sms = 0;
+    static int optin = -1, sms = 0; // set together, once every query below has succeeded
     if (optin < 0) {
-        int dev = 0;
+        int dev = 0, mem = 0, n = 0;
         if ((*err = cudaGetDevice(&dev)) != cudaSuccess ||
-            (*err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) !=
+            (*err = cudaDeviceGetAttribute(&mem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) !=
                 cudaSuccess ||
-            (*err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) !=
-                cudaSuccess)
+            (*err = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
             return 0;
-        optin -= (int)sizeof(res_sync) + 128; // the static res_sync shares the block's memory
+        mem -= (int)sizeof(res_sync) + 128; // the static res_sync shares the block's memory
         if ((*err = cudaFuncSetAttribute(k_flash_res<T>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, optin)) !=
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, mem)) !=
             cudaSuccess)
             return 0;
+        sms = n;
+        optin = mem;
     }
     int ns = (int)std::min<size_t>(RES_SLOTS, (size_t)optin / slot);
     if (ns < 2) return 1;

@@ -116,7 +116,7 @@ void si_cuda_autotune_load(algo_memo *m, const char *dir, int device, size_t wor
 
 void si_cuda_autotune_save(const algo_memo *m) {
     if (!m->path[0] ||
-        (m->n == m->loaded && m->gn == m->gloaded && m->an == m->aloaded && !m->gdirty))
+        (m->n == m->loaded && m->gn == m->gloaded && m->an == m->aloaded && !m->dirty))
         return;
     char dir[1024], tmp[1100];
     snprintf(dir, sizeof dir, "%s", m->path);

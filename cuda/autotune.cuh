@@ -50,7 +50,7 @@ struct algo_memo {
     int asked, hits; // convs of this init that cuDNN runs, and those the cache file answered
     gemm_memo_entry ge[GEMM_MEMO_CAP];
     int gn, gloaded; // the same for the timed matmuls
-    bool gdirty;     // one of the loaded entries was replaced
+    bool dirty;      // a loaded entry (a matmul's or an attention node's) was replaced
     int gasked, ghits;
     attn_memo_entry ae[ATTN_MEMO_CAP];
     int an, aloaded; // the same for the attention nodes' choices

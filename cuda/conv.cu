@@ -347,12 +347,12 @@ si_status si_cuda_conv_run(si_engine *e, cuda_state *cs, slot_x *sl, int j) {
     if (c->patch) { // patches as rows (n, oh, ow) of (kh, kw, c) and zeros to kp, then the GEMM
         si_tview vx = tv_of(&g->values[n->in[0]]);
         int64_t kp = si_devplan_patch_k(g, n, cs->plan.elem);
-        si_k_patch pp = {(int)s->n, (int)s->c, (int)s->h, (int)s->w, s->kh, s->kw,
-                         (int)s->oh, (int)s->ow, {vx.st[0], vx.st[1], vx.st[2], vx.st[3]}, kp};
-        // rows padded to kp (DINOv2's 588 taps to 592) from an image stored channels first: the
-        // staged kernel; elsewhere the strided copy measured as fast (ViT-B's, ConvNeXt's)
+        si_k_patch pp = {(int)s->n, s->c,          s->kh, s->kw, (int)s->oh,
+                         (int)s->ow, {vx.st[0], vx.st[1], vx.st[2], vx.st[3]}, kp};
+        // rows padded to kp (DINOv2's 588 taps to 592): the staged kernel where it takes the
+        // input; elsewhere the strided copy, measured as fast (ViT-B's, ConvNeXt's)
         cudaError_t e = cudaErrorNotSupported;
-        if (kp != (int64_t)s->kh * s->kw * s->c && vx.st[1] != 1)
+        if (kp != (int64_t)s->kh * s->kw * s->c)
             e = si_k_patchify(sl->stream, cs->t, &pp,
                               (const char *)x + vx.off * (int64_t)cs->plan.elem, sl->scratch);
         if (e == cudaErrorNotSupported) {

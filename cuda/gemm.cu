@@ -103,7 +103,7 @@ static void lt_choose(si_engine *e, cuda_state *cs, int j, gemm_x *x, const gemm
     m.ms = best;
     if (stale >= 0) {
         memo->ge[stale] = m;
-        memo->gdirty = true;
+        memo->dirty = true;
     } else if (memo->gn < GEMM_MEMO_CAP) {
         memo->ge[memo->gn++] = m;
     }

@@ -943,10 +943,10 @@ cudaError_t si_k_fill(cudaStream_t s, int t, void *y, int64_t n, float v) {
 }
 
 // A block per row of patches (n, oh): its kh input rows of every channel, ow * kw wide, into
-// shared memory as [c][kh][w] (read along whichever of w and c is contiguous), then each patch's
-// row of kp taps out in (kh, kw, c) order through a table of where tap e sits (-1: zero padding).
-// The generic strided copy did this element by element with six-dimensional index arithmetic:
-// 0.4 ms of DINOv2-S's 10 ms batch (14 x 14 x 3 taps padded to 592).
+// shared memory as [c][kh][w] (a warp a row, along w), then each patch's row of kp taps out in
+// (kh, kw, c) order through a table of where tap e sits (-1: zero padding). The generic strided
+// copy did this element by element with six-dimensional index arithmetic: 0.4 ms of DINOv2-S's
+// 10 ms batch (14 x 14 x 3 taps padded to 592).
 template <typename E> __global__ void k_patchify(si_k_patch p, const E *__restrict__ x, E *y) {
     extern __shared__ __align__(16) unsigned char pat_smem[];
     const int W = p.ow * p.kw, KW = p.kh * W, taps = p.kh * p.kw * p.c;
@@ -954,18 +954,10 @@ template <typename E> __global__ void k_patchify(si_k_patch p, const E *__restri
     int *off = reinterpret_cast<int *>(px + ((size_t)p.c * KW + 3) / 4 * 4);
     const int n = blockIdx.x / p.oh, oh = blockIdx.x % p.oh;
     const E *xb = x + n * p.st[0] + (int64_t)oh * p.kh * p.st[2];
-    if (p.st[1] == 1 && p.c > 1) { // channels last: a row's (w, c) contiguous
-        for (int r = 0; r < p.kh; r++)
-            for (int i = threadIdx.x; i < W * p.c; i += blockDim.x) {
-                int wi = i / p.c, ci = i % p.c;
-                px[ci * KW + r * W + wi] = xb[r * p.st[2] + wi * p.st[3] + ci];
-            }
-    } else {
-        for (int r = threadIdx.x / 32; r < p.c * p.kh; r += blockDim.x / 32) {
-            int ci = r / p.kh, kr = r % p.kh;
-            const E *xr = xb + ci * p.st[1] + kr * p.st[2];
-            for (int wi = threadIdx.x % 32; wi < W; wi += 32) px[ci * KW + kr * W + wi] = xr[wi * p.st[3]];
-        }
+    for (int r = threadIdx.x / 32; r < p.c * p.kh; r += blockDim.x / 32) {
+        int ci = r / p.kh, kr = r % p.kh;
+        const E *xr = xb + ci * p.st[1] + kr * p.st[2];
+        for (int wi = threadIdx.x % 32; wi < W; wi += 32) px[ci * KW + kr * W + wi] = xr[wi * p.st[3]];
     }
     for (int e = threadIdx.x; e < p.kp; e += blockDim.x) {
         int kr = e / (p.kw * p.c), rem = e % (p.kw * p.c), kc = rem / p.c, ci = rem % p.c;
@@ -983,7 +975,8 @@ template <typename E> __global__ void k_patchify(si_k_patch p, const E *__restri
 cudaError_t si_k_patchify(cudaStream_t s, int t, const si_k_patch *p, const void *x, void *y) {
     size_t es = si_gtype_size(t);
     size_t smem = ((size_t)p->c * p->kh * p->ow * p->kw + 3) / 4 * 4 * es + (size_t)p->kp * 4;
-    if (smem > 48 * 1024) return cudaErrorNotSupported;
+    // rows read along w: an image stored channels last (its c contiguous) is the strided copy's
+    if (smem > 48 * 1024 || (p->st[1] == 1 && p->c > 1)) return cudaErrorNotSupported;
     unsigned blocks = (unsigned)p->n * (unsigned)p->oh;
     if (blocks == 0) return cudaSuccess;
     if (es == 2)

@@ -92,9 +92,10 @@ cudaError_t si_k_normalize_nhwc(cudaStream_t s, int t, const uint8_t *src, int64
 /* A patch convolution's input as GEMM rows (stride = kernel, no padding: a ViT's patch
  * embedding): row (n, oh, ow) holds its patch's taps (kh, kw, c) and zeros up to kp. x: the
  * (n, c, h, w) input at element strides st[4]; a block a row of patches, staged in shared memory.
- * cudaErrorNotSupported where one row of patches does not fit a block's shared memory. */
+ * cudaErrorNotSupported where one row of patches does not fit a block's shared memory, or the
+ * input is stored channels last (st[1] == 1 with c > 1). */
 typedef struct {
-    int n, c, h, w, kh, kw, oh, ow;
+    int n, c, kh, kw, oh, ow;
     int64_t st[4], kp;
 } si_k_patch;
 cudaError_t si_k_patchify(cudaStream_t s, int t, const si_k_patch *p, const void *x, void *y);

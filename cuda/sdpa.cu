@@ -507,7 +507,7 @@ si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode, algo_
         m.ms = x->plan ? theirs : own;
         if (stale >= 0) {
             memo->ae[stale] = m;
-            memo->gdirty = true;
+            memo->dirty = true;
         } else if (memo->an < ATTN_MEMO_CAP) {
             memo->ae[memo->an++] = m;
         }
