@@ -143,3 +143,55 @@ void si_cuda_autotune_save(const algo_memo *m) {
                 strerror(errno));
     unlink(tmp);
 }
+
+#define BLOB_MAGIC "SIBL0001"
+#define BLOB_MAX ((size_t)64 << 20)
+
+static void blob_path(const algo_memo *m, const char *tag, char *out, size_t cap) {
+    snprintf(out, cap, "%s.%s", m->path, tag);
+}
+
+void *si_cuda_autotune_blob_load(const algo_memo *m, const char *tag, size_t *n) {
+    *n = 0;
+    if (!m->path[0]) return NULL;
+    char path[1200];
+    blob_path(m, tag, path, sizeof path);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char magic[8];
+    uint64_t len = 0;
+    uint32_t want = 0;
+    void *data = NULL;
+    bool ok = fread(magic, 8, 1, f) == 1 && !memcmp(magic, BLOB_MAGIC, 8) &&
+              fread(&len, 8, 1, f) == 1 && len > 0 && len <= BLOB_MAX &&
+              (data = malloc((size_t)len)) != NULL && fread(data, 1, (size_t)len, f) == len &&
+              fread(&want, 4, 1, f) == 1 &&
+              (uint32_t)crc32(0, (const Bytef *)data, (uInt)len) == want;
+    fclose(f);
+    if (!ok) {
+        free(data);
+        return NULL;
+    }
+    *n = (size_t)len;
+    return data;
+}
+
+bool si_cuda_autotune_blob_save(const algo_memo *m, const char *tag, const void *data, size_t n) {
+    if (!m->path[0] || n == 0 || n > BLOB_MAX) return false;
+    char path[1200], tmp[1300], dir[1024];
+    blob_path(m, tag, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    snprintf(dir, sizeof dir, "%s", m->path);
+    *strrchr(dir, '/') = 0;
+    uint64_t len = n;
+    uint32_t crc = (uint32_t)crc32(0, (const Bytef *)data, (uInt)n);
+    FILE *f = mkdirs(dir) ? fopen(tmp, "wb") : NULL;
+    bool ok = f && fwrite(BLOB_MAGIC, 8, 1, f) == 1 && fwrite(&len, 8, 1, f) == 1 &&
+              fwrite(data, 1, n, f) == n && fwrite(&crc, 4, 1, f) == 1;
+    if (f && fclose(f) != 0) ok = false;
+    if (ok && rename(tmp, path) == 0) return true;
+    si_log_warn("autotune cache %s: cannot write it (%s); the next start builds it again", path,
+                strerror(errno));
+    unlink(tmp);
+    return false;
+}

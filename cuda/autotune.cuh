@@ -69,4 +69,12 @@ void si_cuda_autotune_load(algo_memo *m, const char *dir, int device, size_t wor
 // failure to write is a warning: the run goes on.
 void si_cuda_autotune_save(const algo_memo *m);
 
+// A blob beside the cache file (the same GPU, cuDNN and workspace): "<file>.<tag>", a header,
+// the bytes and their CRC-32, written atomically as the file is. Used for cuDNN's serialized
+// execution plans, whose runtime-compiled kernels are most of a warm start's time where the
+// cache chose them. load: the bytes (malloc'd, *n their count), or NULL when there is no cache,
+// no blob, or a damaged one (then nothing is said: the caller builds and saves it again).
+void *si_cuda_autotune_blob_load(const algo_memo *m, const char *tag, size_t *n);
+bool si_cuda_autotune_blob_save(const algo_memo *m, const char *tag, const void *data, size_t n);
+
 #endif

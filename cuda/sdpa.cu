@@ -413,8 +413,84 @@ static desc checked_plan(cuda_state *cs, const si_graph *g, int j, const si_k_at
     return plan;
 }
 
-// The autotune cache's choice for node j (true: taken, its plan built where it is cuDNN's), else
-// false with *at the entry to replace (-1: none)
+// A plan's serialized form (cuDNN's JSON representation, which carries a runtime-compiled
+// engine's kernel), malloc'd with *n its bytes, or NULL where cuDNN gives none
+static char *plan_serialize(desc plan, size_t *n) {
+    int64_t count = 0;
+    *n = 0;
+    if (cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+                                 CUDNN_TYPE_CHAR, 0, &count, NULL) != CUDNN_STATUS_SUCCESS ||
+        count <= 0)
+        return NULL;
+    char *data = (char *)malloc((size_t)count);
+    if (!data || cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+                                          CUDNN_TYPE_CHAR, count, &count, data) !=
+                     CUDNN_STATUS_SUCCESS) {
+        free(data);
+        return NULL;
+    }
+    *n = (size_t)count;
+    return data;
+}
+
+// The plan that data (plan_serialize's) describes, finalized on handle h, or NULL if cuDNN
+// refuses it (another driver, a damaged blob) or it needs more than ws bytes of workspace
+static desc plan_deserialize(cudnnHandle_t h, const char *data, size_t n, size_t ws) {
+    desc plan = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    int64_t need = 0, got = 0;
+    if (!plan || !SET(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h) ||
+        !SET(plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, (int64_t)n,
+             data) ||
+        cudnnBackendFinalize(plan) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
+                                 1, &got, &need) != CUDNN_STATUS_SUCCESS ||
+        (size_t)need > ws) {
+        drop(plan);
+        return NULL;
+    }
+    return plan;
+}
+
+// The name of node j's serialized plan beside the autotune cache: a hash of its cache key
+static void plan_tag(const int64_t key[ATTN_KEY], int t, char tag[40]) {
+    uint64_t h = 1469598103934665603ull; // FNV-1a over the key's bytes and the type
+    const unsigned char *b = (const unsigned char *)key;
+    for (size_t i = 0; i < sizeof(int64_t) * ATTN_KEY; i++) h = (h ^ b[i]) * 1099511628211ull;
+    h = (h ^ (unsigned)t) * 1099511628211ull;
+    snprintf(tag, 40, "sdpa-%016llx", (unsigned long long)h);
+}
+
+// cuDNN's plan for node j from the blob beside the autotune cache, checked against our kernel as
+// a built one is; NULL if there is none or it does not load or agree (then it is built)
+static desc cached_plan(cuda_state *cs, const si_graph *g, int j, const algo_memo *memo,
+                        const int64_t key[ATTN_KEY]) {
+    char tag[40];
+    plan_tag(key, cs->t, tag);
+    size_t n = 0;
+    char *data = (char *)si_cuda_autotune_blob_load(memo, tag, &n);
+    desc plan = data ? plan_deserialize(cs->slots[0].dnn, data, n, cs->plan.workspace) : NULL;
+    free(data);
+    float err = -1.f;
+    if (plan && !plan_agrees(cs, g, j, plan, &err)) {
+        drop(plan);
+        plan = NULL;
+    }
+    return plan;
+}
+
+// Keeps node j's plan beside the autotune cache for the next start (a failure is said by save)
+static void keep_plan(const cuda_state *cs, const algo_memo *memo, const int64_t key[ATTN_KEY],
+                      desc plan) {
+    char tag[40];
+    plan_tag(key, cs->t, tag);
+    size_t n = 0;
+    char *data = plan_serialize(plan, &n);
+    if (data) si_cuda_autotune_blob_save(memo, tag, data, n);
+    free(data);
+}
+
+// The autotune cache's choice for node j (true: taken, its plan loaded or built where it is
+// cuDNN's), else false with *at the entry to replace (-1: none)
 static bool cached_choice(si_engine *e, cuda_state *cs, int j, const int64_t key[ATTN_KEY],
                           algo_memo *memo, int *at) {
     const si_graph *g = e->g;
@@ -428,19 +504,30 @@ static bool cached_choice(si_engine *e, cuda_state *cs, int j, const int64_t key
     const char *why = NULL;
     float err = -1.f;
     char said[96] = "";
+    const char *how = NULL;
+    double t0 = si_now();
     if (memo->ae[i].cudnn) {
-        desc plan = checked_plan(cs, g, j, &x->p, &why, &err, said, sizeof said);
-        if (!plan) { // the cache's choice no longer builds or agrees here: timed again
-            *at = i;
-            return false;
+        desc plan = cached_plan(cs, g, j, memo, key);
+        how = "loaded from the cache";
+        if (!plan) {
+            plan = checked_plan(cs, g, j, &x->p, &why, &err, said, sizeof said);
+            if (!plan) { // the cache's choice no longer builds or agrees here: timed again
+                *at = i;
+                return false;
+            }
+            keep_plan(cs, memo, key, plan);
+            how = "built";
         }
         x->plan = plan;
         x->owns = true;
     }
     if (i < memo->aloaded) memo->ahits++;
-    if (e->opts.verbose)
-        fprintf(stderr, "cuda: %s: attention by %s (the autotune cache's choice, %.3f ms)\n",
-                g->nodes[j].name, x->plan ? "cuDNN's fused SDPA" : "our kernel", memo->ae[i].ms);
+    if (!e->opts.verbose) return true;
+    char plan_said[64] = "";
+    if (how) snprintf(plan_said, sizeof plan_said, "; its plan %s in %.3f s", how, si_now() - t0);
+    fprintf(stderr, "cuda: %s: attention by %s (the autotune cache's choice, %.3f ms%s)\n",
+            g->nodes[j].name, x->plan ? "cuDNN's fused SDPA" : "our kernel", memo->ae[i].ms,
+            plan_said);
     return true;
 }
 
@@ -485,7 +572,9 @@ si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode, algo_
     float theirs = -1.f;
     float err = -1.f;
     char said[96] = "";
+    double t0 = si_now();
     desc plan = checked_plan(cs, g, j, &x->p, &why, &err, said, sizeof said);
+    double built = si_now() - t0;
     if (plan) { // timed also when forced: a plan that fails to run is not kept
         x->plan = plan;
         theirs = time_node(cs, g, j);
@@ -495,6 +584,7 @@ si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode, algo_
     if (theirs >= 0.f && (mode == SI_SDPA_ALWAYS || own < 0.f || theirs < own)) {
         x->plan = plan;
         x->owns = true;
+        if (memo && mode == SI_SDPA_TIMED && own >= 0.f) keep_plan(cs, memo, key, plan);
     } else {
         drop(plan);
     }
@@ -521,12 +611,13 @@ si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode, algo_
     else if (x->plan)
         fprintf(stderr,
                 "cuda: %s: attention by cuDNN's fused SDPA (%.3f ms, within %.2g of our kernel's "
-                "result; our kernel %.3f ms)\n",
-                n->name, theirs, err, own);
+                "result; our kernel %.3f ms; its plan built in %.3f s)\n",
+                n->name, theirs, err, own, built);
     else if (theirs >= 0.f)
         fprintf(stderr,
-                "cuda: %s: attention by our kernel (%.3f ms; cuDNN's SDPA %.3f ms, within %.2g)\n",
-                n->name, own, theirs, err);
+                "cuda: %s: attention by our kernel (%.3f ms; cuDNN's SDPA %.3f ms, within %.2g, "
+                "its plan built in %.3f s)\n",
+                n->name, own, theirs, err, built);
     else
         fprintf(stderr, "cuda: %s: attention by our kernel (cuDNN's SDPA: %s)\n", n->name, why);
     return SI_OK;

@@ -2,6 +2,9 @@
 # The autotune cache keeps each attention node's choice between cuDNN's fused SDPA and our kernel
 # (cuda/sdpa.cu): a cold start times both and writes it, a warm one takes it from the cache
 # (the same kernel, so the same bits) without timing, and `off` leaves it to the timing again.
+# Where cuDNN's SDPA is the choice its plan is serialized beside the cache, and a warm start loads
+# it instead of building it (the runtime-compiled kernel is most of a warm start's time); a
+# damaged plan file is built again and rewritten, the run unharmed.
 # On ViT-B's attention case in FP16 (cuDNN's SDPA takes it; the two tie within a few percent).
 # usage: autotune_attention.sh SHARDINFER CASES_DIR
 set -uo pipefail
@@ -38,4 +41,28 @@ fi
 if [ "$off_n" != "0/$n attention" ]; then
   echo "FAIL: --autotune-cache off must time again ($off_n)"; exit 1
 fi
-echo "autotune attention: OK ($cold_by, $n node(s))"
+plans=("$dir"/cache/*.sdpa-*)
+if [[ "$cold_by" == "attention by cuDNN"* ]]; then
+  if [ ! -s "${plans[0]}" ]; then
+    echo "FAIL: a cold start that chose cuDNN's SDPA must keep its plan beside the cache"; exit 1
+  fi
+  if ! grep -q "its plan loaded from the cache" <<<"$warm"; then
+    echo "FAIL: a warm start must load cuDNN's plan from the cache"; exit 1
+  fi
+  printf 'XXXXXXXX' | dd of="${plans[0]}" bs=1 seek=64 conv=notrunc status=none
+  hurt=$(go "$dir/cache") || { echo "FAIL: a damaged plan file failed the run"; exit 1; }
+  echo "$hurt" | grep -E "attention by"
+  if ! grep -q "its plan built" <<<"$hurt" || [ "$(grep -o "attention by [a-zA-Z' ]*" <<<"$hurt" | head -1)" != "$cold_by" ]; then
+    echo "FAIL: a damaged plan file must be built again, the choice kept"; exit 1
+  fi
+  again=$(go "$dir/cache") || exit 1
+  if ! grep -q "its plan loaded from the cache" <<<"$again"; then
+    echo "FAIL: the plan built after the damaged one must be rewritten and loaded"; exit 1
+  fi
+  echo "autotune attention: OK ($cold_by, $n node(s); its plan kept, loaded, rebuilt when damaged)"
+else
+  if [ -e "${plans[0]}" ] || grep -q "its plan" <<<"$warm"; then
+    echo "FAIL: with our kernel chosen no cuDNN plan is kept or built"; exit 1
+  fi
+  echo "autotune attention: OK ($cold_by, $n node(s); no cuDNN plan kept)"
+fi
