@@ -230,8 +230,11 @@ static si_status init_nodes(si_engine *e, cuda_state *cs) {
     si_graph *g = e->g;
     const char *dw_env = getenv("SI_CUDNN_DEPTHWISE"); // read once: the A/B switch (the weights'
     cs->dw_cudnn = dw_env && *dw_env && strcmp(dw_env, "0") != 0; // layout depends on it too)
+    double t0 = si_now();
     si_status st = si_cuda_upload_consts(e, cs);
     if (st != SI_OK) return st;
+    double t_weights = si_now() - t0, t_kind[3] = {0, 0, 0}; // convs, matmuls, attention
+    cs->lt_heur_s = 0;
     cs->conv = (conv_x *)si_xcalloc((size_t)g->n_nodes + 1, sizeof(conv_x));
     cs->gemm = (gemm_x *)si_xcalloc((size_t)g->n_nodes + 1, sizeof(gemm_x));
     cs->attn = (attn_x *)si_xcalloc((size_t)g->n_nodes + 1, sizeof(attn_x));
@@ -255,6 +258,7 @@ static si_status init_nodes(si_engine *e, cuda_state *cs) {
                                             : SI_SDPA_ALWAYS;
     for (int j = 0; j < g->n_nodes && st == SI_OK; j++) {
         int op = g->nodes[j].op;
+        double tj = si_now();
         if (op == SI_OP_CONV)
             st = si_cuda_conv_init(e, cs, j, memo);
         else if (op == SI_OP_GEMM)
@@ -263,8 +267,16 @@ static si_status init_nodes(si_engine *e, cuda_state *cs) {
             st = si_cuda_matmul_init(e, cs, j, memo);
         else if (op == SI_OP_ATTENTION)
             st = si_cuda_attn_init(e, cs, j, sdpa, memo);
+        else
+            continue;
+        t_kind[op == SI_OP_CONV ? 0 : op == SI_OP_ATTENTION ? 2 : 1] += si_now() - tj;
     }
     if (st == SI_OK) si_cuda_autotune_save(memo);
+    if (e->opts.verbose) // where a start's "algorithms" go
+        fprintf(stderr,
+                "cuda: weights and algorithms %.3f s: weights %.3f, convolutions %.3f, matmuls "
+                "%.3f (cuBLASLt's heuristics %.3f), attention %.3f\n",
+                si_now() - t0, t_weights, t_kind[0], t_kind[1], cs->lt_heur_s, t_kind[2]);
     e->mem.convs_tuned = memo->asked;
     e->mem.convs_cached = memo->hits;
     e->mem.matmuls_tuned = memo->gasked;

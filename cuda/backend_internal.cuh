@@ -100,6 +100,7 @@ typedef struct {
     bool jpeg_failed;   // its set-up failed after all (said once; the CPU decodes)
     bool linear90;      // Linear + bias + GELU may run as one Hopper GEMM (SI_LINEAR90=0: never)
     bool lt_timed;      // cuBLASLt's candidates for a large matmul are timed (SI_LT_TIME=0: never)
+    double lt_heur_s;   // seconds in cuBLASLt's heuristic queries at init (--verbose says them)
     bool host_mapped;   // the page-locked block is si_pages_alloc's, registered (else cudaHostAlloc's)
     cudaEvent_t t_ref; // a timed event and the host clock when it completed: the GPU's times on
     double t_ref_host; // the host's clock (--timeline)

@@ -57,12 +57,45 @@ extern "C" si_status si_cuda_select_device(int local_rank, int *dev, char *info,
 static pthread_mutex_t prewarm_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t prewarm_cv = PTHREAD_COND_INITIALIZER;
 static struct {
-    pthread_t thread;
+    pthread_t thread, libs;
     int stage;
-    bool joined;
+    bool joined, libs_started;
     int local;
     bool jpeg;
 } prewarm;
+
+// The libraries' first calls, made once the context is up on a thread of their own while the
+// model and the input are opened (and the decoder's handle is made): cuBLASLt's first heuristic
+// query loads its tables (0.08-0.15 s on an H100, whatever the handle; the engine's later ones
+// take under a millisecond each) and cuDNN's first handle its sub-libraries. Results are thrown
+// away; a failure is the engine's to meet and say.
+static void *libs_main(void *) {
+    cudaSetDevice(prewarm.local % si_cuda_device_count());
+    cublasLtHandle_t lt = NULL;
+    if (cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS) {
+        cublasLtMatmulDesc_t op = NULL;
+        cublasLtMatrixLayout_t a = NULL, b = NULL, d = NULL;
+        cublasLtMatmulPreference_t pref = NULL;
+        cublasLtMatmulHeuristicResult_t res[4];
+        int got = 0;
+        if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatrixLayoutCreate(&a, CUDA_R_16F, 256, 256, 256) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatrixLayoutCreate(&b, CUDA_R_16F, 256, 256, 256) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatrixLayoutCreate(&d, CUDA_R_16F, 256, 256, 256) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS)
+            cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, d, d, pref, 4, res, &got);
+        if (pref) cublasLtMatmulPreferenceDestroy(pref);
+        if (d) cublasLtMatrixLayoutDestroy(d);
+        if (b) cublasLtMatrixLayoutDestroy(b);
+        if (a) cublasLtMatrixLayoutDestroy(a);
+        if (op) cublasLtMatmulDescDestroy(op);
+        cublasLtDestroy(lt);
+    }
+    cudnnHandle_t dnn = NULL;
+    if (cudnnCreate(&dnn) == CUDNN_STATUS_SUCCESS) cudnnDestroy(dnn);
+    cudaGetLastError();
+    return NULL;
+}
 
 static void prewarm_reach(int stage) {
     pthread_mutex_lock(&prewarm_mu);
@@ -75,6 +108,7 @@ static void *prewarm_main(void *) {
     int n = si_cuda_device_count();
     bool up = n > 0 && cudaSetDevice(prewarm.local % n) == cudaSuccess && cudaFree(0) == cudaSuccess;
     if (!up) cudaGetLastError(); // the main thread meets and reports the same failure itself
+    if (up) prewarm.libs_started = pthread_create(&prewarm.libs, NULL, libs_main, NULL) == 0;
     prewarm_reach(2);
     char why[256];
     if (up && prewarm.jpeg) si_cuda_hw_jpeg(why, sizeof why);
@@ -107,6 +141,7 @@ extern "C" void si_cuda_prewarm_join(void) {
     prewarm.joined |= join;
     pthread_mutex_unlock(&prewarm_mu);
     if (join) pthread_join(prewarm.thread, NULL);
+    if (join && prewarm.libs_started) pthread_join(prewarm.libs, NULL);
 }
 
 extern "C" si_status si_cuda_mem_info(size_t *used, size_t *total) {

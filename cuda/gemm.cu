@@ -156,8 +156,10 @@ static si_status lt_setup(si_engine *e, cuda_state *cs, int j, gemm_x *x, int op
                                          sizeof wsb);
     cublasLtMatmulHeuristicResult_t res[LT_CANDIDATES];
     int got = 0;
+    double t0 = si_now();
     cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(cs->lt, x->op, x->a, x->b, x->d, x->d, pref,
                                                        LT_CANDIDATES, res, &got);
+    cs->lt_heur_s += si_now() - t0;
     cublasLtMatmulPreferenceDestroy(pref);
     if (hs != CUBLAS_STATUS_SUCCESS || got == 0)
         return si_error(SI_ERR_UNSUPPORTED, "cuBLASLt has no algorithm (status %d)", (int)hs);
