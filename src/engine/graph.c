@@ -159,8 +159,10 @@ void si_node_add_input(si_gnode *gn, int id) {
     gn->in[gn->n_in++] = id;
 }
 
-/* Makes a constant value from a tensor: float types become float32, integer types int64. */
-static si_status const_from_tensor(si_builder *b, const si_tensor *t, const char *name, int *out) {
+/* Makes a constant value from a tensor: float types become float32, integer types int64. take:
+ * t's float32 data becomes the value's (t->data NULL after): a model's weights are not copied. */
+static si_status const_from_tensor(si_builder *b, si_tensor *t, const char *name, bool take,
+                                   int *out) {
     int id = si_b_add_value(b, name);
     si_value *v = &b->g->values[id];
     v->kind = SI_VAL_CONST;
@@ -172,6 +174,11 @@ static si_status const_from_tensor(si_builder *b, const si_tensor *t, const char
     case SI_DT_DOUBLE:
     case SI_DT_FLOAT16: {
         v->dtype = SI_DT_FLOAT;
+        if (take && t->dtype == SI_DT_FLOAT && n > 0 && t->data) {
+            v->data = t->data;
+            t->data = NULL;
+            break;
+        }
         float *d = si_xmalloc(sizeof(float) * (size_t)(n ? n : 1));
         for (int64_t i = 0; i < n; i++) {
             if (t->dtype == SI_DT_FLOAT)
@@ -968,19 +975,22 @@ static void builder_free(si_builder *b) {
     free(b->map.slots);
 }
 
-/* Initializers, then constants bound to graph inputs; the first of a name wins. */
-static si_status add_constants(si_builder *b, const si_model_proto *m, const si_graph_opts *opts) {
+/* Initializers, then constants bound to graph inputs; the first of a name wins. take: the
+ * initializers' float32 data moves into the graph (m is the caller's to free, and no longer
+ * holds them); the bound ones are always copied. */
+static si_status add_constants(si_builder *b, const si_model_proto *m, const si_graph_opts *opts,
+                               bool take) {
     si_status st;
     int id;
     for (int i = 0; i < m->n_inits; i++) {
         const char *nm = m->inits[i].name ? m->inits[i].name : "";
         if (si_b_find(b, nm) >= 0) continue;
-        if ((st = const_from_tensor(b, &m->inits[i], nm, &id)) != SI_OK) return st;
+        if ((st = const_from_tensor(b, &m->inits[i], nm, take, &id)) != SI_OK) return st;
     }
     for (int i = 0; i < opts->n_bind; i++) {
         if (si_b_find(b, opts->bind[i].name) >= 0) continue;
-        if ((st = const_from_tensor(b, &opts->bind[i], opts->bind[i].name, &id)) != SI_OK)
-            return st;
+        si_tensor t = opts->bind[i]; /* a copy of the descriptor: the data is copied, not taken */
+        if ((st = const_from_tensor(b, &t, t.name, false, &id)) != SI_OK) return st;
     }
     return SI_OK;
 }
@@ -1124,13 +1134,14 @@ static void copy_meta(si_graph *g, const si_model_proto *m) {
     g->n_meta = m->n_meta;
 }
 
-si_status si_graph_build(const si_model_proto *m, const si_graph_opts *opts, si_graph **out) {
+static si_status graph_build(si_model_proto *m, const si_graph_opts *opts, bool take,
+                             si_graph **out) {
     static const si_graph_opts no_opts;
     if (!opts) opts = &no_opts;
     *out = NULL;
     si_builder b;
     builder_init(&b, m, opts);
-    si_status st = add_constants(&b, m, opts);
+    si_status st = add_constants(&b, m, opts, take);
     if (st == SI_OK) st = add_inputs(&b, m);
     if (st == SI_OK) {
         for (int i = 0; i < m->n_nodes; i++) convert_node(&b, &m->nodes[i]);
@@ -1148,12 +1159,16 @@ si_status si_graph_build(const si_model_proto *m, const si_graph_opts *opts, si_
     return SI_OK;
 }
 
+si_status si_graph_build(const si_model_proto *m, const si_graph_opts *opts, si_graph **out) {
+    return graph_build((si_model_proto *)m, opts, false, out); /* take false: m is not written */
+}
+
 si_status si_graph_load(const char *path, const si_graph_opts *opts, si_graph **out) {
     si_model_proto *m;
     *out = NULL;
     si_status st = si_model_proto_load(path, &m);
     if (st != SI_OK) return st;
-    st = si_graph_build(m, opts, out);
+    st = graph_build(m, opts, true, out); /* the weights move from m into the graph */
     si_model_proto_free(m);
     return st;
 }

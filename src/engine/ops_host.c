@@ -604,8 +604,24 @@ static si_status eval_expand(si_graph *g, si_gnode *n, const si_value *x, si_val
         return si_node_error(g, n, SI_ERR_FORMAT, "cannot expand");
     y->dtype = x->dtype;
     ALLOC_OR_FAIL(y);
-    for (int64_t i = 0; i < si_shape_numel(&y->shape); i++)
-        copy_elem(y, i, x, bcast_offset(&x->shape, &y->shape, i));
+    /* row by row of the last dim (a class token expanded to a batch of 16,384 is 12.6M values,
+     * which `plan` folds at each batch it tries): a copy where x has the whole row, else one
+     * value repeated; the same values as element by element (y's type is x's) */
+    const int nd = y->shape.ndim;
+    const int64_t inner = nd ? y->shape.dims[nd - 1] : 1, numel = si_shape_numel(&y->shape);
+    if (numel == 0) return SI_OK;
+    const int64_t rows = numel / inner;
+    const bool whole = x->shape.ndim == 0 ? inner == 1 : x->shape.dims[x->shape.ndim - 1] == inner;
+    const size_t es = y->dtype == SI_DT_INT64 ? 8 : 4;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t from = bcast_offset(&x->shape, &y->shape, r * inner);
+        uint8_t *dst = (uint8_t *)y->data + (size_t)(r * inner) * es;
+        const uint8_t *src = (const uint8_t *)x->data + (size_t)from * es;
+        if (whole)
+            memcpy(dst, src, (size_t)inner * es);
+        else
+            for (int64_t e = 0; e < inner; e++) memcpy(dst + (size_t)e * es, src, es);
+    }
     return SI_OK;
 }
 
