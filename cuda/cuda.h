@@ -22,7 +22,9 @@ si_status si_cuda_device_info(int dev, char *buf, size_t cap);
 si_status si_cuda_select_device(int local_rank, int *dev, char *info, size_t cap);
 /* A thread makes device local_rank % count's context current and, with jpeg, asks
  * si_cuda_hw_jpeg (whose answer and decoder handle are kept), so that both (about 0.8 s on an
- * H100) overlap the caller's other set-up; nothing happens without a device. Nothing may call
+ * H100) overlap the caller's other set-up; once the context is up a second thread makes
+ * cuBLASLt's first heuristic query and cuDNN's first handle (0.1-0.15 s of library set-up the
+ * engine then skips); nothing happens without a device. Nothing may call
  * setenv until si_cuda_prewarm_join has waited for it (call that before the process exits).
  * si_cuda_prewarm_context waits for the context alone (then the process may use the GPU
  * elsewhere; si_cuda_hw_jpeg only after si_cuda_prewarm_join). Any thread may wait, any number
