@@ -1,9 +1,10 @@
-/* The autotune cache's blobs (cuda/autotune.cu: cuDNN's serialized plans beside the cache file),
- * without a GPU: a blob saved is loaded byte for byte; a missing, damaged (a flipped byte),
- * truncated or foreign file, or one whose header claims more than a blob may hold, loads as
- * none (the engine then builds the plan again); no cache gives none and saves nothing; a folder
- * that cannot be made is a warning and false; and ranks saving the same blob at once leave one
- * whole copy (a private temporary each, renamed into place). */
+/* The autotune cache's files without a GPU (cuda/autotune.cu). The cache file: entries saved load
+ * back, and a flipped byte has the whole file ignored. Its blobs (cuDNN's serialized plans beside
+ * it): a blob saved is loaded byte for byte; a missing, damaged (a flipped byte), truncated or
+ * foreign file, or one whose header claims more than a blob may hold, loads as none (the engine
+ * then builds the plan again); no cache gives none and saves nothing; a folder that cannot be
+ * made is a warning and false; and ranks saving the same blob at once leave one whole copy (a
+ * private temporary each, renamed into place). */
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -92,6 +93,30 @@ int main(void) {
     }
     CHECK_MSG(which >= 0, "the blob after concurrent saves is none of them whole");
     free(got);
+
+    /* the cache file itself, written the same way: saved entries load back, one flipped byte
+     * and the whole file is ignored (no GPU here: the header names none, on both sides) */
+    char cache_dir[1100];
+    snprintf(cache_dir, sizeof cache_dir, "%s/cache", dir);
+    algo_memo *w = (algo_memo *)calloc(1, sizeof *w), *r = (algo_memo *)calloc(1, sizeof *r);
+    si_cuda_autotune_load(w, cache_dir, 0, 1 << 20);
+    CHECK(w->path[0] && w->n == 0 && w->gn == 0 && w->an == 0);
+    pattern((unsigned char *)w->e, 3 * sizeof(memo_entry), 11u);
+    pattern((unsigned char *)w->ge, 2 * sizeof(gemm_memo_entry), 12u);
+    pattern((unsigned char *)w->ae, sizeof(attn_memo_entry), 13u);
+    w->n = 3, w->gn = 2, w->an = 1;
+    si_cuda_autotune_save(w);
+    si_cuda_autotune_load(r, cache_dir, 0, 1 << 20);
+    CHECK(r->n == 3 && r->loaded == 3 && r->gn == 2 && r->an == 1 &&
+          !memcmp(r->e, w->e, 3 * sizeof(memo_entry)) &&
+          !memcmp(r->ge, w->ge, 2 * sizeof(gemm_memo_entry)) &&
+          !memcmp(r->ae, w->ae, sizeof(attn_memo_entry)));
+    poke(w->path, 400, &x, 1);
+    memset(r, 0, sizeof *r);
+    si_cuda_autotune_load(r, cache_dir, 0, 1 << 20); /* said, and nothing taken */
+    CHECK(r->n == 0 && r->gn == 0 && r->an == 0);
+    free(w);
+    free(r);
 
     char cmd[1300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
