@@ -114,43 +114,56 @@ void si_cuda_autotune_load(algo_memo *m, const char *dir, int device, size_t wor
     }
 }
 
+// The parts, then the CRC-32 of them all, written to path through a private temporary renamed
+// into place (ranks writing at once never leave a torn file), its folder made first. A failure is
+// a warning that says what the next start does instead (then), and false.
+typedef struct {
+    const void *p;
+    size_t n;
+} part;
+static bool write_atomically(const char *path, const part *parts, int n_parts, const char *then) {
+    char dir[1200], tmp[1300];
+    snprintf(dir, sizeof dir, "%s", path);
+    *strrchr(dir, '/') = 0;
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    uint32_t crc = 0;
+    for (int i = 0; i < n_parts; i++)
+        crc = (uint32_t)crc32(crc, (const Bytef *)parts[i].p, (uInt)parts[i].n);
+    FILE *f = mkdirs(dir) ? fopen(tmp, "wb") : NULL;
+    bool ok = f != NULL;
+    for (int i = 0; ok && i < n_parts; i++) ok = fwrite(parts[i].p, 1, parts[i].n, f) == parts[i].n;
+    ok = ok && fwrite(&crc, 4, 1, f) == 1;
+    if (f && fclose(f) != 0) ok = false;
+    if (ok && rename(tmp, path) == 0) return true;
+    si_log_warn("autotune cache %s: cannot write it (%s); %s", path, strerror(errno), then);
+    unlink(tmp);
+    return false;
+}
+
 void si_cuda_autotune_save(const algo_memo *m) {
     if (!m->path[0] ||
         (m->n == m->loaded && m->gn == m->gloaded && m->an == m->aloaded && !m->dirty))
         return;
-    char dir[1024], tmp[1100];
-    snprintf(dir, sizeof dir, "%s", m->path);
-    *strrchr(dir, '/') = 0;
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", m->path, (int)getpid());
     at_header h;
     own_header(&h, m->device, m->workspace);
     h.n = (uint32_t)m->n;
     h.gn = (uint32_t)m->gn;
     h.an = (uint32_t)m->an;
-    uint32_t crc = (uint32_t)crc32(crc32(0, (const Bytef *)&h, sizeof h), (const Bytef *)m->e,
-                                   (uInt)(sizeof(memo_entry) * (size_t)m->n));
-    crc = (uint32_t)crc32(crc, (const Bytef *)m->ge, (uInt)(sizeof(gemm_memo_entry) * (size_t)m->gn));
-    crc = (uint32_t)crc32(crc, (const Bytef *)m->ae, (uInt)(sizeof(attn_memo_entry) * (size_t)m->an));
-    FILE *f = mkdirs(dir) ? fopen(tmp, "wb") : NULL;
-    bool ok = f && fwrite(&h, sizeof h, 1, f) == 1 &&
-              fwrite(m->e, sizeof(memo_entry), (size_t)m->n, f) == (size_t)m->n &&
-              fwrite(m->ge, sizeof(gemm_memo_entry), (size_t)m->gn, f) == (size_t)m->gn &&
-              fwrite(m->ae, sizeof(attn_memo_entry), (size_t)m->an, f) == (size_t)m->an &&
-              fwrite(&crc, 4, 1, f) == 1;
-    if (f && fclose(f) != 0) ok = false;
-    if (ok && rename(tmp, m->path) == 0) return;
-    si_log_warn("autotune cache %s: cannot write it (%s); the next start times again", m->path,
-                strerror(errno));
-    unlink(tmp);
+    const part parts[] = {{&h, sizeof h},
+                          {m->e, sizeof(memo_entry) * (size_t)m->n},
+                          {m->ge, sizeof(gemm_memo_entry) * (size_t)m->gn},
+                          {m->ae, sizeof(attn_memo_entry) * (size_t)m->an}};
+    write_atomically(m->path, parts, 4, "the next start times again");
 }
 
-#define BLOB_MAGIC "SIBL0001"
+#define BLOB_MAGIC "SIBL0002" // 0001: the CRC over the bytes alone
 #define BLOB_MAX ((size_t)64 << 20)
 
 static void blob_path(const algo_memo *m, const char *tag, char *out, size_t cap) {
     snprintf(out, cap, "%s.%s", m->path, tag);
 }
 
+// A blob: "SIBL0002", u64 its length, the bytes, u32 CRC-32 of all that precedes it
 void *si_cuda_autotune_blob_load(const algo_memo *m, const char *tag, size_t *n) {
     *n = 0;
     if (!m->path[0]) return NULL;
@@ -165,9 +178,13 @@ void *si_cuda_autotune_blob_load(const algo_memo *m, const char *tag, size_t *n)
     bool ok = fread(magic, 8, 1, f) == 1 && !memcmp(magic, BLOB_MAGIC, 8) &&
               fread(&len, 8, 1, f) == 1 && len > 0 && len <= BLOB_MAX &&
               (data = malloc((size_t)len)) != NULL && fread(data, 1, (size_t)len, f) == len &&
-              fread(&want, 4, 1, f) == 1 &&
-              (uint32_t)crc32(0, (const Bytef *)data, (uInt)len) == want;
+              fread(&want, 4, 1, f) == 1;
     fclose(f);
+    if (ok) {
+        uint32_t crc = (uint32_t)crc32(0, (const Bytef *)magic, 8);
+        crc = (uint32_t)crc32(crc, (const Bytef *)&len, 8);
+        ok = (uint32_t)crc32(crc, (const Bytef *)data, (uInt)len) == want;
+    }
     if (!ok) {
         free(data);
         return NULL;
@@ -178,20 +195,9 @@ void *si_cuda_autotune_blob_load(const algo_memo *m, const char *tag, size_t *n)
 
 bool si_cuda_autotune_blob_save(const algo_memo *m, const char *tag, const void *data, size_t n) {
     if (!m->path[0] || n == 0 || n > BLOB_MAX) return false;
-    char path[1200], tmp[1300], dir[1024];
+    char path[1200];
     blob_path(m, tag, path, sizeof path);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    snprintf(dir, sizeof dir, "%s", m->path);
-    *strrchr(dir, '/') = 0;
-    uint64_t len = n;
-    uint32_t crc = (uint32_t)crc32(0, (const Bytef *)data, (uInt)n);
-    FILE *f = mkdirs(dir) ? fopen(tmp, "wb") : NULL;
-    bool ok = f && fwrite(BLOB_MAGIC, 8, 1, f) == 1 && fwrite(&len, 8, 1, f) == 1 &&
-              fwrite(data, 1, n, f) == n && fwrite(&crc, 4, 1, f) == 1;
-    if (f && fclose(f) != 0) ok = false;
-    if (ok && rename(tmp, path) == 0) return true;
-    si_log_warn("autotune cache %s: cannot write it (%s); the next start builds it again", path,
-                strerror(errno));
-    unlink(tmp);
-    return false;
+    const uint64_t len = n;
+    const part parts[] = {{BLOB_MAGIC, 8}, {&len, 8}, {data, n}};
+    return write_atomically(path, parts, 3, "the next start builds it again");
 }
