@@ -49,7 +49,7 @@ if [[ "$cold_by" == "attention by cuDNN"* ]]; then
   if ! grep -q "its plan loaded from the cache" <<<"$warm"; then
     echo "FAIL: a warm start must load cuDNN's plan from the cache"; exit 1
   fi
-  printf 'XXXXXXXX' | dd of="${plans[0]}" bs=1 seek=64 conv=notrunc status=none
+  printf '\377\377\377\377\377\377\377\377' | dd of="${plans[0]}" bs=1 seek=64 conv=notrunc status=none # 8 bytes of the plan overwritten
   hurt=$(go "$dir/cache") || { echo "FAIL: a damaged plan file failed the run"; exit 1; }
   echo "$hurt" | grep -E "attention by"
   if ! grep -q "its plan built" <<<"$hurt" || [ "$(grep -o "attention by [a-zA-Z' ]*" <<<"$hurt" | head -1)" != "$cold_by" ]; then

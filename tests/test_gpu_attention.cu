@@ -111,10 +111,7 @@ static void check_one(int type, int64_t nb, int t, int s, bool kt, unsigned seed
 }
 
 int main(void) {
-    if (si_cuda_device_count() == 0) {
-        printf("no CUDA device: skipped\n");
-        return TEST_SKIP_CODE;
-    }
+    TEST_SKIP_WITHOUT_GPU(si_cuda_device_count());
     int sms = 0, dev = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);

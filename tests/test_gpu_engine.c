@@ -229,10 +229,7 @@ static void check_jpeg_steady(const char *model, bool exact) {
 }
 
 int main(int argc, char **argv) {
-    if (si_cuda_device_count() == 0) {
-        printf("no CUDA device: skipped\n");
-        return TEST_SKIP_CODE;
-    }
+    TEST_SKIP_WITHOUT_GPU(si_cuda_device_count());
     if (argc != 2) {
         fprintf(stderr, "usage: test_gpu_engine MODEL.onnx\n");
         return 2;

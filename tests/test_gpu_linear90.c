@@ -122,10 +122,7 @@ static int check_one(int type, int act, float alpha, bool res, int m, int k, int
 
 int main(void) {
     int dev = 0, major = 0, minor = 0;
-    if (si_cuda_device_count() == 0) {
-        printf("no CUDA device: skipped\n");
-        return TEST_SKIP_CODE;
-    }
+    TEST_SKIP_WITHOUT_GPU(si_cuda_device_count());
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);

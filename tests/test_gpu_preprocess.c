@@ -56,11 +56,7 @@ static void test_unreplicate(unsigned *seed) {
 }
 
 int main(void) {
-    int dev = si_cuda_device_count();
-    if (dev == 0) {
-        printf("no CUDA device: skipped\n");
-        return TEST_SKIP_CODE;
-    }
+    TEST_SKIP_WITHOUT_GPU(si_cuda_device_count());
     char info[256];
     if (si_cuda_device_info(0, info, sizeof info) == SI_OK) printf("device 0: %s\n", info);
     unsigned seed = 20261122;

@@ -99,10 +99,7 @@ static void check_filter(si_interp interp, unsigned seed) {
 }
 
 int main(void) {
-    if (si_cuda_device_count() == 0) {
-        printf("no CUDA device: skipped\n");
-        return TEST_SKIP_CODE;
-    }
+    TEST_SKIP_WITHOUT_GPU(si_cuda_device_count());
     check_filter(SI_INTERP_BILINEAR, 20261123);
     check_filter(SI_INTERP_BICUBIC, 20261124);
     return test_finish();

@@ -28,6 +28,15 @@ static int test_pass, test_fail;
         }                                                                                          \
     } while (0)
 #define TEST_SKIP_CODE 77
+/* A GPU test's first line: skipped (77) where no CUDA device is visible (devices: the count,
+ * si_cuda_device_count()). */
+#define TEST_SKIP_WITHOUT_GPU(devices)                                                             \
+    do {                                                                                           \
+        if ((devices) == 0) {                                                                      \
+            printf("no CUDA device: skipped\n");                                                   \
+            return TEST_SKIP_CODE;                                                                 \
+        }                                                                                          \
+    } while (0)
 static inline int test_finish(void) {
     printf("%d passed, %d failed\n", test_pass, test_fail);
     return test_fail ? 1 : 0;
