@@ -394,23 +394,28 @@ static void attn_key(const si_k_attn *p, int64_t key[ATTN_KEY]) {
     }
 }
 
-// cuDNN's plan for node j, or NULL with why set: built, and checked against our kernel (err: by
-// how much they differ, < 0 if the check could not run)
+// plan (NULL: none) if it computes node j as our kernel does, else NULL (plan dropped) with why
+// set and err by how much they differ (< 0 if the check could not run): a plan built here and
+// one loaded from the autotune cache pass the same check
+static desc agreeing(cuda_state *cs, const si_graph *g, int j, desc plan, const char **why,
+                     float *err, char *said, size_t cap) {
+    if (!plan || plan_agrees(cs, g, j, plan, err)) return plan;
+    if (*err >= 0.f)
+        snprintf(said, cap, "disagrees with our kernel by %.3g of max |y|", *err);
+    else
+        snprintf(said, cap, "its check could not run");
+    *why = said;
+    drop(plan);
+    return NULL;
+}
+
+// cuDNN's plan for node j, or NULL with why set: built, and checked against our kernel
 static desc checked_plan(cuda_state *cs, const si_graph *g, int j, const si_k_attn *p,
                          const char **why, float *err, char *said, size_t cap) {
     desc graph = sdpa_graph(cs->slots[0].dnn, cs->dt, p, why);
     desc plan = graph ? first_plan(cs->slots[0].dnn, graph, cs->plan.workspace, why) : NULL;
     drop(graph);
-    if (plan && !plan_agrees(cs, g, j, plan, err)) {
-        if (*err >= 0.f)
-            snprintf(said, cap, "disagrees with our kernel by %.3g of max |y|", *err);
-        else
-            snprintf(said, cap, "its check could not run");
-        *why = said;
-        drop(plan);
-        plan = NULL;
-    }
-    return plan;
+    return agreeing(cs, g, j, plan, why, err, said, cap);
 }
 
 // A plan's serialized form (cuDNN's JSON representation, which carries a runtime-compiled
@@ -470,12 +475,10 @@ static desc cached_plan(cuda_state *cs, const si_graph *g, int j, const algo_mem
     char *data = (char *)si_cuda_autotune_blob_load(memo, tag, &n);
     desc plan = data ? plan_deserialize(cs->slots[0].dnn, data, n, cs->plan.workspace) : NULL;
     free(data);
+    const char *why = NULL;
     float err = -1.f;
-    if (plan && !plan_agrees(cs, g, j, plan, &err)) {
-        drop(plan);
-        plan = NULL;
-    }
-    return plan;
+    char said[96];
+    return agreeing(cs, g, j, plan, &why, &err, said, sizeof said);
 }
 
 // Keeps node j's plan beside the autotune cache for the next start (a failure is said by save)
@@ -564,7 +567,8 @@ si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode, algo_
     int64_t key[ATTN_KEY];
     attn_key(&x->p, key);
     int stale = -1;
-    if (memo && mode == SI_SDPA_TIMED) {
+    const bool cached = memo && mode == SI_SDPA_TIMED;
+    if (cached) {
         memo->aasked++;
         if (cached_choice(e, cs, j, key, memo, &stale)) return SI_OK;
     }
@@ -584,11 +588,11 @@ si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode, algo_
     if (theirs >= 0.f && (mode == SI_SDPA_ALWAYS || own < 0.f || theirs < own)) {
         x->plan = plan;
         x->owns = true;
-        if (memo && mode == SI_SDPA_TIMED && own >= 0.f) keep_plan(cs, memo, key, plan);
     } else {
         drop(plan);
     }
-    if (memo && mode == SI_SDPA_TIMED && own >= 0.f) { // remembered for the next run
+    if (cached && own >= 0.f) { // remembered for the next run, cuDNN's plan with it
+        if (x->plan) keep_plan(cs, memo, key, x->plan);
         attn_memo_entry m;
         memset(&m, 0, sizeof m);
         memcpy(m.key, key, sizeof key);
