@@ -5,12 +5,16 @@
 // tiles through shared memory; k_flash_res (head size 64, no bias, a few hundred keys: the ViTs)
 // keeps whole matrices' K and V resident and hands out rows to warps as they come free.
 // Otherwise (FP32, other head sizes): one block per query row, the row's scores in shared
-// memory. The CPU twin is si_cpu_attention (src/cpu/kernels.c).
+// memory. On an H100 the ViTs' shapes (head size 64, up to 256 keys, no bias) go to the wgmma
+// kernel of cuda/attention_sm90.cu first. The CPU twin is si_cpu_attention (src/cpu/kernels.c).
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <algorithm>
 
 #include "cuda/attention.cuh"
+#include "cuda/attention90.cuh"
 #include "cuda/elem.cuh"
 
 namespace {
@@ -646,10 +650,29 @@ int launch_resident(cudaStream_t s, const si_k_attn &p, const void *q, const voi
     return 0;
 }
 
+// Hopper's wgmma kernel (cuda/attention_sm90.cu) where it runs: an sm_90 device, and not
+// switched off (SI_ATTN90=0: the mma.sync kernels below, for A/B runs and their tests)
+bool attn90_here() {
+    static int here = -1;
+    if (here < 0) {
+        int dev = 0, major = 0, minor = 0;
+        const char *env = getenv("SI_ATTN90");
+        here = !(env && strcmp(env, "0") == 0) && cudaGetDevice(&dev) == cudaSuccess &&
+               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+                   cudaSuccess &&
+               cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) ==
+                   cudaSuccess &&
+               major == 9 && minor == 0;
+    }
+    return here == 1;
+}
+
 template <typename T>
-cudaError_t launch(cudaStream_t s, const si_k_attn &p, const void *q, const void *k, const void *v,
-                   const void *bias, void *y) {
+cudaError_t launch(cudaStream_t s, int t, const si_k_attn &p, const void *q, const void *k,
+                   const void *v, const void *bias, void *y) {
     if constexpr (sizeof(T) == 2) {
+        if (!bias && attn90_here() && si_cuda_attn90_ok(t, &p, q, k, v, y))
+            return si_cuda_attn90_run(s, t, &p, q, k, v, y);
         if (p.dv == p.d && flash_fits<T>(p, q, k, v, y)) {
             cudaError_t e = cudaSuccess;
             if (p.d == 64 && !bias && launch_resident<T>(s, p, q, k, v, y, &e) == 0) return e;
@@ -674,8 +697,8 @@ cudaError_t si_k_attention(cudaStream_t s, int t, const si_k_attn *p, const void
                            const void *v, const void *bias, void *y) {
     if (p->nb <= 0 || p->t <= 0 || p->dv <= 0) return cudaSuccess;
     switch (t) {
-    case SI_GT_F16: return launch<__half>(s, *p, q, k, v, bias, y);
-    case SI_GT_BF16: return launch<__nv_bfloat16>(s, *p, q, k, v, bias, y);
-    default: return launch<float>(s, *p, q, k, v, bias, y);
+    case SI_GT_F16: return launch<__half>(s, t, *p, q, k, v, bias, y);
+    case SI_GT_BF16: return launch<__nv_bfloat16>(s, t, *p, q, k, v, bias, y);
+    default: return launch<float>(s, t, *p, q, k, v, bias, y);
     }
 }

@@ -1,0 +1,264 @@
+// Attention for short sequences on Hopper's warp-group MMAs (wgmma): Y = softmax(scale Q K^T) V
+// per matrix, head size 64, up to 256 keys (a ViT's 197 tokens). One warp group a block, one
+// matrix a block: the matrix's K and V stay in shared memory while the group takes its query
+// rows 64 at a time. A tile's scores against every key (64 x SP, SP the keys rounded up to a
+// width wgmma has) come from one wgmma chain with Q and K in shared memory, and stay in the
+// accumulator registers: the row's max and sum are taken once over all of them (no running
+// rescale), the probabilities go to FP16/BF16 in the registers, and P V is a second chain with P
+// as the register operand and V read transposed from shared memory. Three blocks an SM, so one
+// block's softmax runs beside another's MMAs. cuda/attention.cu's mma.sync kernels do the rest
+// (other head sizes, a bias, longer sequences, K given as K^T, other GPUs); the CPU twin is
+// si_cpu_attention (src/cpu/kernels.c).
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED 1 // wgmma's N = 208 for a ViT's 197 keys
+
+#include <cuda_runtime.h>
+
+#include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/bfloat16.h"
+#include "cutlass/cutlass.h"
+#include "cutlass/half.h"
+
+#include "cuda/attention90.cuh"
+
+using namespace cute;
+
+namespace attn90 { // named: nvcc's stubs for a kernel template in an anonymous namespace beside
+                   // cute's using-directive do not compile
+
+constexpr int BM = 64, D = 64, NT = 128; // query rows a tile, head size, one warp group
+
+// The two MMAs' shapes and the operands' layouts in shared memory: rows of 64 16-bit elements
+// (128 bytes) in wgmma's 128-byte swizzle. V is stored as K is, a key a row; P V reads it as
+// V^T (D, SP) through a transposed view of the same bytes (the MN-major B operand).
+template <class E, int SP> struct cfg {
+    using MmaQK = decltype(make_tiled_mma(
+        GMMA::ss_op_selector<E, E, float, Shape<Int<BM>, Int<SP>, Int<D>>>()));
+    using MmaPV =
+        decltype(make_tiled_mma(GMMA::rs_op_selector<E, E, float, Shape<Int<BM>, Int<D>, Int<SP>>,
+                                                     GMMA::Major::K, GMMA::Major::MN>()));
+    using LayQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<E>{}, Shape<Int<BM>, Int<D>>{}));
+    using LayK = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<E>{}, Shape<Int<SP>, Int<D>>{}));
+    using LayVt =
+        decltype(composition(LayK{}, make_layout(Shape<Int<D>, Int<SP>>{}, GenRowMajor{})));
+    static constexpr int Q_ELEMS = BM * D, KV_ELEMS = SP * D;
+    static constexpr size_t SMEM = (2 * Q_ELEMS + 2 * KV_ELEMS) * sizeof(E) + 1024; // + alignment
+    static_assert(size(MmaQK{}) == NT && size(MmaPV{}) == NT, "one warp group");
+};
+
+// a register tile ((2, 2, N / 8), 1, 1) of wgmma's accumulator as (row half, column): a thread
+// holds rows r and r + 8 of its warp's 16, two adjacent columns in each group of 8
+template <class L> __device__ constexpr auto rowcol(L l) {
+    return make_layout(get<0, 1>(l), make_layout(get<0, 0>(l), get<0, 2>(l)));
+}
+
+__device__ inline float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ inline void cp16(uint32_t sm, const void *g, bool valid) { // zeros when !valid
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sm), "l"(g),
+                 "r"(valid ? 16 : 0));
+}
+__device__ inline void cp_commit() {
+    asm volatile("cp.async.commit_group;");
+}
+template <int N> __device__ inline void cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+// rows r0 .. r0 + rows of a (total, D) operand whose rows are ld apart into shared memory at
+// base (a multiple of 1024) in the layouts above, 16 bytes a thread and copy; zeros past total.
+// The 128-byte swizzle acts on the address: chunk c of row r lands at r * 128 + (c ^ r % 8) * 16
+// (CuTe's tensors over these layouts give the same addresses).
+template <class E>
+__device__ inline void load_rows(uint32_t base, const E *g, int64_t ld, int r0, int total,
+                                 int rows) {
+    for (int i = threadIdx.x; i < rows * (D / 8); i += NT) {
+        const int r = i / (D / 8), c = i % (D / 8);
+        const bool ok = r0 + r < total;
+        cp16(base + r * 128 + ((c ^ (r & 7)) << 4), ok ? g + (r0 + r) * ld + c * 8 : g, ok);
+    }
+}
+
+// C = A B over the k-blocks of a wgmma chain, C zeroed first; the warp group waits for it
+template <class Mma, class A, class B, class C>
+__device__ inline void wg_gemm(Mma &mma, const A &a, const B &b, C &c) {
+    warpgroup_fence_operand(c);
+    warpgroup_arrive();
+    mma.accumulate_ = GMMA::ScaleOut::Zero;
+#pragma unroll
+    for (int kb = 0; kb < size<2>(a); kb++) {
+        cute::gemm(mma, a(_, _, kb), b(_, _, kb), c);
+        mma.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(c);
+}
+
+// A block a matrix, its rows in 64-row tiles; the next tile's query rows load while this one
+// computes (two Q buffers). Blocks take the matrices last first: the QKV projection wrote them in
+// row order, so the last ones may still be in the L2 (on an H100: DeiT-S 1% faster than in
+// order, ViT-B and CLIP the same). A persistent version, each block's next matrix loading during
+// its last tile, took 0.184 ms a ViT-B layer against this one's 0.172: not kept.
+template <class E, int SP>
+__global__ void __launch_bounds__(NT, SP > 208 ? 2 : 3)
+    k_attn90(si_k_attn p, const E *__restrict__ q, const E *__restrict__ k, const E *__restrict__ v,
+             E *__restrict__ y) {
+    using C = cfg<E, SP>;
+    extern __shared__ unsigned char smem_raw[];
+    // wgmma's 128-byte swizzle repeats every 1024 bytes: the operands start on such a boundary
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t pad = (1024 - raw % 1024) % 1024;
+    E *sq = reinterpret_cast<E *>(smem_raw + pad); // [2][BM][D]: tiles t and t + 1
+    E *sk = sq + 2 * C::Q_ELEMS, *sv = sk + C::KV_ELEMS;
+    const uint32_t aq = raw + pad, ak = aq + 2 * C::Q_ELEMS * sizeof(E),
+                   av = ak + C::KV_ELEMS * sizeof(E);
+    const int T_ = (int)p.t, S = (int)p.s, tiles = (T_ + BM - 1) / BM;
+    const int tid = threadIdx.x, warp = tid / 32;
+
+    // this block's matrix: its offset in each operand, decoded over the batch dims
+    int64_t off[4] = {0, 0, 0, 0};
+    for (int64_t b = p.nb - 1 - blockIdx.x, d = p.nbd - 1; d >= 0; d--) {
+        const int64_t i = b % p.bdims[d];
+        for (int o = 0; o < 4; o++) off[o] += i * p.ost[o][d];
+        b /= p.bdims[d];
+    }
+    const E *qb = q + off[0], *kb = k + off[1], *vb = v + off[2];
+    E *yb = y + off[3];
+
+    load_rows(ak, kb, p.ld[1], 0, S, SP);
+    load_rows(aq, qb, p.ld[0], 0, T_, BM);
+    cp_commit();
+    load_rows(av, vb, p.ld[2], 0, S, SP);
+    cp_commit();
+    if (tiles > 1) load_rows(aq + C::Q_ELEMS * sizeof(E), qb, p.ld[0], BM, T_, BM);
+    cp_commit();
+
+    typename C::MmaQK mqk;
+    typename C::MmaPV mpv;
+    auto tq = mqk.get_thread_slice(tid);
+    auto tv = mpv.get_thread_slice(tid);
+    Tensor tSrK = tq.partition_fragment_B(make_tensor(make_smem_ptr(sk), typename C::LayK{}));
+    Tensor tOrV = tv.partition_fragment_B(make_tensor(make_smem_ptr(sv), typename C::LayVt{}));
+    Tensor tSrS = partition_fragment_C(mqk, Shape<Int<BM>, Int<SP>>{}); // fp32 (2,2,SP/8),1,1
+    Tensor tOrO = partition_fragment_C(mpv, Shape<Int<BM>, Int<D>>{});
+    Tensor tOrP = tv.partition_fragment_A(make_tensor((E *)nullptr, Shape<Int<BM>, Int<SP>>{}));
+    // the score tile as (row half, column), with each element's column in the tile
+    Tensor s = make_tensor(tSrS.data(), rowcol(tSrS.layout()));
+    Tensor cs = tq.partition_C(make_identity_tensor(Shape<Int<BM>, Int<SP>>{}));
+    Tensor col = make_tensor(cs.data(), rowcol(cs.layout()));
+    Tensor co = tv.partition_C(make_identity_tensor(Shape<Int<BM>, Int<D>>{}));
+    constexpr int NC = size<1>(decltype(s.layout()){});
+    const float sl2 = p.scale * 1.4426950408889634f; // scores to the log2 domain
+
+    for (int t = 0; t < tiles; t++) {
+        cp_wait<1>(); // tile t's rows (and, from the first, K and V) have landed for this thread
+        cutlass::arch::fence_view_async_shared(); // visible to wgmma's reads
+        __syncthreads();
+        wg_gemm(mqk,
+                tq.partition_fragment_A(
+                    make_tensor(make_smem_ptr(sq + (t & 1) * C::Q_ELEMS), typename C::LayQ{})),
+                tSrK, tSrS);
+        if (t * BM + warp * 16 < T_) { // the warp holds rows inside T
+            float inv[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                if (S < SP) // keys past S are zero rows of K: out of the softmax
+#pragma unroll
+                    for (int c = 0; c < NC; c++)
+                        if (get<1>(col(h, c)) >= S) s(h, c) = -INFINITY;
+                float m4[4] = {s(h, 0), s(h, 1), s(h, 2), s(h, 3)}; // four chains, not one
+#pragma unroll
+                for (int c = 4; c < NC; c++) m4[c % 4] = fmaxf(m4[c % 4], s(h, c));
+                float mx = fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+                const float m2 = mx * sl2;
+                float s4[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                for (int c = 0; c < NC; c++) {
+                    const float e = ex2(fmaf(s(h, c), sl2, -m2));
+                    s(h, c) = e;
+                    s4[c % 4] += e;
+                }
+                float sum = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+                sum += __shfl_xor_sync(0xffffffff, sum, 1);
+                sum += __shfl_xor_sync(0xffffffff, sum, 2);
+                inv[h] = 1.f / sum;
+            }
+            // P as wgmma's register operand: the accumulator's ((2, 2, SP / 8)) order is the A
+            // fragment's ((2, 2, 2), 1, SP / 16) one, k-block by k-block
+#pragma unroll
+            for (int i = 0; i < size(tOrP); i++) tOrP(i) = E(tSrS(i));
+            wg_gemm(mpv, tOrP, tOrV, tOrO);
+            // Y = O / sum, two adjacent columns at a time (an accumulator's (c, c + 1) pair)
+#pragma unroll
+            for (int i = 0; i < size(tOrO); i += 2) {
+                const int r = t * BM + get<0>(co(i)), c = get<1>(co(i));
+                const float f = inv[(get<0>(co(i)) >> 3) & 1];
+                if (r < T_)
+                    *reinterpret_cast<uint32_t *>(yb + r * p.ld[3] + c) =
+                        E(tOrO(i) * f).raw() | (uint32_t)E(tOrO(i + 1) * f).raw() << 16;
+            }
+        } else { // rows past T: the group's MMA still needs every warp; P is never stored
+#pragma unroll
+            for (int i = 0; i < size(tOrP); i++) tOrP(i) = E(0.f);
+            wg_gemm(mpv, tOrP, tOrV, tOrO); // (one call after the branch: ptxas serialises it)
+        }
+        __syncthreads(); // every warp's MMAs are done with tile t's rows
+        if (t + 2 < tiles)
+            load_rows(aq + (t & 1) * C::Q_ELEMS * sizeof(E), qb, p.ld[0], (t + 2) * BM, T_, BM);
+        cp_commit();
+    }
+    cp_wait<0>();
+}
+
+template <class E, int SP>
+cudaError_t launch(cudaStream_t s, const si_k_attn *p, const void *q, const void *k, const void *v,
+                   void *y) {
+    static bool attr = false;
+    if (!attr) {
+        cudaError_t e = cudaFuncSetAttribute(
+            k_attn90<E, SP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg<E, SP>::SMEM);
+        if (e != cudaSuccess) return e;
+        attr = true;
+    }
+    k_attn90<E, SP><<<(unsigned)p->nb, NT, cfg<E, SP>::SMEM, s>>>(*p, (const E *)q, (const E *)k,
+                                                                  (const E *)v, (E *)y);
+    return cudaGetLastError();
+}
+
+template <class E>
+cudaError_t launch_keys(cudaStream_t s, const si_k_attn *p, const void *q, const void *k,
+                        const void *v, void *y) {
+    if (p->s <= 128) return launch<E, 128>(s, p, q, k, v, y);
+    if (p->s <= 208) return launch<E, 208>(s, p, q, k, v, y);
+    return launch<E, 256>(s, p, q, k, v, y);
+}
+
+} // namespace attn90
+using namespace attn90;
+
+int si_cuda_attn90_ok(int t, const si_k_attn *p, const void *q, const void *k, const void *v,
+                      const void *y) {
+    if ((t != SI_GT_F16 && t != SI_GT_BF16) || p->d != D || p->dv != D || !p->trans_b) return 0;
+    if (p->s < 65 || p->s > 256 || p->t < 1 || p->nb < 1 || p->nb > INT32_MAX) return 0;
+    const void *ptrs[4] = {q, k, v, y};
+    for (int i = 0; i < 4; i++) { // cp.async's 16-byte chunks; Y stored two elements at a time
+        const size_t unit = i < 3 ? 16 : 4;
+        if ((uintptr_t)ptrs[i] % unit || (p->ld[i] * 2) % unit) return 0;
+        for (int d = 0; d < p->nbd; d++)
+            if ((p->ost[i][d] * 2) % unit) return 0;
+    }
+    return 1;
+}
+
+cudaError_t si_cuda_attn90_run(cudaStream_t s, int t, const si_k_attn *p, const void *q,
+                               const void *k, const void *v, void *y) {
+    if (t == SI_GT_F16) return launch_keys<cutlass::half_t>(s, p, q, k, v, y);
+    return launch_keys<cutlass::bfloat16_t>(s, p, q, k, v, y);
+}
