@@ -163,6 +163,7 @@ __global__ void __launch_bounds__(NT, SP > 208 ? 2 : 3)
                 tq.partition_fragment_A(
                     make_tensor(make_smem_ptr(sq + (t & 1) * C::Q_ELEMS), typename C::LayQ{})),
                 tSrK, tSrS);
+        unsigned char *so = smem_raw + pad + (t & 1) * C::Q_ELEMS * sizeof(E);
         if (t * BM + warp * 16 < T_) { // the warp holds rows inside T
             float inv[2];
 #pragma unroll
@@ -195,21 +196,30 @@ __global__ void __launch_bounds__(NT, SP > 208 ? 2 : 3)
 #pragma unroll
             for (int i = 0; i < size(tOrP); i++) tOrP(i) = E(tSrS(i));
             wg_gemm(mpv, tOrP, tOrV, tOrO);
-            // Y = O / sum, two adjacent columns at a time (an accumulator's (c, c + 1) pair)
+            // O / sum into this tile's Q buffer (free since the scores), in the same swizzle:
+            // rows whole for the stores below. i / 2 % 2 is the row half (a register index: a
+            // row-dependent one put inv in local memory)
 #pragma unroll
             for (int i = 0; i < size(tOrO); i += 2) {
-                const int r = t * BM + get<0>(co(i)), c = get<1>(co(i));
-                const float f = inv[(get<0>(co(i)) >> 3) & 1];
-                if (r < T_)
-                    *reinterpret_cast<uint32_t *>(yb + r * p.ld[3] + c) =
-                        E(tOrO(i) * f).raw() | (uint32_t)E(tOrO(i + 1) * f).raw() << 16;
+                const int r = get<0>(co(i)), c = get<1>(co(i));
+                const float f = inv[i / 2 % 2];
+                *reinterpret_cast<uint32_t *>(so + r * 128 + (((c / 8) ^ (r & 7)) << 4) +
+                                              c % 8 * 2) =
+                    E(tOrO(i) * f).raw() | (uint32_t)E(tOrO(i + 1) * f).raw() << 16;
             }
         } else { // rows past T: the group's MMA still needs every warp; P is never stored
 #pragma unroll
             for (int i = 0; i < size(tOrP); i++) tOrP(i) = E(0.f);
             wg_gemm(mpv, tOrP, tOrV, tOrO); // (one call after the branch: ptxas serialises it)
         }
-        __syncthreads(); // every warp's MMAs are done with tile t's rows
+        __syncthreads(); // the tile's O is in shared memory; every MMA is done with its Q rows
+        for (int i = tid; i < BM * (D / 8); i += NT) { // Y's rows inside T, 16 bytes a thread
+            const int r = i / (D / 8), c = i % (D / 8);
+            if (t * BM + r < T_)
+                *reinterpret_cast<uint4 *>(yb + (t * BM + r) * p.ld[3] + c * 8) =
+                    *reinterpret_cast<const uint4 *>(so + r * 128 + ((c ^ (r & 7)) << 4));
+        }
+        __syncthreads(); // read out before the buffer takes tile t + 2's rows
         if (t + 2 < tiles)
             load_rows(aq + (t & 1) * C::Q_ELEMS * sizeof(E), qb, p.ld[0], (t + 2) * BM, T_, BM);
         cp_commit();
@@ -248,8 +258,8 @@ int si_cuda_attn90_ok(int t, const si_k_attn *p, const void *q, const void *k, c
     if ((t != SI_GT_F16 && t != SI_GT_BF16) || p->d != D || p->dv != D || !p->trans_b) return 0;
     if (p->s < 65 || p->s > 256 || p->t < 1 || p->nb < 1 || p->nb > INT32_MAX) return 0;
     const void *ptrs[4] = {q, k, v, y};
-    for (int i = 0; i < 4; i++) { // cp.async's 16-byte chunks; Y stored two elements at a time
-        const size_t unit = i < 3 ? 16 : 4;
+    for (int i = 0; i < 4; i++) { // 16-byte chunks: cp.async's, and Y's stores
+        const size_t unit = 16;
         if ((uintptr_t)ptrs[i] % unit || (p->ld[i] * 2) % unit) return 0;
         for (int d = 0; d < p->nbd; d++)
             if ((p->ost[i][d] * 2) % unit) return 0;
