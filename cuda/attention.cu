@@ -16,6 +16,7 @@
 #include "cuda/attention.cuh"
 #include "cuda/attention90.cuh"
 #include "cuda/elem.cuh"
+#include "cuda/ptx.cuh"
 
 namespace {
 
@@ -49,13 +50,6 @@ __device__ inline void mma<__nv_bfloat16>(float c[4], const uint32_t a[4], uint3
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// 2^x in one MUFU instruction; results below 2^-126 flush to 0 (a probability that small is 0)
-__device__ inline float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 // matrix b's offset in an operand whose batch dims have strides st: b decoded over the batch
 // dims; the bias's index on each dim modulo its own extent (bmod)
 __device__ inline int64_t batch_off(const si_k_attn &p, int64_t b, const int64_t *st,
@@ -69,20 +63,9 @@ __device__ inline int64_t batch_off(const si_k_attn &p, int64_t b, const int64_t
     return off;
 }
 
-// one 16-byte chunk global -> shared (a shared-space address) without the registers
-// (cp.async); zeros when !valid
-__device__ inline void cp16s(uint32_t sm, const void *g, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sm), "l"(g),
-                 "r"(valid ? 16 : 0));
-}
+// cp16s to a generic pointer into shared memory
 __device__ inline void cp16(void *sm, const void *g, bool valid) {
     cp16s((uint32_t)__cvta_generic_to_shared(sm), g, valid);
-}
-__device__ inline void cp_commit() {
-    asm volatile("cp.async.commit_group;");
-}
-template <int N> __device__ inline void cp_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
 // rows x D tile of a (rows_total, D) matrix whose rows are ld apart into smem [rows][D + PAD]

@@ -20,6 +20,7 @@
 #include "cutlass/half.h"
 
 #include "cuda/attention90.cuh"
+#include "cuda/ptx.cuh"
 
 using namespace cute;
 
@@ -52,23 +53,6 @@ template <class L> __device__ constexpr auto rowcol(L l) {
     return make_layout(get<0, 1>(l), make_layout(get<0, 0>(l), get<0, 2>(l)));
 }
 
-__device__ inline float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ inline void cp16(uint32_t sm, const void *g, bool valid) { // zeros when !valid
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sm), "l"(g),
-                 "r"(valid ? 16 : 0));
-}
-__device__ inline void cp_commit() {
-    asm volatile("cp.async.commit_group;");
-}
-template <int N> __device__ inline void cp_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N));
-}
-
 // rows r0 .. r0 + rows of a (total, D) operand whose rows are ld apart into shared memory at
 // base (a multiple of 1024) in the layouts above, 16 bytes a thread and copy; zeros past total.
 // The 128-byte swizzle acts on the address: chunk c of row r lands at r * 128 + (c ^ r % 8) * 16
@@ -79,7 +63,7 @@ __device__ inline void load_rows(uint32_t base, const E *g, int64_t ld, int r0, 
     for (int i = threadIdx.x; i < rows * (D / 8); i += NT) {
         const int r = i / (D / 8), c = i % (D / 8);
         const bool ok = r0 + r < total;
-        cp16(base + r * 128 + ((c ^ (r & 7)) << 4), ok ? g + (r0 + r) * ld + c * 8 : g, ok);
+        cp16s(base + r * 128 + ((c ^ (r & 7)) << 4), ok ? g + (r0 + r) * ld + c * 8 : g, ok);
     }
 }
 
