@@ -9,17 +9,15 @@
 // block's softmax runs beside another's MMAs. cuda/attention.cu's mma.sync kernels do the rest
 // (other head sizes, a bias, longer sequences, K given as K^T, other GPUs); the CPU twin is
 // si_cpu_attention (src/cpu/kernels.c).
-#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED 1 // wgmma's N = 208 for a ViT's 197 keys
-
 #include <cuda_runtime.h>
 
-#include "cute/tensor.hpp"
 #include "cutlass/arch/barrier.h"
 #include "cutlass/bfloat16.h"
 #include "cutlass/cutlass.h"
 #include "cutlass/half.h"
 
 #include "cuda/attention90.cuh"
+#include "cuda/attention90_layout.cuh"
 #include "cuda/ptx.cuh"
 
 using namespace cute;
@@ -27,43 +25,15 @@ using namespace cute;
 namespace attn90 { // named: nvcc's stubs for a kernel template in an anonymous namespace beside
                    // cute's using-directive do not compile
 
-constexpr int BM = 64, D = 64, NT = 128; // query rows a tile, head size, one warp group
-
-// The two MMAs' shapes and the operands' layouts in shared memory: rows of 64 16-bit elements
-// (128 bytes) in wgmma's 128-byte swizzle. V is stored as K is, a key a row; P V reads it as
-// V^T (D, SP) through a transposed view of the same bytes (the MN-major B operand).
-template <class E, int SP> struct cfg {
-    using MmaQK = decltype(make_tiled_mma(
-        GMMA::ss_op_selector<E, E, float, Shape<Int<BM>, Int<SP>, Int<D>>>()));
-    using MmaPV =
-        decltype(make_tiled_mma(GMMA::rs_op_selector<E, E, float, Shape<Int<BM>, Int<D>, Int<SP>>,
-                                                     GMMA::Major::K, GMMA::Major::MN>()));
-    using LayQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<E>{}, Shape<Int<BM>, Int<D>>{}));
-    using LayK = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<E>{}, Shape<Int<SP>, Int<D>>{}));
-    using LayVt =
-        decltype(composition(LayK{}, make_layout(Shape<Int<D>, Int<SP>>{}, GenRowMajor{})));
-    static constexpr int Q_ELEMS = BM * D, KV_ELEMS = SP * D;
-    static constexpr size_t SMEM = (2 * Q_ELEMS + 2 * KV_ELEMS) * sizeof(E) + 1024; // + alignment
-    static_assert(size(MmaQK{}) == NT && size(MmaPV{}) == NT, "one warp group");
-};
-
-// a register tile ((2, 2, N / 8), 1, 1) of wgmma's accumulator as (row half, column): a thread
-// holds rows r and r + 8 of its warp's 16, two adjacent columns in each group of 8
-template <class L> __device__ constexpr auto rowcol(L l) {
-    return make_layout(get<0, 1>(l), make_layout(get<0, 0>(l), get<0, 2>(l)));
-}
-
 // rows r0 .. r0 + rows of a (total, D) operand whose rows are ld apart into shared memory at
-// base (a multiple of 1024) in the layouts above, 16 bytes a thread and copy; zeros past total.
-// The 128-byte swizzle acts on the address: chunk c of row r lands at r * 128 + (c ^ r % 8) * 16
-// (CuTe's tensors over these layouts give the same addresses).
+// base (a multiple of 1024) in cfg's layouts, 16 bytes a thread and copy; zeros past total
 template <class E>
 __device__ inline void load_rows(uint32_t base, const E *g, int64_t ld, int r0, int total,
                                  int rows) {
     for (int i = threadIdx.x; i < rows * (D / 8); i += NT) {
         const int r = i / (D / 8), c = i % (D / 8);
         const bool ok = r0 + r < total;
-        cp16s(base + r * 128 + ((c ^ (r & 7)) << 4), ok ? g + (r0 + r) * ld + c * 8 : g, ok);
+        cp16s(base + swizzled(r, c), ok ? g + (r0 + r) * ld + c * 8 : g, ok);
     }
 }
 
@@ -181,14 +151,13 @@ __global__ void __launch_bounds__(NT, SP > 208 ? 2 : 3)
             for (int i = 0; i < size(tOrP); i++) tOrP(i) = E(tSrS(i));
             wg_gemm(mpv, tOrP, tOrV, tOrO);
             // O / sum into this tile's Q buffer (free since the scores), in the same swizzle:
-            // rows whole for the stores below. i / 2 % 2 is the row half (a register index: a
-            // row-dependent one put inv in local memory)
+            // rows whole for the stores below (the row half by register index: a row-dependent
+            // one put inv in local memory)
 #pragma unroll
             for (int i = 0; i < size(tOrO); i += 2) {
                 const int r = get<0>(co(i)), c = get<1>(co(i));
-                const float f = inv[i / 2 % 2];
-                *reinterpret_cast<uint32_t *>(so + r * 128 + (((c / 8) ^ (r & 7)) << 4) +
-                                              c % 8 * 2) =
+                const float f = inv[row_half(i)];
+                *reinterpret_cast<uint32_t *>(so + swizzled(r, c / 8) + c % 8 * 2) =
                     E(tOrO(i) * f).raw() | (uint32_t)E(tOrO(i + 1) * f).raw() << 16;
             }
         } else { // rows past T: the group's MMA still needs every warp; P is never stored
@@ -201,7 +170,7 @@ __global__ void __launch_bounds__(NT, SP > 208 ? 2 : 3)
             const int r = i / (D / 8), c = i % (D / 8);
             if (t * BM + r < T_)
                 *reinterpret_cast<uint4 *>(yb + (t * BM + r) * p.ld[3] + c * 8) =
-                    *reinterpret_cast<const uint4 *>(so + r * 128 + ((c ^ (r & 7)) << 4));
+                    *reinterpret_cast<const uint4 *>(so + swizzled(r, c));
         }
         __syncthreads(); // read out before the buffer takes tile t + 2's rows
         if (t + 2 < tiles)
