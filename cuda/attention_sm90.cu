@@ -22,8 +22,9 @@
 
 using namespace cute;
 
-namespace attn90 { // named: nvcc's stubs for a kernel template in an anonymous namespace beside
-                   // cute's using-directive do not compile
+// A named namespace, not an anonymous one: nvcc's generated host code for a kernel template in
+// an anonymous namespace beside cute's using-directive fails to compile (ambiguous reference).
+namespace attn90 {
 
 // rows r0 .. r0 + rows of a (total, D) operand whose rows are ld apart into shared memory at
 // base (a multiple of 1024) in cfg's layouts, 16 bytes a thread and copy; zeros past total
