@@ -50,14 +50,13 @@ __device__ inline void mma<__nv_bfloat16>(float c[4], const uint32_t a[4], uint3
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// matrix b's offset in an operand whose batch dims have strides st: b decoded over the batch
-// dims; the bias's index on each dim modulo its own extent (bmod)
-__device__ inline int64_t batch_off(const si_k_attn &p, int64_t b, const int64_t *st,
-                                    const int64_t *mod = nullptr) {
+// matrix b's offset in the bias: b decoded over the batch dims, the bias's index on each dim
+// modulo its own extent (bmod; the operands' offsets are si_attn_offsets')
+__device__ inline int64_t bias_off(const si_k_attn &p, int64_t b) {
     int64_t off = 0;
     for (int d = p.nbd - 1; d >= 0; d--) {
         int64_t i = b % p.bdims[d];
-        off += (mod ? i % mod[d] : i) * st[d];
+        off += i % p.bmod[d] * p.bst[d];
         b /= p.bdims[d];
     }
     return off;
@@ -318,7 +317,9 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1)
     const int64_t b = blockIdx.x / row_blocks;
     const int T_ = (int)p.t, S = (int)p.s, q0 = (int)(blockIdx.x % row_blocks) * M;
     const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
-    const T *kb = k + batch_off(p, b, p.ost[1]), *vb = v + batch_off(p, b, p.ost[2]);
+    int64_t off[4];
+    si_attn_offsets(p, b, off);
+    const T *kb = k + off[1], *vb = v + off[2];
     const int tiles = (S + BN - 1) / BN, ldk = (int)p.ld[1], ldv = (int)p.ld[2];
     auto load_tile = [&](int i) {
         T *kt = kv + (i & 1) * 2 * TILE, *vt = kt + TILE;
@@ -328,7 +329,7 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1)
             load_kt<T, D>(kt, kb, ldk, i * BN, S);
         load_rows<T, D>(vt, vb, ldv, i * BN, S, BN);
     };
-    load_rows<T, D>(qs, q + batch_off(p, b, p.ost[0]), (int)p.ld[0], q0, T_, M);
+    load_rows<T, D>(qs, q + off[0], (int)p.ld[0], q0, T_, M);
     load_tile(0);
     cp_commit();
     uint32_t qa[D / 16][4];
@@ -338,7 +339,7 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     const int r0 = warp * 16;
     const int row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
-    const int64_t boff = bias ? batch_off(p, b, p.bst, p.bmod) : 0;
+    const int64_t boff = bias ? bias_off(p, b) : 0;
     const float sl2 = p.scale * 1.4426950408889634f; // scores to the log2 domain
     const uint32_t kv_sh = (uint32_t)__cvta_generic_to_shared(kv);
     for (int it = 0; it < tiles; it++) {
@@ -353,7 +354,8 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1)
         __syncthreads(); // every warp is done with this buffer before it is loaded again
     }
     cp_wait<0>(); // nothing in flight at exit (S == 0 issued Q and never waited)
-    store_o<T, D>(y + batch_off(p, b, p.ost[3]), p.ld[3], T_, row, o, l);
+    si_attn_offsets(p, b, off); // again: one 64-bit offset less live through the loop (spills)
+    store_o<T, D>(y + off[3], p.ld[3], T_, row, o, l);
 }
 
 // Short sequences without a bias (a ViT's 197 or DINOv2's 257 tokens): the flash kernel above
@@ -373,7 +375,7 @@ struct res_sync {
     int next;                  // the next unit to take
     int done[RES_SLOTS];       // units finished of the matrix in each slot
     int ready[RES_SLOTS];      // which of the block's matrices (0, 1, ...) a slot holds, once landed
-    int64_t qoff[RES_SLOTS];   // where the slot's matrix starts in Q and in Y (batch_off's
+    int64_t qoff[RES_SLOTS];   // where the slot's matrix starts in Q and in Y (their
     int64_t yoff[RES_SLOTS];   // 64-bit divisions once a matrix, not once a unit)
 };
 
@@ -396,7 +398,9 @@ __global__ void __launch_bounds__(RES_WARPS * 32, 1)
         const int64_t b = matrix(j);
         const int c = first % V, r0 = first / V, rs = step / V;
         const uint32_t ks = base + (j % ns) * 2 * KV, vs = ks + KV;
-        const T *kb = k + batch_off(p, b, p.ost[1]), *vb = v + batch_off(p, b, p.ost[2]);
+        int64_t off[4];
+        si_attn_offsets(p, b, off);
+        const T *kb = k + off[1], *vb = v + off[2];
         const int ldk = (int)p.ld[1], ldv = (int)p.ld[2];
         for (int r = r0; r < spad; r += rs) {
             const bool ok = r < S;
@@ -413,9 +417,8 @@ __global__ void __launch_bounds__(RES_WARPS * 32, 1)
             }
         }
         cp_commit();
-        const int64_t qo = batch_off(p, b, p.ost[0]);
-        if (first == 0) sy.qoff[j % ns] = qo, sy.yoff[j % ns] = batch_off(p, b, p.ost[3]);
-        const T *qb = q + qo;
+        if (first == 0) sy.qoff[j % ns] = off[0], sy.yoff[j % ns] = off[3];
+        const T *qb = q + off[0];
         for (int r = first; r < T_; r += step)
             asm volatile("prefetch.global.L2 [%0];" ::"l"(qb + r * p.ld[0]));
     };
@@ -527,12 +530,14 @@ __global__ void k_attn_rows(si_k_attn p, const T *__restrict__ q, const T *__res
     extern __shared__ float fs[];
     float *qs = fs, *sc = fs + p.d, *red = sc + p.s;
     const int64_t b = blockIdx.x / p.t, r = blockIdx.x % p.t, S = p.s, D = p.d, Dv = p.dv;
-    const T *qr = q + batch_off(p, b, p.ost[0]) + r * p.ld[0];
-    const T *kb = k + batch_off(p, b, p.ost[1]), *vb = v + batch_off(p, b, p.ost[2]);
+    int64_t off[4];
+    si_attn_offsets(p, b, off);
+    const T *qr = q + off[0] + r * p.ld[0];
+    const T *kb = k + off[1], *vb = v + off[2];
     const int64_t lk = p.ld[1], lv = p.ld[2];
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = si_to_f(qr[d]);
     __syncthreads();
-    const int64_t boff = bias ? batch_off(p, b, p.bst, p.bmod) + r * p.bst_t : 0;
+    const int64_t boff = bias ? bias_off(p, b) + r * p.bst_t : 0;
     float mx = -INFINITY;
     for (int64_t s = threadIdx.x; s < S; s += blockDim.x) {
         float acc = 0.f;
@@ -552,7 +557,7 @@ __global__ void k_attn_rows(si_k_attn p, const T *__restrict__ q, const T *__res
     }
     sum = block_reduce(sum, false, red);
     float inv = sum > 0.f ? 1.f / sum : 0.f;
-    T *yr = y + batch_off(p, b, p.ost[3]) + r * p.ld[3];
+    T *yr = y + off[3] + r * p.ld[3];
     for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
         float acc = 0.f;
         for (int64_t s = 0; s < S; s++) acc += sc[s] * si_to_f(vb[s * lv + d]);
@@ -588,49 +593,60 @@ cudaError_t launch_flash(cudaStream_t s, const si_k_attn &p, const void *q, cons
 // cp.async moves 16-byte chunks: every row and matrix of Q, K and V starts on 16 bytes; Y is
 // stored two elements at a time; a matrix's rows are addressed with 32-bit offsets
 template <typename T>
-bool flash_fits(const si_k_attn &p, const void *q, const void *k, const void *v, void *y) {
+bool flash_fits(const si_k_attn &p, const void *q, const void *k, const void *v, const void *y) {
     const void *ptrs[4] = {q, k, v, y};
-    for (int i = 0; i < 4; i++) {
-        if ((p.t + p.s + 128) * (p.ld[i] + 8) >= INT32_MAX) return false;
-        size_t unit = i < 3 ? 16 : 2 * sizeof(T);
-        if ((uintptr_t)ptrs[i] % unit || (p.ld[i] * sizeof(T)) % unit) return false;
-        for (int d = 0; d < p.nbd; d++)
-            if ((p.ost[i][d] * sizeof(T)) % unit) return false;
-    }
+    for (int i = 0; i < 4; i++)
+        if ((p.t + p.s + 128) * (p.ld[i] + 8) >= INT32_MAX ||
+            !si_attn_aligned(&p, i, ptrs[i], sizeof(T), i < 3 ? 16 : 2 * sizeof(T)))
+            return false;
     return true;
 }
 
-// The resident kernel (head size 64) where the K and V of at least two matrices fit the shared
-// memory a block may have (up to RES_SLOTS); as many persistent blocks as the GPU has SMs. 0
-// launched (or failed: *err); 1 not taken.
-template <typename T>
-int launch_resident(cudaStream_t s, const si_k_attn &p, const void *q, const void *k,
-                    const void *v, void *y, cudaError_t *err) {
-    int64_t spad = (p.s + 15) / 16 * 16;
-    size_t slot = 2 * (size_t)spad * swizzled_keys::ROW;
-    static int optin = -1, sms = 0; // set together, once every query below has succeeded
+// the shared memory of one matrix's K and V in the resident kernel, bytes
+size_t resident_slot(const si_k_attn &p) {
+    return 2 * (size_t)((p.s + 15) / 16 * 16) * swizzled_keys::ROW;
+}
+
+// The resident kernel's matrices a block holds (head size 64): as many as the shared memory a
+// block may have takes (up to RES_SLOTS); it runs where that is at least two. 0 where the
+// device could not be asked (*err).
+template <typename T> int resident_slots(const si_k_attn &p, cudaError_t *err) {
+    static int optin = -1; // set once every query below has succeeded
     if (optin < 0) {
-        int dev = 0, mem = 0, n = 0;
+        int dev = 0, mem = 0;
         if ((*err = cudaGetDevice(&dev)) != cudaSuccess ||
             (*err = cudaDeviceGetAttribute(&mem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) !=
-                cudaSuccess ||
-            (*err = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+                cudaSuccess)
             return 0;
         mem -= (int)sizeof(res_sync) + 128; // the static res_sync shares the block's memory
         if ((*err = cudaFuncSetAttribute(k_flash_res<T>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, mem)) !=
             cudaSuccess)
             return 0;
-        sms = n;
         optin = mem;
     }
-    int ns = (int)std::min<size_t>(RES_SLOTS, (size_t)optin / slot);
-    if (ns < 2) return 1;
+    return (int)std::min<size_t>(RES_SLOTS, (size_t)optin / resident_slot(p));
+}
+
+// as many persistent blocks of the resident kernel as the GPU has SMs
+template <typename T>
+cudaError_t launch_resident(cudaStream_t s, const si_k_attn &p, const void *q, const void *k,
+                            const void *v, void *y) {
+    static int sms = 0;
+    cudaError_t err = cudaSuccess;
+    const int ns = resident_slots<T>(p, &err);
+    if (ns < 2) return err != cudaSuccess ? err : cudaErrorInvalidValue;
+    if (sms == 0) {
+        int dev = 0, n = 0;
+        if ((err = cudaGetDevice(&dev)) != cudaSuccess ||
+            (err = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+            return err;
+        sms = n;
+    }
     int64_t grid = std::min<int64_t>(p.nb, sms);
-    k_flash_res<T><<<(unsigned)grid, RES_WARPS * 32, ns * slot, s>>>(
-        p, (const T *)q, (const T *)k, (const T *)v, (T *)y, (int)spad, ns);
-    *err = cudaGetLastError();
-    return 0;
+    k_flash_res<T><<<(unsigned)grid, RES_WARPS * 32, ns * resident_slot(p), s>>>(
+        p, (const T *)q, (const T *)k, (const T *)v, (T *)y, (int)((p.s + 15) / 16 * 16), ns);
+    return cudaGetLastError();
 }
 
 // Hopper's wgmma kernel (cuda/attention_sm90.cu) where it runs: an sm_90 device, and not
@@ -650,18 +666,34 @@ bool attn90_here() {
     return here == 1;
 }
 
+// si_k_attention_kernel's choice for element type T (t its code)
+template <typename T>
+int which(int t, const si_k_attn &p, const void *q, const void *k, const void *v,
+          const void *bias, const void *y) {
+    if constexpr (sizeof(T) == 2) {
+        if (!bias && attn90_here() && si_cuda_attn90_ok(t, &p, q, k, v, y)) return SI_ATTN_WGMMA;
+        if (p.dv == p.d && (p.d == 32 || p.d == 64 || p.d == 128) &&
+            flash_fits<T>(p, q, k, v, y)) {
+            cudaError_t err = cudaSuccess;
+            if (p.d == 64 && !bias && resident_slots<T>(p, &err) >= 2) return SI_ATTN_RESIDENT;
+            return SI_ATTN_FLASH;
+        }
+    }
+    return SI_ATTN_ROWS;
+}
+
 template <typename T>
 cudaError_t launch(cudaStream_t s, int t, const si_k_attn &p, const void *q, const void *k,
                    const void *v, const void *bias, void *y) {
     if constexpr (sizeof(T) == 2) {
-        if (!bias && attn90_here() && si_cuda_attn90_ok(t, &p, q, k, v, y))
-            return si_cuda_attn90_run(s, t, &p, q, k, v, y);
-        if (p.dv == p.d && flash_fits<T>(p, q, k, v, y)) {
-            cudaError_t e = cudaSuccess;
-            if (p.d == 64 && !bias && launch_resident<T>(s, p, q, k, v, y, &e) == 0) return e;
+        switch (which<T>(t, p, q, k, v, bias, y)) {
+        case SI_ATTN_WGMMA: return si_cuda_attn90_run(s, t, &p, q, k, v, y);
+        case SI_ATTN_RESIDENT: return launch_resident<T>(s, p, q, k, v, y);
+        case SI_ATTN_FLASH:
             if (p.d == 64) return launch_flash<T, 64>(s, p, q, k, v, bias, y);
             if (p.d == 32) return launch_flash<T, 32>(s, p, q, k, v, bias, y);
-            if (p.d == 128) return launch_flash<T, 128>(s, p, q, k, v, bias, y);
+            return launch_flash<T, 128>(s, p, q, k, v, bias, y);
+        default: break;
         }
     }
     size_t smem = sizeof(float) * (size_t)(p.d + p.s + 32);
@@ -674,6 +706,24 @@ cudaError_t launch(cudaStream_t s, int t, const si_k_attn &p, const void *q, con
 
 bool si_k_attention_fits(int64_t d, int64_t s) {
     return sizeof(float) * (size_t)(d + s + 32) <= 48 * 1024;
+}
+
+int si_k_attention_kernel(int t, const si_k_attn *p, const void *q, const void *k, const void *v,
+                          const void *bias, const void *y) {
+    switch (t) {
+    case SI_GT_F16: return which<__half>(t, *p, q, k, v, bias, y);
+    case SI_GT_BF16: return which<__nv_bfloat16>(t, *p, q, k, v, bias, y);
+    default: return which<float>(t, *p, q, k, v, bias, y);
+    }
+}
+
+const char *si_k_attention_kernel_name(int kernel) {
+    switch (kernel) {
+    case SI_ATTN_WGMMA: return "wgmma";
+    case SI_ATTN_RESIDENT: return "resident mma.sync";
+    case SI_ATTN_FLASH: return "tiled mma.sync";
+    default: return "row-by-row";
+    }
 }
 
 cudaError_t si_k_attention(cudaStream_t s, int t, const si_k_attn *p, const void *q, const void *k,

@@ -22,8 +22,36 @@ typedef struct {
 
 cudaError_t si_k_attention(cudaStream_t s, int t, const si_k_attn *p, const void *q, const void *k,
                            const void *v, const void *bias, void *y);
+/* Which of our kernels si_k_attention runs for these operands of element type t: Hopper's wgmma
+ * one (attention_sm90.cu), the resident or the tiled flash kernel (mma.sync), or one block a row.
+ * The autotune cache keys an attention node's timed choice against cuDNN's SDPA on it too. */
+enum { SI_ATTN_ROWS = 1, SI_ATTN_FLASH, SI_ATTN_RESIDENT, SI_ATTN_WGMMA };
+int si_k_attention_kernel(int t, const si_k_attn *p, const void *q, const void *k, const void *v,
+                          const void *bias, const void *y);
+const char *si_k_attention_kernel_name(int kernel);
 /* Whether the one-block-per-row kernel (FP32, or head sizes other than 32/64/128) has the shared
  * memory for a row of s scores. */
 bool si_k_attention_fits(int64_t d, int64_t s);
+
+/* Whether operand i (0..3: Q, K, V, Y) at base, of es-byte elements, starts every matrix and
+ * every row on a multiple of unit bytes (the kernels' copies move 16-byte chunks) */
+static inline bool si_attn_aligned(const si_k_attn *p, int i, const void *base, size_t es,
+                                   size_t unit) {
+    if ((uintptr_t)base % unit || (p->ld[i] * es) % unit) return false;
+    for (int d = 0; d < p->nbd; d++)
+        if ((p->ost[i][d] * es) % unit) return false;
+    return true;
+}
+
+/* Matrix b's offsets in Q, K, V and Y (off[i] from ost[i]): b decoded over the batch dims once,
+ * its 64-bit divisions shared by the four operands */
+__device__ inline void si_attn_offsets(const si_k_attn &p, int64_t b, int64_t off[4]) {
+    off[0] = off[1] = off[2] = off[3] = 0;
+    for (int d = p.nbd - 1; d >= 0; d--) {
+        const int64_t i = b % p.bdims[d];
+        for (int o = 0; o < 4; o++) off[o] += i * p.ost[o][d];
+        b /= p.bdims[d];
+    }
+}
 
 #endif

@@ -75,13 +75,8 @@ __global__ void __launch_bounds__(NT, SP > 208 ? 2 : 3)
     const int T_ = (int)p.t, S = (int)p.s, tiles = (T_ + BM - 1) / BM;
     const int tid = threadIdx.x, warp = tid / 32;
 
-    // this block's matrix: its offset in each operand, decoded over the batch dims
-    int64_t off[4] = {0, 0, 0, 0};
-    for (int64_t b = p.nb - 1 - blockIdx.x, d = p.nbd - 1; d >= 0; d--) {
-        const int64_t i = b % p.bdims[d];
-        for (int o = 0; o < 4; o++) off[o] += i * p.ost[o][d];
-        b /= p.bdims[d];
-    }
+    int64_t off[4]; // this block's matrix in each operand
+    si_attn_offsets(p, p.nb - 1 - blockIdx.x, off);
     const E *qb = q + off[0], *kb = k + off[1], *vb = v + off[2];
     E *yb = y + off[3];
 
@@ -212,12 +207,8 @@ int si_cuda_attn90_ok(int t, const si_k_attn *p, const void *q, const void *k, c
     if ((t != SI_GT_F16 && t != SI_GT_BF16) || p->d != D || p->dv != D || !p->trans_b) return 0;
     if (p->s < 65 || p->s > 256 || p->t < 1 || p->nb < 1 || p->nb > INT32_MAX) return 0;
     const void *ptrs[4] = {q, k, v, y};
-    for (int i = 0; i < 4; i++) { // 16-byte chunks: cp.async's, and Y's stores
-        const size_t unit = 16;
-        if ((uintptr_t)ptrs[i] % unit || (p->ld[i] * 2) % unit) return 0;
-        for (int d = 0; d < p->nbd; d++)
-            if ((p->ost[i][d] * 2) % unit) return 0;
-    }
+    for (int i = 0; i < 4; i++) // 16-byte chunks: cp.async's, and Y's stores
+        if (!si_attn_aligned(p, i, ptrs[i], 2, 16)) return 0;
     return 1;
 }
 

@@ -1,4 +1,4 @@
-// The autotune cache's file (autotune.cuh). Layout: "SIAT0004", u32 sizeof(memo_entry), u32 n,
+// The autotune cache's file (autotune.cuh). Layout: "SIAT0005", u32 sizeof(memo_entry), u32 n,
 // char[256] the GPU's name, i32 compute capability, i32 cuDNN version, u64 workspace, u32
 // sizeof(gemm_memo_entry), u32 gn, u64 cuBLASLt version, u32 sizeof(attn_memo_entry), u32 an, n
 // conv entries, gn GEMM entries, an attention entries, u32 CRC-32 of all that precedes it.
@@ -17,8 +17,9 @@
 
 // The number moves with the layout, and also where our own kernels changed what a timed choice
 // picks: 0004, the wgmma attention kernel (a file from before says cuDNN's SDPA for the ViTs'
-// 197 tokens, which it now beats)
-#define AT_MAGIC "SIAT0004"
+// 197 tokens, which it now beats); 0005, an attention entry's key names which of our kernels
+// its choice was timed against
+#define AT_MAGIC "SIAT0005"
 
 typedef struct {
     char magic[8];

@@ -62,6 +62,7 @@ typedef struct {
 typedef struct {
     si_k_attn p;
     int64_t off[4];
+    int ours; // which of our kernels runs it (si_k_attention_kernel, on slot 0's operands)
     cudnnBackendDescriptor_t plan;
     bool owns, decided;
 } attn_x;

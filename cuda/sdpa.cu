@@ -183,6 +183,19 @@ static void operands(cuda_state *cs, const si_graph *g, const slot_x *sl, int j,
     *y = vptr(cs, g, sl, n->out);
 }
 
+// which of our kernels runs node j on slot 0's operands (init times it there)
+static int our_kernel(cuda_state *cs, const si_graph *g, int j) {
+    const attn_x *x = &cs->attn[j];
+    const void *in[4];
+    void *y;
+    operands(cs, g, &cs->slots[0], j, in, &y);
+    size_t es = si_gtype_size(cs->t);
+    return si_k_attention_kernel(cs->t, &x->p, (const char *)in[0] + x->off[0] * es,
+                                 (const char *)in[1] + x->off[1] * es,
+                                 (const char *)in[2] + x->off[2] * es, in[3],
+                                 (char *)y + x->off[3] * es);
+}
+
 si_status si_cuda_attn_run(cuda_state *cs, slot_x *sl, const si_graph *g, int j,
                            const void *const in[4], void *y) {
     const attn_x *x = &cs->attn[j];
@@ -381,11 +394,13 @@ static bool plan_agrees(cuda_state *cs, const si_graph *g, int j, desc plan, flo
     return *err <= (cs->t == SI_GT_BF16 ? 3e-2f : 1e-2f);
 }
 
-// The autotune cache's key of an attention node (autotune.cuh): what same_shape compares
-static void attn_key(const si_k_attn *p, int64_t key[ATTN_KEY]) {
+// The autotune cache's key of an attention node (autotune.cuh): what same_shape compares, and
+// which of our kernels the choice was timed against (SI_ATTN90=0 changes it on the same GPU)
+static void attn_key(const attn_x *x, int64_t key[ATTN_KEY]) {
+    const si_k_attn *p = &x->p;
     memset(key, 0, sizeof(int64_t) * ATTN_KEY);
-    const int64_t head[] = {p->nb, p->t,     p->s,     p->d,     p->dv,   p->trans_b,
-                            p->nbd, p->ld[0], p->ld[1], p->ld[2], p->ld[3]};
+    const int64_t head[] = {p->nb,    p->t,     p->s,     p->d,     p->dv,   p->trans_b,
+                            p->nbd,   p->ld[0], p->ld[1], p->ld[2], p->ld[3], x->ours};
     int k = 0;
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) key[k++] = head[i];
     for (int d = 0; d < p->nbd && k + 5 <= ATTN_KEY; d++) {
@@ -528,9 +543,10 @@ static bool cached_choice(si_engine *e, cuda_state *cs, int j, const int64_t key
     if (!e->opts.verbose) return true;
     char plan_said[64] = "";
     if (how) snprintf(plan_said, sizeof plan_said, "; its plan %s in %.3f s", how, si_now() - t0);
+    char who[48] = "cuDNN's fused SDPA";
+    if (!x->plan) snprintf(who, sizeof who, "our %s kernel", si_k_attention_kernel_name(x->ours));
     fprintf(stderr, "cuda: %s: attention by %s (the autotune cache's choice, %.3f ms%s)\n",
-            g->nodes[j].name, x->plan ? "cuDNN's fused SDPA" : "our kernel", memo->ae[i].ms,
-            plan_said);
+            g->nodes[j].name, who, memo->ae[i].ms, plan_said);
     return true;
 }
 
@@ -539,6 +555,8 @@ si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode, algo_
     const si_gnode *n = &g->nodes[j];
     attn_x *x = &cs->attn[j];
     si_cuda_attn_params(g, n, &x->p, x->off);
+    x->ours = our_kernel(cs, g, j);
+    const char *ours = si_k_attention_kernel_name(x->ours);
     const char *why = NULL;
     if (mode == SI_SDPA_NEVER)
         why = "SI_CUDNN_SDPA=0";
@@ -550,8 +568,8 @@ si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode, algo_
         why = "a head size other than 32, 64 or 128";
     if (why) {
         if (e->opts.verbose)
-            fprintf(stderr, "cuda: %s: attention by our kernel (cuDNN's SDPA not tried: %s)\n",
-                    n->name, why);
+            fprintf(stderr, "cuda: %s: attention by our %s kernel (cuDNN's SDPA not tried: %s)\n",
+                    n->name, ours, why);
         return SI_OK;
     }
     for (int i = 0; i < j; i++) { // the same operands earlier: its choice, its plan
@@ -565,7 +583,7 @@ si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode, algo_
     x->decided = true;
     // the choice of an earlier run, from the autotune cache: the same kernel, the same bits
     int64_t key[ATTN_KEY];
-    attn_key(&x->p, key);
+    attn_key(x, key);
     int stale = -1;
     const bool cached = memo && mode == SI_SDPA_TIMED;
     if (cached) {
@@ -615,15 +633,16 @@ si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode, algo_
     else if (x->plan)
         fprintf(stderr,
                 "cuda: %s: attention by cuDNN's fused SDPA (%.3f ms, within %.2g of our kernel's "
-                "result; our kernel %.3f ms; its plan built in %.3f s)\n",
-                n->name, theirs, err, own, built);
+                "result; our %s kernel %.3f ms; its plan built in %.3f s)\n",
+                n->name, theirs, err, ours, own, built);
     else if (theirs >= 0.f)
         fprintf(stderr,
-                "cuda: %s: attention by our kernel (%.3f ms; cuDNN's SDPA %.3f ms, within %.2g, "
+                "cuda: %s: attention by our %s kernel (%.3f ms; cuDNN's SDPA %.3f ms, within %.2g, "
                 "its plan built in %.3f s)\n",
-                n->name, own, theirs, err, built);
+                n->name, ours, own, theirs, err, built);
     else
-        fprintf(stderr, "cuda: %s: attention by our kernel (cuDNN's SDPA: %s)\n", n->name, why);
+        fprintf(stderr, "cuda: %s: attention by our %s kernel (cuDNN's SDPA: %s)\n", n->name, ours,
+                why);
     return SI_OK;
 }
 

@@ -66,3 +66,19 @@ else
   fi
   echo "autotune attention: OK ($cold_by, $n node(s); no cuDNN plan kept)"
 fi
+# a choice timed against the wgmma kernel does not answer a run with SI_ATTN90=0 (another kernel
+# of ours); both entries then stand side by side
+if grep -q "our wgmma kernel" <<<"$cold"; then
+  other=$(SI_ATTN90=0 go "$dir/cache") || exit 1
+  other_n=$(grep -o '[0-9]*/[0-9]* attention' <<<"$other")
+  if [ "$other_n" != "0/$n attention" ] || grep -q "our wgmma kernel" <<<"$other"; then
+    echo "FAIL: SI_ATTN90=0 must time its own kernel, not take the wgmma kernel's choice ($other_n)"; exit 1
+  fi
+  both=$(SI_ATTN90=0 go "$dir/cache") || exit 1
+  again=$(go "$dir/cache") || exit 1
+  if [ "$(grep -o '[0-9]*/[0-9]* attention' <<<"$both")" != "$n/$n attention" ] ||
+     [ "$(grep -o '[0-9]*/[0-9]* attention' <<<"$again")" != "$n/$n attention" ]; then
+    echo "FAIL: each kernel's choice must stay in the cache beside the other's"; exit 1
+  fi
+  echo "SI_ATTN90=0 timed its own choice ($(grep -o "our [a-z.]* *[a-z.]* kernel" <<<"$other" | head -1)); both kept"
+fi
