@@ -18,7 +18,8 @@
 // The number moves with the layout, and also where our own kernels changed what a timed choice
 // picks: 0004, the wgmma attention kernel (a file from before says cuDNN's SDPA for the ViTs'
 // 197 tokens, which it now beats); 0005, an attention entry's key names which of our kernels
-// its choice was timed against
+// its choice was timed against, and the fused Linear kernels' table (the GEMM entries' variant
+// indices) has six tiles
 #define AT_MAGIC "SIAT0005"
 
 typedef struct {

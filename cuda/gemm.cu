@@ -321,7 +321,7 @@ static float linear90_init(si_engine *e, cuda_state *cs, int j, int64_t M, int64
             }
         }
     }
-    int vs[8], nv = si_cuda_linear90_variants(&p, vs, 8);
+    int vs[16], nv = si_cuda_linear90_variants(&p, vs, 16);
     const char *only = getenv("SI_LINEAR90_TILE"); // one tile, for profiling and A/B runs
     if (only && *only) {
         int kept = 0;
@@ -330,7 +330,7 @@ static float linear90_init(si_engine *e, cuda_state *cs, int j, int64_t M, int64
         nv = kept;
     }
     float best = -1.f;
-    char said[256] = "";
+    char said[640] = "";
     for (int i = 0; i < nv; i++) {
         size_t ws = 0;
         if (!si_cuda_linear90_ok(&p, vs[i], &ws) || ws > cs->plan.workspace) continue;

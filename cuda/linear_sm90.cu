@@ -110,33 +110,44 @@ template <class T> struct swish {
 template <class T, int N> struct swish<cutlass::Array<T, N>> : each<swish<T>, T, N> {
     using Arguments = swish_args;
 };
-// Tile shapes: cooperative 128 x 256 and 256 x 128 tiles (two consumer warp groups share each)
-// and ping-pong 128 x 128 and 64 x 256 ones (the groups alternate tiles, one's epilogue behind
-// the other's MMAs, hidden while it is the shorter). At batch 256 on an H100: ViT-B's and CLIP's
-// fc1 on ping-pong 128 x 128 (erf GELU 0.381 ms against 0.425 cooperative, QuickGELU 0.354), the
-// small-K layers of DeiT-S, DINOv2-S and ConvNeXt-T's first three stages cooperative 256 x 128
-// (their epilogues outlast a tile's few k-blocks of MMAs); 64 x 256 at a few hundred rows.
-// si_cuda_linear90_run takes the choice (gemm.cu times them). Each is M x N x 64 with a cluster
-// of CM x CN CTAs.
-template <int M, int N, int CM, int CN, bool PingPong> struct tile {
+// Tiles: cooperative ones (two consumer warp groups share each tile, and its epilogue, which
+// the tensor cores wait for) and ping-pong ones (the groups alternate tiles, one's epilogue
+// behind the other's MMAs while it is the shorter). Each is M x N x 64 with a cluster of CM x CN
+// CTAs, and stores its output in EM x EN pieces (each through shared memory, a TMA store and a
+// barrier): CUTLASS's own choice (64 x 32 for ping-pong, 128 x 32 cooperative) left the
+// activation's epilogue on the critical path. At batch 256 on an H100 (init's timing, ms):
+//   ViT-B fc1 (erf GELU), ping-pong 128 x 128: 0.383 with 64 x 32 pieces, 0.364 with 64 x 128;
+//   CLIP fc1 (QuickGELU), the same: 0.348 -> 0.339; ConvNeXt-T's first stage, cooperative
+//   256 x 128: 0.562 (128 x 32) -> 0.544 (128 x 64) -> 0.536 (128 x 128); DeiT-S fc1 cooperative
+//   128 x 256: 0.163 -> 0.159 (128 x 64); ping-pong 64 x 256: 0.194 -> 0.171 (64 x 128).
+// Ping-pong 128 x 128 with 64 x 64 pieces took the attention projections and some fc2s from
+// cuBLASLt. si_cuda_linear90_run takes init's choice (gemm.cu times them all).
+template <int M, int N, int CM, int CN, bool PingPong, int EM, int EN> struct tile {
     using Tile = Shape<Int<M>, Int<N>, _64>;
     using Cluster = Shape<Int<CM>, Int<CN>, _1>;
+    using EpiTile = Shape<Int<EM>, Int<EN>>;
     using Main = cute::conditional_t<PingPong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                                      cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
     using Epi = cute::conditional_t<PingPong, cutlass::epilogue::TmaWarpSpecialized,
                                     cutlass::epilogue::TmaWarpSpecializedCooperative>;
 };
-struct coop : tile<128, 256, 2, 1, false> {
-    static constexpr const char *name = "cooperative 128x256";
+struct coop : tile<128, 256, 2, 1, false, 128, 64> {
+    static constexpr const char *name = "cooperative 128x256 (stores 128x64)";
 };
-struct coop256 : tile<256, 128, 1, 2, false> {
-    static constexpr const char *name = "cooperative 256x128";
+struct coop256 : tile<256, 128, 1, 2, false, 128, 64> {
+    static constexpr const char *name = "cooperative 256x128 (stores 128x64)";
 };
-struct pingpong128 : tile<128, 128, 2, 1, true> {
-    static constexpr const char *name = "ping-pong 128x128";
+struct coop256w : tile<256, 128, 1, 2, false, 128, 128> {
+    static constexpr const char *name = "cooperative 256x128 (stores 128x128)";
 };
-struct pingpong : tile<64, 256, 2, 1, true> {
-    static constexpr const char *name = "ping-pong 64x256";
+struct pingpong128 : tile<128, 128, 2, 1, true, 64, 128> {
+    static constexpr const char *name = "ping-pong 128x128 (stores 64x128)";
+};
+struct pingpong128n : tile<128, 128, 2, 1, true, 64, 64> {
+    static constexpr const char *name = "ping-pong 128x128 (stores 64x64)";
+};
+struct pingpong : tile<64, 256, 2, 1, true, 64, 128> {
+    static constexpr const char *name = "ping-pong 64x256 (stores 64x128)";
 };
 
 // Res: C (the residual) is read by the epilogue's TMA loads and added with beta 1
@@ -144,7 +155,7 @@ template <class E, template <class> class Act, class Cfg, bool Res> struct linea
     using Fusion = cutlass::epilogue::fusion::LinCombPerColBiasEltAct<Act, E, float, E, E, float>;
     using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::Tile,
-        typename Cfg::Cluster, cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+        typename Cfg::Cluster, typename Cfg::EpiTile, float, float,
         cute::conditional_t<Res, E, void>, cutlass::layout::RowMajor, 8, E,
         cutlass::layout::RowMajor, 8, typename Cfg::Epi, Fusion>::CollectiveOp;
     using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -204,7 +215,8 @@ struct entry {
 #define ROW(T, E, A, F, R, C)                                                                      \
     { T, A, R, C::name, linear<E, F, C, R>::check, linear<E, F, C, R>::run }
 #define ROWS(T, E, A, F, R)                                                                        \
-    ROW(T, E, A, F, R, coop), ROW(T, E, A, F, R, coop256), ROW(T, E, A, F, R, pingpong128),        \
+    ROW(T, E, A, F, R, coop), ROW(T, E, A, F, R, coop256), ROW(T, E, A, F, R, coop256w),           \
+        ROW(T, E, A, F, R, pingpong128), ROW(T, E, A, F, R, pingpong128n),                        \
         ROW(T, E, A, F, R, pingpong)
 const entry table[] = {
     ROWS(SI_LINEAR90_F16, cutlass::half_t, SI_LINEAR90_GELU, gelu_erf, false),
