@@ -131,24 +131,18 @@ template <int M, int N, int CM, int CN, bool PingPong, int EM, int EN> struct ti
     using Epi = cute::conditional_t<PingPong, cutlass::epilogue::TmaWarpSpecialized,
                                     cutlass::epilogue::TmaWarpSpecializedCooperative>;
 };
-struct coop : tile<128, 256, 2, 1, false, 128, 64> {
-    static constexpr const char *name = "cooperative 128x256 (stores 128x64)";
-};
-struct coop256 : tile<256, 128, 1, 2, false, 128, 64> {
-    static constexpr const char *name = "cooperative 256x128 (stores 128x64)";
-};
-struct coop256w : tile<256, 128, 1, 2, false, 128, 128> {
-    static constexpr const char *name = "cooperative 256x128 (stores 128x128)";
-};
-struct pingpong128 : tile<128, 128, 2, 1, true, 64, 128> {
-    static constexpr const char *name = "ping-pong 128x128 (stores 64x128)";
-};
-struct pingpong128n : tile<128, 128, 2, 1, true, 64, 64> {
-    static constexpr const char *name = "ping-pong 128x128 (stores 64x64)";
-};
-struct pingpong : tile<64, 256, 2, 1, true, 64, 128> {
-    static constexpr const char *name = "ping-pong 64x256 (stores 64x128)";
-};
+// one tile: its kind, M x N, cluster CM x CN and output pieces EM x EN, and a name saying them
+#define TILE(ID, KIND, PP, M, N, CM, CN, EM, EN)                                                   \
+    struct ID : tile<M, N, CM, CN, PP, EM, EN> {                                                   \
+        static constexpr const char *name = KIND " " #M "x" #N " (stores " #EM "x" #EN ")";        \
+    };
+TILE(coop, "cooperative", false, 128, 256, 2, 1, 128, 64)
+TILE(coop256, "cooperative", false, 256, 128, 1, 2, 128, 64)
+TILE(coop256w, "cooperative", false, 256, 128, 1, 2, 128, 128)
+TILE(pingpong128, "ping-pong", true, 128, 128, 2, 1, 64, 128)
+TILE(pingpong128n, "ping-pong", true, 128, 128, 2, 1, 64, 64)
+TILE(pingpong, "ping-pong", true, 64, 256, 2, 1, 64, 128)
+#undef TILE
 
 // Res: C (the residual) is read by the epilogue's TMA loads and added with beta 1
 template <class E, template <class> class Act, class Cfg, bool Res> struct linear {
