@@ -572,9 +572,10 @@ si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode, algo_
                     n->name, ours, why);
         return SI_OK;
     }
-    for (int i = 0; i < j; i++) { // the same operands earlier: its choice, its plan
+    for (int i = 0; i < j; i++) { // the same operands (and kernel) earlier: its choice and plan
         const attn_x *o = &cs->attn[i];
-        if (g->nodes[i].op == SI_OP_ATTENTION && o->decided && same_shape(&o->p, &x->p)) {
+        if (g->nodes[i].op == SI_OP_ATTENTION && o->decided && o->ours == x->ours &&
+            same_shape(&o->p, &x->p)) {
             x->plan = o->plan;
             x->decided = true;
             return SI_OK;
