@@ -120,8 +120,9 @@ template <class T, int N> struct swish<cutlass::Array<T, N>> : each<swish<T>, T,
 //   CLIP fc1 (QuickGELU), the same: 0.348 -> 0.339; ConvNeXt-T's first stage, cooperative
 //   256 x 128: 0.562 (128 x 32) -> 0.544 (128 x 64) -> 0.536 (128 x 128); DeiT-S fc1 cooperative
 //   128 x 256: 0.163 -> 0.159 (128 x 64); ping-pong 64 x 256: 0.194 -> 0.171 (64 x 128).
-// Ping-pong 128 x 128 with 64 x 64 pieces took the attention projections and some fc2s from
-// cuBLASLt. si_cuda_linear90_run takes init's choice (gemm.cu times them all).
+// Ping-pong 128 x 128 with 64 x 64 pieces is there for Linear layers without an activation: it
+// beat cuBLASLt on DINOv2-S's QKV and proj, Swin-T's first proj and fc2 and ConvNeXt-T's first
+// fc2. si_cuda_linear90_run takes init's choice (gemm.cu times them all).
 template <int M, int N, int CM, int CN, bool PingPong, int EM, int EN> struct tile {
     using Tile = Shape<Int<M>, Int<N>, _64>;
     using Cluster = Shape<Int<CM>, Int<CN>, _1>;
