@@ -17,10 +17,8 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 
-#ifndef SI_HAVE_LINEAR90
-#define SI_HAVE_LINEAR90 1 // this file is what defines the functions
-#endif
-#include "cuda/linear90.cuh"
+#include "cuda/linear90.cuh" // SI_HAVE_LINEAR90 defined: this file defines its functions
+#include "cuda/ptx.cuh"
 
 using namespace cute;
 
@@ -39,22 +37,13 @@ template <class Scalar, class T, int N> struct each {
     }
 };
 
-// The special-function unit's 2^x and 1/x as single instructions. Without .ftz, exp2f's and
-// __fdividef's approximations each bring a range test and two scalings for subnormal arguments
-// and results (an FSETP and two FMULs apiece in the SASS): a third of the erf GELU's epilogue.
-// No argument here is subnormal (the reciprocals' are >= 1); a 2^x that would be is flushed to
-// zero, which changes the sigmoids' 1 + 2^x not at all and the GELU only below x = -13, where
-// its exact value is under 1e-37 in magnitude: zero in FP16, a BF16 subnormal otherwise.
-__device__ __forceinline__ float ex2_ftz(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-__device__ __forceinline__ float rcp_ftz(float x) {
-    float y;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
+// The special-function unit's 2^x and 1/x as single instructions (ex2, rcp: cuda/ptx.cuh).
+// Without .ftz, exp2f's and __fdividef's approximations each bring a range test and two scalings
+// for subnormal arguments and results (an FSETP and two FMULs apiece in the SASS): a third of the
+// erf GELU's epilogue. No argument here is subnormal (the reciprocals' are >= 1); a 2^x that would
+// be is flushed to zero, which changes the sigmoids' 1 + 2^x not at all and the GELU only below
+// x = -13, where its exact value is under 1e-37 in magnitude: zero in FP16, a BF16 subnormal
+// otherwise.
 
 // The activations, in FP32 on the accumulator before the output's one rounding to FP16 or BF16.
 // The cooperative schedule's epilogue does not overlap the next tile's MMAs, and the ping-pong
@@ -70,14 +59,14 @@ __device__ __forceinline__ float rcp_ftz(float x) {
 template <class T> struct gelu_erf {
     CUTLASS_DEVICE T operator()(T v) const {
         float f = (float)v, a = fabsf(f);
-        float t = rcp_ftz(fmaf(0.3275911f * 0.70710678118654752f, a, 1.f));
+        float t = rcp(fmaf(0.3275911f * 0.70710678118654752f, a, 1.f));
         float q =
             ((((0.5f * 1.061405429f * t - 0.5f * 1.453152027f) * t + 0.5f * 1.421413741f) * t -
               0.5f * 0.284496736f) *
                  t +
              0.5f * 0.254829592f) *
             t;
-        q *= ex2_ftz(f * (f * -0.72134752044448170f)); // exp(-x^2 / 2) = 2^(-x^2 log2(e) / 2)
+        q *= ex2(f * (f * -0.72134752044448170f)); // exp(-x^2 / 2) = 2^(-x^2 log2(e) / 2)
         return T(fmaf(-a, q, fmaxf(f, 0.f)));
     }
 };
@@ -90,7 +79,7 @@ template <class T> struct gelu_tanh {
     CUTLASS_DEVICE T operator()(T v) const {
         constexpr float k1 = -2.f * 0.79788456080286536f * 1.4426950408889634f;
         float f = (float)v;
-        return T(f * rcp_ftz(1.f + ex2_ftz(f * fmaf(k1 * 0.044715f, f * f, k1))));
+        return T(f * rcp(1.f + ex2(f * fmaf(k1 * 0.044715f, f * f, k1))));
     }
 };
 template <class T, int N> struct gelu_tanh<cutlass::Array<T, N>> : each<gelu_tanh<T>, T, N> {};
@@ -104,7 +93,7 @@ template <class T> struct swish {
     using Arguments = swish_args;
     CUTLASS_DEVICE T operator()(T v, swish_args const &a) const {
         float f = (float)v;
-        return T(f * rcp_ftz(1.f + ex2_ftz(f * a.k)));
+        return T(f * rcp(1.f + ex2(f * a.k)));
     }
 };
 template <class T, int N> struct swish<cutlass::Array<T, N>> : each<swish<T>, T, N> {

@@ -1,5 +1,5 @@
-// Single PTX instructions the attention kernels share (cuda/attention.cu, cuda/attention_sm90.cu):
-// the MUFU 2^x and cp.async's 16-byte copies into shared memory.
+// Single PTX instructions the kernels share (cuda/attention.cu, cuda/attention_sm90.cu,
+// cuda/linear_sm90.cu): the MUFU 2^x and 1/x, and cp.async's 16-byte copies into shared memory.
 #ifndef SI_CUDA_PTX_CUH
 #define SI_CUDA_PTX_CUH
 
@@ -9,6 +9,13 @@
 static __device__ __forceinline__ float ex2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// 1/x in one MUFU instruction, subnormal arguments and results flushed to 0
+static __device__ __forceinline__ float rcp(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
 
