@@ -5,7 +5,7 @@
 // tiles through shared memory; k_flash_res (head size 64, no bias, a few hundred keys: the ViTs)
 // keeps whole matrices' K and V resident and hands out rows to warps as they come free.
 // Otherwise (FP32, other head sizes): one block per query row, the row's scores in shared
-// memory. On an H100 the ViTs' shapes (head size 64, up to 256 keys, no bias) go to the wgmma
+// memory. On an H100 the ViTs' shapes (head size 64, up to 272 keys, no bias) go to the wgmma
 // kernel of cuda/attention_sm90.cu first. The CPU twin is si_cpu_attention (src/cpu/kernels.c).
 #include <math.h>
 #include <stdlib.h>

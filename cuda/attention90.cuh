@@ -6,7 +6,7 @@
 
 #ifdef SI_HAVE_ATTN90
 // 1 if the kernel runs p with element type t (FP16/BF16, head size 64, K as rows, no bias, 65 to
-// 256 keys, 16-byte rows) at these addresses; 0 if not
+// 272 keys, 16-byte rows) at these addresses; 0 if not
 int si_cuda_attn90_ok(int t, const si_k_attn *p, const void *q, const void *k, const void *v,
                       const void *y);
 // enqueues Y = softmax(scale Q K^T) V on s (capturable into a graph); borrows all

@@ -15,8 +15,10 @@ constexpr int BM = 64, D = 64, NT = 128; // query rows a tile, head size, one wa
 
 // The two MMAs' shapes and the operands' layouts in shared memory: rows of 64 16-bit elements
 // (128 bytes) in wgmma's 128-byte swizzle. V is stored as K is, a key a row; P V reads it as
-// V^T (D, SP) through a transposed view of the same bytes (the MN-major B operand).
-template <class E, int SP> struct cfg {
+// V^T (D, SP) through a transposed view of the same bytes (the MN-major B operand). ST > 0: ST
+// keys past SP (DINOv2's 257th, past wgmma's widest N of 256) in a second chain of each MMA,
+// their K and V rows right after the first SP (a multiple of 8 rows: on a 1024-byte boundary).
+template <class E, int SP, int ST = 0> struct cfg {
     using MmaQK = decltype(make_tiled_mma(
         GMMA::ss_op_selector<E, E, float, Shape<Int<BM>, Int<SP>, Int<D>>>()));
     using MmaPV =
@@ -26,11 +28,12 @@ template <class E, int SP> struct cfg {
     using LayK = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<E>{}, Shape<Int<SP>, Int<D>>{}));
     using LayVt =
         decltype(composition(LayK{}, make_layout(Shape<Int<D>, Int<SP>>{}, GenRowMajor{})));
-    static constexpr int Q_ELEMS = BM * D, KV_ELEMS = SP * D;
+    using Tail = cfg<E, ST ? ST : 16>; // the tail's chains and layouts (unused where ST = 0)
+    static constexpr int Q_ELEMS = BM * D, KV_ELEMS = (SP + ST) * D;
     static constexpr size_t SMEM = (2 * Q_ELEMS + 2 * KV_ELEMS) * sizeof(E) + 1024; // + alignment
     static_assert(size(MmaQK{}) == NT && size(MmaPV{}) == NT, "one warp group");
+    static_assert(SP % 8 == 0 && (ST == 0 || ST == 16), "the tail: one k-block of P V");
 };
-
 // byte offset of 16-byte chunk c of row r in these layouts, from a 1024-byte boundary: the
 // swizzle acts on the address, chunk c ^ r % 8 of the row's 128 bytes
 CUTE_HOST_DEVICE constexpr uint32_t swizzled(int r, int c) {

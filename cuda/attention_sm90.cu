@@ -1,14 +1,15 @@
 // Attention for short sequences on Hopper's warp-group MMAs (wgmma): Y = softmax(scale Q K^T) V
-// per matrix, head size 64, up to 256 keys (a ViT's 197 tokens). One warp group a block, one
-// matrix a block: the matrix's K and V stay in shared memory while the group takes its query
-// rows 64 at a time. A tile's scores against every key (64 x SP, SP the keys rounded up to a
+// per matrix, head size 64, up to 272 keys (a ViT's 197 tokens, DINOv2's 257). One warp group a
+// block, one matrix a block: the matrix's K and V stay in shared memory while the group takes its
+// query rows 64 at a time. A tile's scores against every key (64 x SP, SP the keys rounded up to a
 // width wgmma has) come from one wgmma chain with Q and K in shared memory, and stay in the
 // accumulator registers: the row's max and sum are taken once over all of them (no running
 // rescale), the probabilities go to FP16/BF16 in the registers, and P V is a second chain with P
-// as the register operand and V read transposed from shared memory. Three blocks an SM, so one
-// block's softmax runs beside another's MMAs. cuda/attention.cu's mma.sync kernels do the rest
-// (other head sizes, a bias, longer sequences, K given as K^T, other GPUs); the CPU twin is
-// si_cpu_attention (src/cpu/kernels.c).
+// as the register operand and V read transposed from shared memory. Keys past 256, wgmma's widest
+// N, take a 16-wide chain of each MMA beside the 256-wide one, in the same batch. Three blocks an
+// SM up to 208 keys (two past), so one block's softmax runs beside another's MMAs.
+// cuda/attention.cu's mma.sync kernels do the rest (other head sizes, a bias, longer sequences, K
+// given as K^T, other GPUs); the CPU twin is si_cpu_attention (src/cpu/kernels.c).
 #include <cuda_runtime.h>
 
 #include "cutlass/arch/barrier.h"
@@ -38,20 +39,41 @@ __device__ inline void load_rows(uint32_t base, const E *g, int64_t ld, int r0, 
     }
 }
 
-// C = A B over the k-blocks of a wgmma chain, C zeroed first; the warp group waits for it
+// issues C (+)= A B over the k-blocks of a wgmma chain: C zeroed first unless add
 template <class Mma, class A, class B, class C>
-__device__ inline void wg_gemm(Mma &mma, const A &a, const B &b, C &c) {
-    warpgroup_fence_operand(c);
-    warpgroup_arrive();
-    mma.accumulate_ = GMMA::ScaleOut::Zero;
+__device__ inline void chain(Mma &mma, const A &a, const B &b, C &c, bool add) {
+    mma.accumulate_ = add ? GMMA::ScaleOut::One : GMMA::ScaleOut::Zero;
 #pragma unroll
     for (int kb = 0; kb < size<2>(a); kb++) {
         cute::gemm(mma, a(_, _, kb), b(_, _, kb), c);
         mma.accumulate_ = GMMA::ScaleOut::One;
     }
+}
+
+// C = A B as one wgmma chain; the warp group waits for it
+template <class Mma, class A, class B, class C>
+__device__ inline void wg_gemm(Mma &mma, const A &a, const B &b, C &c) {
+    warpgroup_fence_operand(c);
+    warpgroup_arrive();
+    chain(mma, a, b, c, false);
     warpgroup_commit_batch();
     warpgroup_wait<0>();
     warpgroup_fence_operand(c);
+}
+
+// C = A B, then C2 = A2 B2 (C2 += A2 B2 if add2; C2 may be C), in one batch the group waits for
+template <class Mma, class A, class B, class C, class Mma2, class A2, class B2, class C2>
+__device__ inline void wg_gemm2(Mma &mma, const A &a, const B &b, C &c, Mma2 &mma2, const A2 &a2,
+                                const B2 &b2, C2 &c2, bool add2) {
+    warpgroup_fence_operand(c);
+    warpgroup_fence_operand(c2);
+    warpgroup_arrive();
+    chain(mma, a, b, c, false);
+    chain(mma2, a2, b2, c2, add2);
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(c);
+    warpgroup_fence_operand(c2);
 }
 
 // A block a matrix, its rows in 64-row tiles; the next tile's query rows load while this one
@@ -59,11 +81,12 @@ __device__ inline void wg_gemm(Mma &mma, const A &a, const B &b, C &c) {
 // row order, so the last ones may still be in the L2 (on an H100: DeiT-S 1% faster than in
 // order, ViT-B and CLIP the same). A persistent version, each block's next matrix loading during
 // its last tile, took 0.184 ms a ViT-B layer against this one's 0.172: not kept.
-template <class E, int SP>
-__global__ void __launch_bounds__(NT, SP > 208 ? 2 : 3)
+template <class E, int SP, int ST>
+__global__ void __launch_bounds__(NT, SP + ST > 208 ? 2 : 3)
     k_attn90(si_k_attn p, const E *__restrict__ q, const E *__restrict__ k, const E *__restrict__ v,
              E *__restrict__ y) {
-    using C = cfg<E, SP>;
+    using C = cfg<E, SP, ST>;
+    using CT = typename C::Tail;
     extern __shared__ unsigned char smem_raw[];
     // wgmma's 128-byte swizzle repeats every 1024 bytes: the operands start on such a boundary
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
@@ -80,10 +103,10 @@ __global__ void __launch_bounds__(NT, SP > 208 ? 2 : 3)
     const E *qb = q + off[0], *kb = k + off[1], *vb = v + off[2];
     E *yb = y + off[3];
 
-    load_rows(ak, kb, p.ld[1], 0, S, SP);
+    load_rows(ak, kb, p.ld[1], 0, S, SP + ST);
     load_rows(aq, qb, p.ld[0], 0, T_, BM);
     cp_commit();
-    load_rows(av, vb, p.ld[2], 0, S, SP);
+    load_rows(av, vb, p.ld[2], 0, S, SP + ST);
     cp_commit();
     if (tiles > 1) load_rows(aq + C::Q_ELEMS * sizeof(E), qb, p.ld[0], BM, T_, BM);
     cp_commit();
@@ -103,16 +126,38 @@ __global__ void __launch_bounds__(NT, SP > 208 ? 2 : 3)
     Tensor col = make_tensor(cs.data(), rowcol(cs.layout()));
     Tensor co = tv.partition_C(make_identity_tensor(Shape<Int<BM>, Int<D>>{}));
     constexpr int NC = size<1>(decltype(s.layout()){});
+    // the tail's keys SP .. SP + ST: their scores (4 columns a row half), P and V's rows
+    typename CT::MmaQK mqt;
+    typename CT::MmaPV mpt;
+    auto tqt = mqt.get_thread_slice(tid);
+    auto tvt = mpt.get_thread_slice(tid);
+    Tensor tSrKt =
+        tqt.partition_fragment_B(make_tensor(make_smem_ptr(sk + SP * D), typename CT::LayK{}));
+    Tensor tOrVt =
+        tvt.partition_fragment_B(make_tensor(make_smem_ptr(sv + SP * D), typename CT::LayVt{}));
+    Tensor tSrSt = partition_fragment_C(mqt, Shape<Int<BM>, Int<16>>{});
+    Tensor tOrPt = tvt.partition_fragment_A(make_tensor((E *)nullptr, Shape<Int<BM>, Int<16>>{}));
+    Tensor st = make_tensor(tSrSt.data(), rowcol(tSrSt.layout()));
+    Tensor cst = tqt.partition_C(make_identity_tensor(Shape<Int<BM>, Int<16>>{}));
+    Tensor colt = make_tensor(cst.data(), rowcol(cst.layout()));
+    constexpr int NCT = size<1>(decltype(st.layout()){});
     const float sl2 = p.scale * 1.4426950408889634f; // scores to the log2 domain
 
     for (int t = 0; t < tiles; t++) {
         cp_wait<1>(); // tile t's rows (and, from the first, K and V) have landed for this thread
         cutlass::arch::fence_view_async_shared(); // visible to wgmma's reads
         __syncthreads();
-        wg_gemm(mqk,
-                tq.partition_fragment_A(
-                    make_tensor(make_smem_ptr(sq + (t & 1) * C::Q_ELEMS), typename C::LayQ{})),
-                tSrK, tSrS);
+        E *sqt = sq + (t & 1) * C::Q_ELEMS;
+        if constexpr (ST == 0)
+            wg_gemm(mqk,
+                    tq.partition_fragment_A(make_tensor(make_smem_ptr(sqt), typename C::LayQ{})),
+                    tSrK, tSrS);
+        else
+            wg_gemm2(mqk,
+                     tq.partition_fragment_A(make_tensor(make_smem_ptr(sqt), typename C::LayQ{})),
+                     tSrK, tSrS, mqt,
+                     tqt.partition_fragment_A(make_tensor(make_smem_ptr(sqt), typename CT::LayQ{})),
+                     tSrKt, tSrSt, false);
         unsigned char *so = smem_raw + pad + (t & 1) * C::Q_ELEMS * sizeof(E);
         if (t * BM + warp * 16 < T_) { // the warp holds rows inside T
             float inv[2];
@@ -125,6 +170,12 @@ __global__ void __launch_bounds__(NT, SP > 208 ? 2 : 3)
                 float m4[4] = {s(h, 0), s(h, 1), s(h, 2), s(h, 3)}; // four chains, not one
 #pragma unroll
                 for (int c = 4; c < NC; c++) m4[c % 4] = fmaxf(m4[c % 4], s(h, c));
+                if constexpr (ST > 0)
+#pragma unroll
+                    for (int c = 0; c < NCT; c++) {
+                        if (SP + get<1>(colt(h, c)) >= S) st(h, c) = -INFINITY;
+                        m4[c % 4] = fmaxf(m4[c % 4], st(h, c));
+                    }
                 float mx = fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
@@ -136,6 +187,13 @@ __global__ void __launch_bounds__(NT, SP > 208 ? 2 : 3)
                     s(h, c) = e;
                     s4[c % 4] += e;
                 }
+                if constexpr (ST > 0)
+#pragma unroll
+                    for (int c = 0; c < NCT; c++) {
+                        const float e = ex2(fmaf(st(h, c), sl2, -m2));
+                        st(h, c) = e;
+                        s4[c % 4] += e;
+                    }
                 float sum = (s4[0] + s4[1]) + (s4[2] + s4[3]);
                 sum += __shfl_xor_sync(0xffffffff, sum, 1);
                 sum += __shfl_xor_sync(0xffffffff, sum, 2);
@@ -145,7 +203,13 @@ __global__ void __launch_bounds__(NT, SP > 208 ? 2 : 3)
             // fragment's ((2, 2, 2), 1, SP / 16) one, k-block by k-block
 #pragma unroll
             for (int i = 0; i < size(tOrP); i++) tOrP(i) = E(tSrS(i));
-            wg_gemm(mpv, tOrP, tOrV, tOrO);
+            if constexpr (ST == 0) {
+                wg_gemm(mpv, tOrP, tOrV, tOrO);
+            } else {
+#pragma unroll
+                for (int i = 0; i < size(tOrPt); i++) tOrPt(i) = E(tSrSt(i));
+                wg_gemm2(mpv, tOrP, tOrV, tOrO, mpt, tOrPt, tOrVt, tOrO, true);
+            }
             // O / sum into this tile's Q buffer (free since the scores), in the same swizzle:
             // rows whole for the stores below (the row half by register index: a row-dependent
             // one put inv in local memory)
@@ -159,7 +223,14 @@ __global__ void __launch_bounds__(NT, SP > 208 ? 2 : 3)
         } else { // rows past T: the group's MMA still needs every warp; P is never stored
 #pragma unroll
             for (int i = 0; i < size(tOrP); i++) tOrP(i) = E(0.f);
-            wg_gemm(mpv, tOrP, tOrV, tOrO); // (one call after the branch: ptxas serialises it)
+            // (one call after the branch: ptxas serialises it)
+            if constexpr (ST == 0) {
+                wg_gemm(mpv, tOrP, tOrV, tOrO);
+            } else {
+#pragma unroll
+                for (int i = 0; i < size(tOrPt); i++) tOrPt(i) = E(0.f);
+                wg_gemm2(mpv, tOrP, tOrV, tOrO, mpt, tOrPt, tOrVt, tOrO, true);
+            }
         }
         __syncthreads(); // the tile's O is in shared memory; every MMA is done with its Q rows
         for (int i = tid; i < BM * (D / 8); i += NT) { // Y's rows inside T, 16 bytes a thread
@@ -176,18 +247,19 @@ __global__ void __launch_bounds__(NT, SP > 208 ? 2 : 3)
     cp_wait<0>();
 }
 
-template <class E, int SP>
+template <class E, int SP, int ST = 0>
 cudaError_t launch(cudaStream_t s, const si_k_attn *p, const void *q, const void *k, const void *v,
                    void *y) {
+    constexpr size_t smem = cfg<E, SP, ST>::SMEM;
     static bool attr = false;
     if (!attr) {
         cudaError_t e = cudaFuncSetAttribute(
-            k_attn90<E, SP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg<E, SP>::SMEM);
+            k_attn90<E, SP, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
         attr = true;
     }
-    k_attn90<E, SP><<<(unsigned)p->nb, NT, cfg<E, SP>::SMEM, s>>>(*p, (const E *)q, (const E *)k,
-                                                                  (const E *)v, (E *)y);
+    k_attn90<E, SP, ST>
+        <<<(unsigned)p->nb, NT, smem, s>>>(*p, (const E *)q, (const E *)k, (const E *)v, (E *)y);
     return cudaGetLastError();
 }
 
@@ -196,7 +268,8 @@ cudaError_t launch_keys(cudaStream_t s, const si_k_attn *p, const void *q, const
                         const void *v, void *y) {
     if (p->s <= 128) return launch<E, 128>(s, p, q, k, v, y);
     if (p->s <= 208) return launch<E, 208>(s, p, q, k, v, y);
-    return launch<E, 256>(s, p, q, k, v, y);
+    if (p->s <= 256) return launch<E, 256>(s, p, q, k, v, y);
+    return launch<E, 256, 16>(s, p, q, k, v, y);
 }
 
 } // namespace attn90
@@ -205,7 +278,7 @@ using namespace attn90;
 int si_cuda_attn90_ok(int t, const si_k_attn *p, const void *q, const void *k, const void *v,
                       const void *y) {
     if ((t != SI_GT_F16 && t != SI_GT_BF16) || p->d != D || p->dv != D || !p->trans_b) return 0;
-    if (p->s < 65 || p->s > 256 || p->t < 1 || p->nb < 1 || p->nb > INT32_MAX) return 0;
+    if (p->s < 65 || p->s > 272 || p->t < 1 || p->nb < 1 || p->nb > INT32_MAX) return 0;
     const void *ptrs[4] = {q, k, v, y};
     for (int i = 0; i < 4; i++) // 16-byte chunks: cp.async's, and Y's stores
         if (!si_attn_aligned(p, i, ptrs[i], 2, 16)) return 0;

@@ -1,12 +1,13 @@
 /* The layouts the wgmma attention kernel (cuda/attention_sm90.cu) relies on, checked on the host
- * against CuTe's own, for FP16 and BF16 and each key width it is built for (128, 208, 256):
+ * against CuTe's own, for FP16 and BF16 and each key width it is built for (128, 208, 256, and the
+ * 16-wide chains of the keys past 256):
  * - its address arithmetic for the 128-byte swizzle (swizzled(), used by its cp.async loads and
  *   its output staging) against CuTe's tensors over the Q, K and V^T layouts wgmma reads;
  * - the registers: which rows and columns each of the 128 threads' score accumulators hold (the
  *   (row half, column) view the softmax walks), that P's register operand of the P V chain
  *   holds, index for index, the same elements as the scores it is converted from, and that the
  *   output's register pairs are adjacent columns of the row row_half() names;
- * - three blocks' shared memory fit an H100's SM up to 208 keys (two at 256).
+ * - three blocks' shared memory fit an H100's SM up to 208 keys (two at 256 and at 256 + 16).
  * No GPU needed: CuTe's layouts and thread partitions are host code too. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -19,8 +20,8 @@
 
 using namespace attn90;
 
-template <class E, int SP> static void check_layouts(const char *name) {
-    using C = cfg<E, SP>;
+template <class E, int SP, int ST = 0> static void check_layouts(const char *name) {
+    using C = cfg<E, SP, ST>;
     const size_t bytes = (size_t)SP * D * sizeof(E);
     E *buf = (E *)aligned_alloc(1024, bytes); /* the kernel aligns its operands on 1024 */
     Tensor sK = make_tensor(make_smem_ptr(buf), typename C::LayK{});
@@ -69,7 +70,7 @@ template <class E, int SP> static void check_layouts(const char *name) {
     CHECK_MSG(bad_p == 0, "%s SP %d: %d P registers not the scores' elements", name, SP, bad_p);
     CHECK_MSG(bad_o == 0, "%s SP %d: %d output register pairs off", name, SP, bad_o);
     /* an H100 SM: 228 KB of shared memory, 1 KB of it reserved per block */
-    const int blocks = SP > 208 ? 2 : 3;
+    const int blocks = SP + ST > 208 ? 2 : 3;
     CHECK_MSG(blocks * (C::SMEM + 1024) <= 228 * 1024, "%s SP %d: %d blocks need %zu bytes", name,
               SP, blocks, blocks * (C::SMEM + 1024));
 }
@@ -78,8 +79,12 @@ int main(void) {
     check_layouts<cutlass::half_t, 128>("fp16");
     check_layouts<cutlass::half_t, 208>("fp16");
     check_layouts<cutlass::half_t, 256>("fp16");
+    check_layouts<cutlass::half_t, 16>("fp16"); /* the tail's chains (cfg<E, 256, 16>::Tail) */
+    check_layouts<cutlass::half_t, 256, 16>("fp16");
     check_layouts<cutlass::bfloat16_t, 128>("bf16");
     check_layouts<cutlass::bfloat16_t, 208>("bf16");
     check_layouts<cutlass::bfloat16_t, 256>("bf16");
+    check_layouts<cutlass::bfloat16_t, 16>("bf16");
+    check_layouts<cutlass::bfloat16_t, 256, 16>("bf16");
     return test_finish();
 }

@@ -4,7 +4,7 @@
  * dozen matrices, so k_flash_res's blocks there take one matrix each and never reload a slot;
  * here every block works through many (a ViT's 197 tokens, DINOv2's 257, K given transposed), so
  * the loads by the last warp out, the ready flags and the reuse of slots all run. On an H100 the
- * wgmma kernel takes the shapes it runs (up to 256 keys, K as rows); CTest runs the test again
+ * wgmma kernel takes the shapes it runs (up to 272 keys, K as rows); CTest runs the test again
  * with SI_ATTN90=0 for the mma.sync kernels on the same shapes. Outputs are poisoned before each
  * run, and a second run must give the same bits (which warp takes which rows must not matter).
  * Skipped without a CUDA device. */
@@ -124,11 +124,13 @@ int main(void) {
         check_one(type, nb, 197, 197, false, seed++); /* ViT-B/16, DeiT-S, CLIP */
         check_one(type, nb, 257, 257, false, seed++); /* DINOv2 ViT-S/14 at 224 */
         check_one(type, nb, 70, 90, true, seed++);    /* K^T from its own layout, t != s */
-        /* the wgmma kernel's key widths (128, 208, 256): keys filling the width, masked ones,
-         * an odd number of 64-row tiles, a last tile of a row or two */
+        /* the wgmma kernel's key widths (128, 208, 256, 256 + 16): keys filling the width,
+         * masked ones, an odd number of 64-row tiles, a last tile of a row or two */
         check_one(type, nb, 64, 128, false, seed++);
         check_one(type, nb, 300, 250, false, seed++);
         check_one(type, nb, 130, 65, false, seed++);
+        check_one(type, nb, 100, 272, false, seed++);
+        check_one(type, nb, 200, 270, false, seed++);
     }
     return test_finish();
 }
