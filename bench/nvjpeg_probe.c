@@ -11,7 +11,9 @@
  * thread of this process keeps the SMs busy with FP16 GEMMs (cuBLAS, 8192^3, a stream of the lowest
  * priority), as a model does beside the decoder in `shardinfer run --decode gpu`; each --green
  * SMS runs them once more with the GEMMs confined to a green context of SMS SMs (the decoder
- * keeps the rest). Needs a GPU with hardware JPEG decoders and libnvjpeg.so.13.
+ * keeps the rest), each --sm-target SMS with cuBLAS asked to take SMS SMs in the same context
+ * (the rest left free, but to any kernel). Needs a GPU with hardware JPEG decoders and
+ * libnvjpeg.so.13.
  *
  * With --backends, instead: nvJPEG's other backends from several host threads at once, each thread
  * with its own decode state, stream, page-locked bitstreams and packed RGB outputs, as a run would
@@ -23,7 +25,7 @@
  * NVJPEG_PROBE_YUV=1: every thread decodes to planes instead of RGB; NVJPEG_PROBE_QUICK=1: only
  * GPU_HYBRID at 4 threads (to trace what its calls wait for, e.g. under nsys).
  *
- *   nvjpeg_probe [--load [--green SMS]...] FILE.jpg...
+ *   nvjpeg_probe [--load [--green SMS]... [--sm-target SMS]...] FILE.jpg...
  *   nvjpeg_probe --backends [--load] FILE.jpg...
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
@@ -308,7 +310,8 @@ static void time_streams(nvjpegHandle_t h, nvjpegJpegState_t st, uint8_t *dev, c
 
 typedef struct {
     atomic_bool on;
-    int sms; /* > 0: the GEMMs in a green context of (about) this many SMs */
+    int sms;    /* > 0: the GEMMs in a green context of (about) this many SMs */
+    int target; /* > 0: cuBLAS asked to use this many SMs (cublasSetSmCountTarget), no context */
 } load_arg;
 
 /* A green context of at least `sms` of the device's SMs made current to this thread, and a
@@ -399,6 +402,8 @@ static void *gemm_load(void *arg) {
     }
     cudaMemset(a, 0, (size_t)n * n * 2);
     cublasSetStream(cb, s);
+    if (la->target > 0 && cublasSetSmCountTarget(cb, la->target) == CUBLAS_STATUS_SUCCESS)
+        printf("load: cuBLAS's SM count target %d\n", la->target);
     const float one = 1, zero = 0;
     long runs = 0;
     double t = now();
@@ -553,11 +558,19 @@ int main(int argc, char **argv) {
     if (backends) argv++, argc--;
     const bool load = argc > 1 && strcmp(argv[1], "--load") == 0;
     if (load) argv++, argc--;
-    int green[8], n_green = 0; /* --green SMS (repeatable): the load again in a green context */
-    while (argc > 2 && strcmp(argv[1], "--green") == 0 && n_green < 8)
-        green[n_green++] = atoi(argv[2]), argv += 2, argc -= 2;
+    /* --green SMS (repeatable): the load again in a green context; --sm-target SMS: again in
+     * this context, cuBLAS asked to take that many SMs (the rest free, but to any kernel) */
+    load_arg loads[16];
+    int n_load = 0;
+    while (argc > 2 && (!strcmp(argv[1], "--green") || !strcmp(argv[1], "--sm-target")) &&
+           n_load < 16) {
+        const bool g = !strcmp(argv[1], "--green");
+        loads[n_load++] = (load_arg){true, g ? atoi(argv[2]) : 0, g ? 0 : atoi(argv[2])};
+        argv += 2, argc -= 2;
+    }
     if (argc < 2) {
-        fprintf(stderr, "usage: nvjpeg_probe [--load [--green SMS]...] FILE.jpg...\n");
+        fprintf(stderr, "usage: nvjpeg_probe [--load [--green SMS]... [--sm-target SMS]...] "
+                        "FILE.jpg...\n");
         return 2;
     }
     nvjpegHandle_t h;
@@ -582,7 +595,7 @@ int main(int argc, char **argv) {
         report("GPU_HYBRID planes + io/yuv.h vs libjpeg-turbo RGB", &cmp.converted);
     }
     for (int k = -1; backends && n && k < (int)load; k++) {
-        load_arg la = {true, 0};
+        load_arg la = {true, 0, 0};
         pthread_t th;
         if (k == 0) {
             pthread_create(&th, NULL, gemm_load, &la);
@@ -608,8 +621,8 @@ int main(int argc, char **argv) {
     time_formats(h, st, dev, ims, n);
     time_streams(h, st, dev, ims, n);
     time_like_run(h, st, dev, ims, n);
-    for (int k = -1; load && k < n_green; k++) {
-        load_arg la = {true, k < 0 ? 0 : green[k]};
+    for (int k = -1; load && k < n_load; k++) {
+        load_arg la = k < 0 ? (load_arg){true, 0, 0} : loads[k];
         pthread_t th;
         pthread_create(&th, NULL, gemm_load, &la);
         struct timespec wait = {1, 0};
