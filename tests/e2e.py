@@ -388,6 +388,20 @@ def skip_without_hw_decoder(a, model):
     if "decode gpu" not in probe.stderr:
         print("this GPU has no hardware JPEG decoder (or nvJPEG is missing): skipped")
         sys.exit(77)
+    # CUDA's hardware work queues: 32 from shardinfer's own start (with CUDA's default 8 the
+    # decoder's calls wait behind the model's batches), a value the user set kept and named
+    if "hardware decoders, 32 CUDA work queues" not in probe.stderr:
+        sys.exit(f"FAIL: the decoder's line does not say 32 CUDA work queues:\n{probe.stderr}")
+    os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "4"
+    try:
+        p = sh([a.shardinfer, "run", "--model", model, "--input", os.path.join(a.dir, "set.h5"),
+                "--output", os.path.join(a.dir, "gpu_decode_probe.h5"), "--overwrite",
+                "--backend", "cuda", "--decode", "auto"])
+    finally:
+        del os.environ["CUDA_DEVICE_MAX_CONNECTIONS"]
+    if "4 CUDA work queues (CUDA_DEVICE_MAX_CONNECTIONS: below 32" not in p.stderr:
+        sys.exit(f"FAIL: a CUDA_DEVICE_MAX_CONNECTIONS the user set is not kept and said:\n"
+                 f"{p.stderr}")
 
 
 def gpu_decode_crops(a):
