@@ -4,7 +4,8 @@
 the attention patterns fused into Attention nodes (their Q, K, V and Y read and written in place
 of the head split and merge), the Linear layers' bias and residual Adds in
 their GEMMs, and no Softmax, Erf or Sigmoid left on its own where the model's attention and
-GELU/QuickGELU should have been fused. A change that silently stops a fusion keeps every result
+GELU/QuickGELU should have been fused, and in the ViTs whose head reads the class token alone
+the Gather of it moved up through the last block (which then runs for that token). A change that silently stops a fusion keeps every result
 right and loses the speed; this catches it without a GPU.
 
   check_fusions.py --shardinfer build/shardinfer --models DIR
@@ -19,16 +20,17 @@ import sys
 # must not remain on their own
 EXPECT = {
     # every attention reads Q, K, V from the packed projection and writes the merged heads in
-    # place ("operands"): no Split, and no Transpose but the patch embedding's
-    "vit_b_16": ({"attention": 12, "operands": 48, "bias": 48, "residual": 24},
+    # place ("operands"): no Split, and no Transpose but the patch embedding's; the class
+    # token's Gather moved up ("token")
+    "vit_b_16": ({"attention": 12, "operands": 48, "bias": 48, "residual": 24, "token": 1},
                  ["Softmax", "Erf", "Split"]),
-    "deit_s": ({"attention": 12, "operands": 48, "bias": 48, "residual": 24},
+    "deit_s": ({"attention": 12, "operands": 48, "bias": 48, "residual": 24, "token": 1},
                ["Softmax", "Erf", "Split"]),
-    "clip_vit_b_16": ({"attention": 12, "operands": 48, "bias": 48, "residual": 24},
+    "clip_vit_b_16": ({"attention": 12, "operands": 48, "bias": 48, "residual": 24, "token": 1},
                       ["Softmax", "Sigmoid", "Split"]),
     # LayerScale folded into fc2/proj, so the residual Adds fuse as well
-    "dinov2_s_14": ({"attention": 12, "operands": 48, "bias": 48, "scales": 24, "residual": 24},
-                    ["Softmax", "Erf", "Split"]),
+    "dinov2_s_14": ({"attention": 12, "operands": 48, "bias": 48, "scales": 24, "residual": 24,
+                     "token": 1}, ["Softmax", "Erf", "Split"]),
     # 5 of Swin-T's 12 blocks add the shifted-window mask through a Reshape, fused as well; its
     # window padding and crop (none at 224) cost nothing; torch.roll's Concats read the Slices'
     # inputs (2 halves x 2 axes x 2 rolls x 5 shifted blocks)
@@ -60,6 +62,7 @@ def main():
         got["operands"] = int((re.findall(r"(\d+) attention operands in place", line) or [0])[0])
         got["views"] = int((re.findall(r"(\d+) Pads/Slices that move nothing", line) or [0])[0])
         got["rolled"] = int((re.findall(r"(\d+) Concat inputs read through", line) or [0])[0])
+        got["token"] = int((re.findall(r"(\d+) one-token Gathers moved up", line) or [0])[0])
         types = re.findall(r"^\s+\d+\s+(\S+)(?!.*on the host)", p.stdout, re.M)
         mins, banned = EXPECT[base]
         short = [f"{k} {got.get(k, 0)} < {v}" for k, v in mins.items() if got.get(k, 0) < v]

@@ -1285,6 +1285,44 @@ def c_linear_gelu_mlp_k36(c):
     _mlp(c, "none", d=36, hidden=144, tokens=5)
 
 
+def _token_block(c, a, x0, d, name):
+    # a pre-norm block's second half: the projection with its residual, LayerNorm, the MLP with
+    # its residual; every node row-wise
+    lin = lambda v, k, n, o: c.node("Add", [c.node("MatMul", [v, c.init(n + "_w", normal(
+        c.rng, (k, o), k ** -0.5))], [n + "_mm"]), c.init(n + "_b", uniform(c.rng, (o,), -0.3, 0.3))],
+        [n])
+    y = c.node("Add", [lin(a, d, name + "proj", d), x0], [name + "res1"])
+    h = c.node("Gelu", [lin(layernorm(c, y, name + "ln2", (d,)), d, name + "fc1", 2 * d)],
+               [name + "gelu"])
+    return c.node("Add", [lin(h, 2 * d, name + "fc2", d), y], [name + "res2"])
+
+
+def c_token_select_last_block(c):
+    # a ViT's head reads one token (here the third: the index is not 0) after the final
+    # LayerNorm: the Gather moves up through the block's row-wise nodes to its two entries (the
+    # attention's output and the residual stream), which are gathered first
+    a = c.input("attn_out", normal(c.rng, (2, 9, 16)))
+    x0 = c.input("stream", normal(c.rng, (2, 9, 16)))
+    z = layernorm(c, _token_block(c, a, x0, 16, "b_"), "norm", (16,))
+    t = c.node("Gather", [z, c.init("tok", np.array(2, np.int64))], ["token"], axis=1)
+    head = c.node("MatMul", [t, c.init("head_w", normal(c.rng, (16, 5), 0.25))], ["head_mm"])
+    c.output(c.node("Add", [head, c.init("head_b", uniform(c.rng, (5,), -0.2, 0.2))], ["logits"]))
+    c.opset = 20  # Gelu (layernorm() set 17)
+
+
+def c_token_select_partial(c):
+    # the Gather (a negative index, kept as a one-element axis) moves up only as far as every
+    # reader is on its path: the block's output is a graph output too, so only the final
+    # LayerNorm runs for one token; before the block a Softmax over the tokens mixes them
+    x = c.input("tokens", normal(c.rng, (2, 7, 8)))
+    mixed = c.node("Softmax", [x], ["mixed"], axis=1)
+    blk = _token_block(c, mixed, x, 8, "p_")
+    z = layernorm(c, blk, "norm", (8,))
+    c.output(c.node("Gather", [z, c.init("tok", np.array([-1], np.int64))], ["last"], axis=1))
+    c.output(blk)
+    c.opset = 20
+
+
 def c_conv_patchify_vit(c):
     # a ViT's patch embedding (kernel = stride = 8 on 3 channels): the GPU runs it as one GEMM
     x = c.input("images", uniform(c.rng, (2, 3, 32, 40)))

@@ -1120,6 +1120,10 @@ static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
     fuse_residual(g);
     fuse_residual_through_transpose(g);
     fuse_activations(g);
+    g->inferred_batch = -1; /* the fusions moved values */
+    st = si_graph_infer(g, 1);
+    if (st != SI_OK) return st;
+    g->token_early = si_select_token_early(g);
     g->inferred_batch = -1;
     g->spatial_marked = false; /* the fusions moved values: mark again at the next infer */
     return SI_OK;

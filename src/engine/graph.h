@@ -165,6 +165,7 @@ typedef struct si_graph {
     int attention_views; /* attention operands read or written in place (no layout copy) */
     int dropped_copies;  /* Pads that add nothing and Slices that keep all, made identity views */
     int concat_slices;   /* Concat inputs read through their Slice (the Slice gone) */
+    int token_early;     /* Gathers of one token moved up through row-wise nodes (token_select.c) */
     int inferred_batch;  /* batch size the shapes are inferred for, -1 if none yet */
     bool spatial_marked; /* si_value.spatial is set (at the first si_graph_infer) */
     si_meta_prop *meta;

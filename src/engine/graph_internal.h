@@ -71,6 +71,11 @@ int si_fuse_attention_views(si_graph *g);
 /* Lets a Concat read each input made by a Slice of a computed value through that Slice (starts
  * and steps), when they are the same at batch 1 and 2; the Slices die. Returns the inputs. */
 int si_fuse_concat_slices(si_graph *g);
+/* Moves a Gather of one token (axis 1 of a rank-3 value, a constant index) up through the
+ * row-wise nodes before it, each value entering them gathered first, so they compute one row
+ * an image (a ViT head's class token: the last block runs for it alone). Needs the shapes
+ * inferred; leaves them to be inferred again. Returns the Gathers moved. token_select.c. */
+int si_select_token_early(si_graph *g);
 /* The operands' shapes at the current batch from a node's views; an error when the values they
  * read no longer have the shapes the views were made for. */
 si_status si_attention_view_shapes(const si_graph *g, const si_gnode *n, si_attn_view op[4]);
