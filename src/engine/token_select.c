@@ -66,20 +66,23 @@ static int move_up(si_graph *g, int sj, int64_t k) {
     const int64_t t = g->values[x].shape.dims[1];
     bool *in = si_xcalloc((size_t)g->n_nodes, sizeof *in);
     int first = sj, members = 0;
-    /* grow the region while some value's producer is row-wise and every reader is inside */
+    /* grow the region while a value it reads (or x) has a row-wise producer outside it and
+     * every reader of that value is inside */
     for (bool grew = true; grew;) {
         grew = false;
-        for (int v = 0; v < g->n_values; v++) {
-            int p = g->values[v].producer;
-            if (p < 0 || in[p] || g->values[v].kind != SI_VAL_RUNTIME) continue;
-            int inside = v == x ? 1 : 0;
-            for (int j = 0; j < g->n_nodes; j++)
-                if (in[j]) inside += reads(&g->nodes[j], v);
-            if (inside == 0 || inside != g->values[v].uses || !row_wise(g, &g->nodes[p], t))
-                continue;
-            in[p] = grew = true;
-            members++;
-            if (p < first) first = p;
+        for (int r = first; r <= sj; r++) {
+            if (r != sj && !in[r]) continue;
+            for (int i = 0; i < (r == sj ? 1 : g->nodes[r].n_in); i++) {
+                int v = g->nodes[r].in[i], p = g->values[v].producer;
+                if (p < 0 || in[p] || g->values[v].kind != SI_VAL_RUNTIME) continue;
+                int inside = v == x ? 1 : 0;
+                for (int j = first; j < sj; j++)
+                    if (in[j]) inside += reads(&g->nodes[j], v);
+                if (inside != g->values[v].uses || !row_wise(g, &g->nodes[p], t)) continue;
+                in[p] = grew = true;
+                members++;
+                if (p < first) first = p;
+            }
         }
     }
     /* the values entering it: gathered before its first node (so computed before that) */
