@@ -147,17 +147,24 @@ __global__ void __launch_bounds__(NT, SP + ST > 208 ? 2 : 3)
         cp_wait<1>(); // tile t's rows (and, from the first, K and V) have landed for this thread
         cutlass::arch::fence_view_async_shared(); // visible to wgmma's reads
         __syncthreads();
-        E *sqt = sq + (t & 1) * C::Q_ELEMS;
+        // the tile's query rows: the A operand of both score chains
+        const auto sQ = make_tensor(make_smem_ptr(sq + (t & 1) * C::Q_ELEMS), typename C::LayQ{});
         if constexpr (ST == 0)
-            wg_gemm(mqk,
-                    tq.partition_fragment_A(make_tensor(make_smem_ptr(sqt), typename C::LayQ{})),
-                    tSrK, tSrS);
+            wg_gemm(mqk, tq.partition_fragment_A(sQ), tSrK, tSrS);
         else
-            wg_gemm2(mqk,
-                     tq.partition_fragment_A(make_tensor(make_smem_ptr(sqt), typename C::LayQ{})),
-                     tSrK, tSrS, mqt,
-                     tqt.partition_fragment_A(make_tensor(make_smem_ptr(sqt), typename CT::LayQ{})),
-                     tSrKt, tSrSt, false);
+            wg_gemm2(mqk, tq.partition_fragment_A(sQ), tSrK, tSrS, mqt,
+                     tqt.partition_fragment_A(sQ), tSrKt, tSrSt, false);
+        // P V (P in tOrP; the tail's keys, with p_tail(i) as their P, accumulated in the same
+        // batch), called in both branches below: one call after them, ptxas serialises
+        auto pv = [&](auto p_tail) {
+            if constexpr (ST == 0) {
+                wg_gemm(mpv, tOrP, tOrV, tOrO);
+            } else {
+#pragma unroll
+                for (int i = 0; i < size(tOrPt); i++) tOrPt(i) = p_tail(i);
+                wg_gemm2(mpv, tOrP, tOrV, tOrO, mpt, tOrPt, tOrVt, tOrO, true);
+            }
+        };
         unsigned char *so = smem_raw + pad + (t & 1) * C::Q_ELEMS * sizeof(E);
         if (t * BM + warp * 16 < T_) { // the warp holds rows inside T
             float inv[2];
@@ -203,13 +210,7 @@ __global__ void __launch_bounds__(NT, SP + ST > 208 ? 2 : 3)
             // fragment's ((2, 2, 2), 1, SP / 16) one, k-block by k-block
 #pragma unroll
             for (int i = 0; i < size(tOrP); i++) tOrP(i) = E(tSrS(i));
-            if constexpr (ST == 0) {
-                wg_gemm(mpv, tOrP, tOrV, tOrO);
-            } else {
-#pragma unroll
-                for (int i = 0; i < size(tOrPt); i++) tOrPt(i) = E(tSrSt(i));
-                wg_gemm2(mpv, tOrP, tOrV, tOrO, mpt, tOrPt, tOrVt, tOrO, true);
-            }
+            pv([&](int i) { return E(tSrSt(i)); });
             // O / sum into this tile's Q buffer (free since the scores), in the same swizzle:
             // rows whole for the stores below (the row half by register index: a row-dependent
             // one put inv in local memory)
@@ -223,14 +224,7 @@ __global__ void __launch_bounds__(NT, SP + ST > 208 ? 2 : 3)
         } else { // rows past T: the group's MMA still needs every warp; P is never stored
 #pragma unroll
             for (int i = 0; i < size(tOrP); i++) tOrP(i) = E(0.f);
-            // (one call after the branch: ptxas serialises it)
-            if constexpr (ST == 0) {
-                wg_gemm(mpv, tOrP, tOrV, tOrO);
-            } else {
-#pragma unroll
-                for (int i = 0; i < size(tOrPt); i++) tOrPt(i) = E(0.f);
-                wg_gemm2(mpv, tOrP, tOrV, tOrO, mpt, tOrPt, tOrVt, tOrO, true);
-            }
+            pv([](int) { return E(0.f); });
         }
         __syncthreads(); // the tile's O is in shared memory; every MMA is done with its Q rows
         for (int i = tid; i < BM * (D / 8); i += NT) { // Y's rows inside T, 16 bytes a thread
