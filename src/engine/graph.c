@@ -815,6 +815,19 @@ static void fuse_residual(si_graph *g) {
     si_graph_compact(g);
 }
 
+si_gnode *si_graph_insert_nodes(si_graph *g, int at, int count) {
+    g->nodes = si_xrealloc(g->nodes, sizeof *g->nodes * (size_t)(g->n_nodes + count + 1));
+    memmove(&g->nodes[at + count], &g->nodes[at], sizeof *g->nodes * (size_t)(g->n_nodes - at));
+    g->n_nodes += count;
+    for (int k = at; k < at + count; k++) {
+        g->nodes[k] = (si_gnode){.residual = -1, .bias = -1};
+        for (int s = 0; s < 4; s++) g->nodes[k].pslot[s] = -1;
+    }
+    for (int k = at + count; k < g->n_nodes; k++) /* the nodes after moved count places on */
+        for (int o = 0; o < g->nodes[k].n_out; o++) g->values[g->nodes[k].outs[o]].producer = k;
+    return &g->nodes[at];
+}
+
 /* A runtime float value of this shape, made by a pass (producer set by the caller). */
 static int add_runtime_value(si_graph *g, const char *name, const si_shape *shape) {
     int id = si_graph_add_const(g, name, shape, NULL);
@@ -854,27 +867,17 @@ static void fuse_residual_through_transpose(si_graph *g) {
             snprintf(name, len, "%s/nhwc", g->values[z].name);
             si_shape nhwc = yv->shape; /* adding a value may move g->values */
             int z2 = add_runtime_value(g, name, &nhwc);
-            g->nodes = si_xrealloc(g->nodes, sizeof *g->nodes * (size_t)(g->n_nodes + 2));
-            memmove(&g->nodes[mi + 1], &g->nodes[mi], sizeof *g->nodes * (size_t)(g->n_nodes - mi));
-            g->n_nodes++;
-            si_gnode *t2 = &g->nodes[mi];
-            memset(t2, 0, sizeof *t2);
-            *t2 = (si_gnode){.op = SI_OP_TRANSPOSE,
-                             .name = name,
-                             .op_type = si_xstrdup("Transpose"),
-                             .out = z2,
-                             .n_out = 1,
-                             .residual = -1,
-                             .bias = -1,
-                             .n_attr_ints = 4,
-                             .attr_ints = {0, 2, 3, 1},
-                             .perm = {0, 2, 3, 1}};
-            t2->outs[0] = z2;
-            for (int k = 0; k < 4; k++) t2->pslot[k] = -1;
+            si_gnode *t2 = si_graph_insert_nodes(g, mi, 1);
+            t2->op = SI_OP_TRANSPOSE;
+            t2->name = name;
+            t2->op_type = si_xstrdup("Transpose");
+            t2->out = t2->outs[0] = z2;
+            t2->n_out = 1;
+            t2->n_attr_ints = 4;
+            memcpy(t2->attr_ints, (const int64_t[]){0, 2, 3, 1}, 4 * sizeof(int64_t));
+            memcpy(t2->perm, (const int[]){0, 2, 3, 1}, 4 * sizeof(int));
             si_node_add_input(t2, z);
-            for (int k = mi; k < g->n_nodes; k++) /* the nodes after moved one place on */
-                for (int o = 0; o < g->nodes[k].n_out; o++)
-                    g->values[g->nodes[k].outs[o]].producer = k;
+            g->values[z2].producer = mi;
             si_gnode *m2 = &g->nodes[mi + 1], *tr = &g->nodes[ti + 1], *a2 = &g->nodes[j + 1];
             m2->residual = z2;
             si_node_add_input(m2, z2);

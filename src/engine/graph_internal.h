@@ -80,6 +80,11 @@ int si_select_token_early(si_graph *g);
  * read no longer have the shapes the views were made for. */
 si_status si_attention_view_shapes(const si_graph *g, const si_gnode *n, si_attn_view op[4]);
 
+/* Inserts count empty nodes (no inputs or outputs; residual, bias and parameter slots -1) at
+ * position at; the nodes from there on move count places and their outputs' producers follow.
+ * The caller fills the new ones (in topological order) and sets their outputs' producers.
+ * Returns the first; pointers into g->nodes taken before are stale. graph.c. */
+si_gnode *si_graph_insert_nodes(si_graph *g, int at, int count);
 /* Appends input value `id` to the node. */
 void si_node_add_input(si_gnode *gn, int id);
 

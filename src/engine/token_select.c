@@ -118,32 +118,24 @@ static int move_up(si_graph *g, int sj, int64_t k) {
         gathered[e] = id;
         free(name);
     }
-    g->nodes = si_xrealloc(g->nodes, sizeof *g->nodes * (size_t)(g->n_nodes + n_entries + 1));
-    memmove(&g->nodes[first + n_entries], &g->nodes[first],
-            sizeof *g->nodes * (size_t)(g->n_nodes - first));
     in = si_xrealloc(in, sizeof *in * (size_t)(g->n_nodes + n_entries));
     memmove(&in[first + n_entries], &in[first], sizeof *in * (size_t)(g->n_nodes - first));
-    g->n_nodes += n_entries;
+    memset(&in[first], 0, sizeof *in * (size_t)n_entries);
+    si_graph_insert_nodes(g, first, n_entries);
     sj += n_entries;
     for (int e = 0; e < n_entries; e++) {
         si_gnode *n = &g->nodes[first + e];
-        *n = (si_gnode){.op = SI_OP_GATHER,
-                        .name = si_xstrdup(g->values[gathered[e]].name),
-                        .op_type = si_xstrdup("Gather(token, moved up)"),
-                        .out = gathered[e],
-                        .n_out = 1,
-                        .residual = -1,
-                        .bias = -1,
-                        .axis = 1};
-        n->outs[0] = gathered[e];
-        for (int s = 0; s < 4; s++) n->pslot[s] = -1;
-        in[first + e] = false;
+        n->op = SI_OP_GATHER;
+        n->name = si_xstrdup(g->values[gathered[e]].name);
+        n->op_type = si_xstrdup("Gather(token, moved up)");
+        n->out = n->outs[0] = gathered[e];
+        n->n_out = 1;
+        n->axis = 1;
         si_node_add_input(n, entries[e]);
         n->pslot[0] = n->n_in;
         si_node_add_input(n, index_const(g, g->values[entries[e]].name, 1, k));
+        g->values[gathered[e]].producer = first + e;
     }
-    for (int j = first; j < g->n_nodes; j++)
-        for (int o = 0; o < g->nodes[j].n_out; o++) g->values[g->nodes[j].outs[o]].producer = j;
     /* the region reads the gathered rows; the old Gather takes row 0 of its one-row input */
     for (int j = first + n_entries; j < sj; j++) {
         if (!in[j]) continue;
