@@ -10,6 +10,18 @@
 extern "C" {
 #endif
 
+/* The hardware work queues CUDA multiplexes streams onto (CUDA_DEVICE_MAX_CONNECTIONS; CUDA's
+ * default is 8, this its most). nvJPEG's hardware decoder runs a kernel an image on streams of
+ * its own; where one of them shares a queue with a slot stream, the decoder's call waits behind
+ * the model's whole batch there, and decoding and computing take turns (on an H100, steady
+ * images/s with 8 -> 32: the CLIP tower 10,500-10,700 -> 11,800-12,100, ResNet-50
+ * 13,700-14,200 -> 17,700-18,300; docs/performance.md). */
+#define SI_CUDA_WORK_QUEUES 32
+/* Sets CUDA_DEVICE_MAX_CONNECTIONS to SI_CUDA_WORK_QUEUES unless the environment has a value
+ * (the user's stays). Only before anything can start CUDA: the device probe, MPI, the prewarm
+ * thread (the process's first call). */
+void si_cuda_set_work_queues(void);
+
 /* Number of usable devices; 0 when there is no driver or no device (never an error). */
 int si_cuda_device_count(void);
 /* The same, and with none, why not (the CUDA runtime's reason, CUDA_VISIBLE_DEVICES) in why. */

@@ -7,6 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+extern "C" void si_cuda_set_work_queues(void) {
+    char n[16];
+    snprintf(n, sizeof n, "%d", SI_CUDA_WORK_QUEUES);
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", n, 0);
+}
+
 extern "C" int si_cuda_device_count(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -263,15 +263,14 @@ bool si_cuda_jpeg_available(char *why, size_t cap) {
             api.property(MAJOR_VERSION, &v[0]);
             api.property(MINOR_VERSION, &v[1]);
             api.property(PATCH_LEVEL, &v[2]);
-            // the hardware work queues CUDA started with (shardinfer's main sets 32 unless the
-            // user set a value): with fewer, the decoder's per-image kernels can share a queue
-            // with the model's stream and its calls wait for whole batches
+            // the hardware work queues CUDA started with (si_cuda_set_work_queues, cuda/cuda.h)
+            static_assert(SI_CUDA_WORK_QUEUES == 32, "the message below says 32");
             const char *q = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
             const int queues = q && atoi(q) > 0 ? atoi(q) : 8;
             snprintf(reason, sizeof reason,
                      "nvJPEG %d.%d.%d, %u hardware decoders, %d CUDA work queues%s", v[0], v[1],
                      v[2], engines, queues,
-                     queues < 32
+                     queues < SI_CUDA_WORK_QUEUES
                          ? " (CUDA_DEVICE_MAX_CONNECTIONS: below 32 the decoder's calls can "
                            "wait for the model's batches)"
                          : "");

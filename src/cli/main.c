@@ -1,12 +1,14 @@
 /* shardinfer: batch image inference over HDF5 image sets. Dispatches the subcommands by the table
  * below, which also gives the usage text. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "base/common.h"
 #include "io/h5util.h"
+#ifdef SI_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 /* `bench decode` times the decoder, `bench` alone the engine */
 static int bench(int argc, char **argv) {
@@ -66,14 +68,9 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-    /* Before anything can start CUDA (the device probe, MPI, the prewarm thread): CUDA multiplexes
-     * streams onto this many hardware work queues, 8 by default. nvJPEG's hardware decoder runs a
-     * kernel an image on streams of its own; where one of them shares a queue with a slot stream,
-     * the decoder's call waits behind the model's whole batch there, and decoding and computing
-     * take turns (on an H100, steady images/s with 8 -> 32: the CLIP tower 10,500-10,700 ->
-     * 11,800-12,100, ResNet-50 13,700-14,200 -> 17,700-18,300; docs/performance.md). 32 is
-     * CUDA's most; a value the user set stays. */
-    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+#ifdef SI_HAVE_CUDA
+    si_cuda_set_work_queues(); /* before anything can start CUDA */
+#endif
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
