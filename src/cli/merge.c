@@ -1,7 +1,11 @@
 /* `shardinfer merge --output RESULT.h5 PART.h5...`: joins the results of a job array's parts into
  * one result (io/merge.c does the work). */
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
+/* glibc's <signal.h> defines si_status (a siginfo_t field), which would rename our type */
+#undef si_status
 
 #include "cli.h"
 #include "base/common.h"
@@ -9,9 +13,33 @@
 
 static const char merge_usage[] =
     "usage: shardinfer merge --output RESULT.h5 [--overwrite] PART.h5 [PART.h5 ...]\n"
-    "  Concatenates the results of runs over consecutive parts of one set (a Slurm job array,\n"
-    "  slurm/array.sbatch) into the result one run over the whole set writes: rows in the order\n"
-    "  of the parts, /index renumbered. The parts must share model, preprocessing and --post.\n";
+    "  Concatenates the results of runs over consecutive parts of one set (a Slurm job\n"
+    "  array, slurm/submit_array.sh) into the result one run over the whole set writes: rows\n"
+    "  in the order of the parts, /index renumbered. The parts must share model,\n"
+    "  preprocessing, --post and --batch. Bit for bit the file of one run when every part but\n"
+    "  the last holds a multiple of the batch size (docs/user-guide.md, Merge).\n";
+
+/* The signal that stops the merge: it finishes the block it copies, removes its temporary and
+ * exits with SI_EXIT_INTERRUPTED, instead of dying with the temporary left beside the output. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) {
+    stop_signal = sig;
+}
+
+static int stop_requested(void) {
+    return stop_signal;
+}
+
+static void catch_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
 
 int si_cli_merge(int argc, char **argv) {
     static const struct option opts[] = {{"output", required_argument, 0, 'o'},
@@ -43,9 +71,16 @@ int si_cli_merge(int argc, char **argv) {
         return SI_EXIT_USAGE;
     }
     double t = si_now();
-    if (si_result_merge(output, argv + optind, argc - optind, overwrite) != SI_OK) {
+    catch_signals();
+    si_merge_config cfg = {.output = output,
+                           .parts = argv + optind,
+                           .n_parts = argc - optind,
+                           .overwrite = overwrite,
+                           .stop = stop_requested};
+    si_status st = si_result_merge(&cfg);
+    if (st != SI_OK) {
         si_log_error("%s", si_error_msg());
-        return SI_EXIT_FAIL;
+        return st == SI_ERR_INTERRUPTED ? SI_EXIT_INTERRUPTED : SI_EXIT_FAIL;
     }
     printf("merged %d parts into %s in %.2f s\n", argc - optind, output, si_now() - t);
     return SI_EXIT_OK;
