@@ -1,7 +1,12 @@
 /* `shardinfer pack`: streams JPEG files into the packed layout of imageset.h. Records pass
  * through fixed buffers (16 MiB of bytes, 16384 offsets/ids/labels) that are appended to
  * chunked, extendible datasets when full, so memory does not grow with the number of images.
- * The file is built as OUTPUT.tmp and renamed at the end: a failed pack leaves nothing behind. */
+ * The file is built as a temporary of its own beside the output (OUTPUT.PID-RANDOM.tmp, created
+ * with O_EXCL) and renamed at the end: a failed or interrupted pack leaves nothing behind, and
+ * two packs to one output cannot delete each other's work. Inputs may be hostile: only regular
+ * files are opened for reading (never a FIFO, which would block, or a device, which may never
+ * end), each read is bounded by a per-file cap, and a directory walk does not follow a symlink
+ * out of the tree unless asked to. */
 #include "io/pack.h"
 
 #include "io/h5util.h"
@@ -9,12 +14,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,6 +29,7 @@
 #define REC_BLOCK  16384              /* offsets/ids/labels buffered; also their chunk length */
 #define MAX_DEPTH  256                /* directory nesting; deeper is a loop or a mistake */
 #define MAX_CHUNK  ((size_t)256 << 20)
+#define MAX_LINE   65536 /* bytes of one list line: a path, an id and a label fit many times */
 
 typedef struct {
     const si_pack_opts *o;
@@ -40,6 +48,11 @@ typedef struct {
     uint64_t ids_len; /* entries appended to /images/ids (and labels) */
     int labelled;     /* -1 undecided, 0 no labels, 1 labels */
     int label_line;   /* list line that decided `labelled` */
+    uint64_t cap;     /* bytes per file */
+    char *root_real;  /* directory mode: the tree's real path, which links may not leave */
+    const char *tmp;  /* the temporary's path */
+    struct stat tmp_sb, out_sb; /* identities never to pack: the temporary, an existing output */
+    bool out_exists;
 } packer;
 
 /* Appends n elements of buf (memory type mt) at *len of the 1-D extendible dataset d. */
@@ -58,7 +71,7 @@ static herr_t append(hid_t d, hid_t mt, uint64_t *len, const void *buf, size_t n
 }
 
 static si_status write_failed(packer *pk, const char *what) {
-    return si_error(SI_ERR_IO, "%s.tmp: cannot write %s (disk full?)", pk->o->output, what);
+    return si_error(SI_ERR_IO, "%s: cannot write %s (disk full?)", pk->tmp, what);
 }
 
 static si_status flush_data(packer *pk) {
@@ -103,7 +116,7 @@ static hid_t create_1d(packer *pk, const char *name, hid_t type, size_t chunk) {
     if (sp >= 0) H5Sclose(sp);
     if (dcpl >= 0) H5Pclose(dcpl);
     if (dapl >= 0) H5Pclose(dapl);
-    if (d < 0) si_error(SI_ERR_IO, "%s.tmp: cannot create /images/%s", pk->o->output, name);
+    if (d < 0) si_error(SI_ERR_IO, "%s: cannot create /images/%s", pk->tmp, name);
     return d;
 }
 
@@ -141,35 +154,83 @@ static bool valid_utf8(const char *s) {
     return true;
 }
 
-/* Streams one file into the pack as the next record. Borrows all arguments. */
-static si_status add_file(packer *pk, const char *path, const char *id, int64_t label) {
+/* SI_ERR_INTERRUPTED with its message when the caller asked to stop, else SI_OK. */
+static si_status check_stop(packer *pk) {
+    int sig = pk->o->stop ? pk->o->stop() : 0;
+    if (!sig) return SI_OK;
+    return si_error(SI_ERR_INTERRUPTED,
+                    "%s: interrupted by %s after %llu images; the temporary file is removed "
+                    "and nothing is written",
+                    pk->o->output, strsignal(sig), (unsigned long long)pk->st->count);
+}
+
+static const char *file_kind(mode_t m) {
+    return S_ISDIR(m)    ? "a directory"
+           : S_ISFIFO(m) ? "a FIFO"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+                         : "not a regular file";
+}
+
+static bool same_file(const struct stat *a, const struct stat *b) {
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/* Whether sb (of path) may be packed: a regular file within the cap that is neither the output
+ * nor our temporary. Checked (again) on the descriptor about to be read, so a rename in between
+ * cannot substitute something else. */
+static si_status check_file(const packer *pk, const char *path, const struct stat *sb) {
+    if (!S_ISREG(sb->st_mode))
+        return si_error(SI_ERR_IO, "%s: %s, not a regular file; pack reads regular files only",
+                        path, file_kind(sb->st_mode));
+    if ((pk->out_exists && same_file(sb, &pk->out_sb)) || same_file(sb, &pk->tmp_sb))
+        return si_error(SI_ERR_ARG, "%s: is the output %s; refusing to pack it into itself", path,
+                        pk->o->output);
+    if ((uint64_t)sb->st_size > pk->cap)
+        return si_error(SI_ERR_IO,
+                        "%s: %llu bytes, over the limit of %llu per file (--max-file-bytes)", path,
+                        (unsigned long long)sb->st_size, (unsigned long long)pk->cap);
+    return SI_OK;
+}
+
+/* Streams the file open as fd into the pack as the next record: at most pk->cap bytes, even if
+ * it grows while read. Borrows all arguments; the caller closes fd. */
+static si_status add_fd(packer *pk, int fd, const char *path, const char *id, int64_t label) {
     if (!valid_utf8(id))
         return si_error(SI_ERR_ARG,
                         "%s: the id is not valid UTF-8; rename the file or give an "
                         "id in a list file",
                         path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return si_error(SI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0)
+        return si_error(SI_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    si_status st = check_file(pk, path, &sb);
+    if (st != SI_OK) return st;
     uint64_t size = 0;
     uint8_t head[2] = {0, 0};
     for (;;) {
         if (pk->buf_len == DATA_BLOCK) {
-            si_status st = flush_data(pk);
-            if (st != SI_OK) {
-                fclose(f);
-                return st;
-            }
+            /* a stop request is honoured within a block, not only after a whole large file */
+            if ((st = check_stop(pk)) != SI_OK || (st = flush_data(pk)) != SI_OK) return st;
         }
-        size_t r = fread(pk->buf + pk->buf_len, 1, DATA_BLOCK - pk->buf_len, f);
-        for (size_t i = 0; i < r && size + i < 2; i++) head[size + i] = pk->buf[pk->buf_len + i];
-        pk->buf_len += r;
-        size += r;
+        /* one byte past the cap tells a file that grew from one that just fits */
+        size_t want = DATA_BLOCK - pk->buf_len;
+        if (pk->cap - size < want) want = (size_t)(pk->cap - size) + 1;
+        ssize_t r = read(fd, pk->buf + pk->buf_len, want);
+        if (r < 0 && errno == EINTR) continue; /* a stop signal: seen at the next check */
+        if (r < 0) return si_error(SI_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
         if (r == 0) break;
+        for (size_t i = 0; i < (size_t)r && size + i < 2; i++)
+            head[size + i] = pk->buf[pk->buf_len + i];
+        pk->buf_len += (size_t)r;
+        size += (uint64_t)r;
+        if (size > pk->cap)
+            return si_error(SI_ERR_IO,
+                            "%s: grew past the limit of %llu bytes per file (--max-file-bytes) "
+                            "while read",
+                            path, (unsigned long long)pk->cap);
     }
-    bool err = ferror(f);
-    int e = errno;
-    fclose(f);
-    if (err) return si_error(SI_ERR_IO, "%s: cannot read: %s", path, strerror(e));
 
     if (size < 2 || head[0] != 0xFF || head[1] != 0xD8) pk->st->not_jpeg++;
     pk->total += size;
@@ -177,7 +238,7 @@ static si_status add_file(packer *pk, const char *path, const char *id, int64_t 
     pk->st->count++;
     pk->offs[pk->noffs++] = pk->total;
     if (pk->noffs == REC_BLOCK) {
-        si_status st = flush_offsets(pk);
+        st = flush_offsets(pk);
         if (st != SI_OK) return st;
     }
     pk->idbuf[pk->nids] = si_xstrdup(id);
@@ -185,6 +246,23 @@ static si_status add_file(packer *pk, const char *path, const char *id, int64_t 
     pk->nids++;
     if (pk->nids == REC_BLOCK) return flush_ids(pk);
     return SI_OK;
+}
+
+/* A file the user named (a list entry): symlinks followed, since naming one is a choice, but it
+ * must be a regular file, checked before opening (opening a device can have effects of its own)
+ * and again on the descriptor. O_NONBLOCK: should a FIFO be swapped in, open does not wait for
+ * a writer. Borrows all arguments. */
+static si_status add_path(packer *pk, const char *path, const char *id, int64_t label) {
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return si_error(SI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    si_status st = check_file(pk, path, &sb);
+    if (st != SI_OK) return st;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return si_error(SI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    st = add_fd(pk, fd, path, id, label);
+    close(fd);
+    return st;
 }
 
 static bool is_jpeg_name(const char *name) {
@@ -206,53 +284,113 @@ typedef struct {
     ino_t ino;
 } dir_key;
 
-/* Packs the JPEG files under dir (its path relative to the root is rel, "" at the root), in
- * sorted order, depth first. Only this directory's listing is held in memory (plus those of its
- * ancestors up the recursion). `up` holds the ancestors' identities to skip symlink loops. */
-static si_status walk(packer *pk, const char *dir, const char *rel, dir_key *up, int depth) {
+/* Whether the real path `real` lies in the tree (the root itself counts). */
+static bool in_tree(const packer *pk, const char *real) {
+    size_t n = strlen(pk->root_real);
+    if (n == 1) return true; /* the tree is "/" */
+    return strncmp(real, pk->root_real, n) == 0 && (real[n] == '/' || real[n] == 0);
+}
+
+/* Opens what the symlink `path` (entry `name`) points to, if it is ours to pack: a directory,
+ * or a regular file with a JPEG name, inside the tree unless follow_links. *fd stays -1 for a
+ * link that is not ours (a dangling link or one to a file of another name). The target is
+ * opened by its real path with O_NOFOLLOW, the path that was checked. */
+static si_status open_link(packer *pk, const char *path, const char *name, int *fd) {
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return is_jpeg_name(name)
+                   ? si_error(SI_ERR_IO, "%s: cannot read: %s", path, strerror(errno))
+                   : SI_OK;
+    bool dir = S_ISDIR(sb.st_mode);
+    if (!dir && !is_jpeg_name(name)) return SI_OK;
+    if (!dir && !S_ISREG(sb.st_mode))
+        return si_error(SI_ERR_IO, "%s: a symbolic link to %s; pack reads regular files only", path,
+                        file_kind(sb.st_mode));
+    char *real = realpath(path, NULL);
+    if (!real) return si_error(SI_ERR_IO, "%s: cannot resolve: %s", path, strerror(errno));
+    si_status st = SI_OK;
+    if (!pk->o->follow_links && !in_tree(pk, real))
+        st = si_error(SI_ERR_ARG,
+                      "%s: a symbolic link to %s, outside the tree %s; not followed (pass "
+                      "--follow-links to pack what it points to, or remove it)",
+                      path, real, pk->root_real);
+    else if ((*fd = open(real, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW |
+                                   (dir ? O_DIRECTORY : 0))) < 0)
+        st = si_error(SI_ERR_IO, "%s: cannot open %s: %s", path, real, strerror(errno));
+    free(real);
+    return st;
+}
+
+static si_status walk(packer *pk, int dfd, const char *dir, const char *rel, dir_key *up,
+                      int depth);
+
+/* One entry of a directory being walked: a directory is descended into, a regular file with a
+ * JPEG name packed, anything else with a JPEG name refused, the rest ignored. Entries are opened
+ * relative to their directory with O_NOFOLLOW, so only open_link's checked targets are followed. */
+static si_status walk_entry(packer *pk, int dfd, const char *path, const char *name,
+                            unsigned char type, const char *id, dir_key *up, int depth) {
+    if (type == DT_REG && !is_jpeg_name(name)) return SI_OK; /* most of a tree: no syscall */
+    struct stat sb;
+    if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+        return is_jpeg_name(name)
+                   ? si_error(SI_ERR_IO, "%s: cannot read: %s", path, strerror(errno))
+                   : SI_OK; /* gone since the listing: not ours */
+    int fd = -1;
+    si_status st = SI_OK;
+    if (S_ISLNK(sb.st_mode))
+        st = open_link(pk, path, name, &fd);
+    else if (S_ISDIR(sb.st_mode)) {
+        if ((fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+            st = si_error(SI_ERR_IO, "%s: cannot list the directory: %s", path, strerror(errno));
+    } else if (!is_jpeg_name(name))
+        return SI_OK;
+    else if (!S_ISREG(sb.st_mode))
+        st = si_error(SI_ERR_IO, "%s: %s, not a regular file; pack reads regular files only", path,
+                      file_kind(sb.st_mode));
+    else if ((fd = openat(dfd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC)) < 0)
+        st = si_error(SI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (st != SI_OK || fd < 0) return st;
+
+    if (fstat(fd, &sb) != 0) {
+        st = si_error(SI_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    } else if (S_ISDIR(sb.st_mode)) {
+        bool loop = false;
+        for (int k = 0; k < depth; k++) loop |= up[k].dev == sb.st_dev && up[k].ino == sb.st_ino;
+        if (loop) /* its files are packed once already, through the real path */
+            si_log_warn("pack: skipping %s: a symbolic link back to a directory above it", path);
+        else if (depth + 1 >= MAX_DEPTH)
+            st = si_error(SI_ERR_ARG, "%s: directories nested deeper than %d", path, MAX_DEPTH);
+        else {
+            up[depth] = (dir_key){sb.st_dev, sb.st_ino};
+            st = walk(pk, fd, path, id, up, depth + 1);
+        }
+    } else if (is_jpeg_name(name)) {
+        st = add_fd(pk, fd, path, id, 0);
+    }
+    close(fd);
+    return st;
+}
+
+/* Packs the JPEG files under the directory open as dfd (its path `dir`, relative to the root
+ * `rel`, "" at the root), in sorted order, depth first. Only this directory's listing is held
+ * in memory (plus those of its ancestors up the recursion). `up` holds the ancestors'
+ * identities to skip symlink loops. Borrows dfd. */
+static si_status walk(packer *pk, int dfd, const char *dir, const char *rel, dir_key *up,
+                      int depth) {
     struct dirent **list = NULL;
-    int n = scandir(dir, &list, not_dots, by_name);
+    int n = scandirat(dfd, ".", &list, not_dots, by_name);
     if (n < 0)
         return si_error(SI_ERR_IO, "%s: cannot list the directory: %s", dir, strerror(errno));
     si_status st = SI_OK;
     int i = 0;
     for (; i < n && st == SI_OK; i++) {
         const char *name = list[i]->d_name;
-        unsigned char type = list[i]->d_type;
         char *path = NULL, *id = NULL;
         if (asprintf(&path, "%s/%s", dir, name) < 0 ||
             asprintf(&id, "%s%s%s", rel, rel[0] ? "/" : "", name) < 0)
             si_fatal(__FILE__, __LINE__, "asprintf", "out of memory");
-        struct stat sb;
-        bool is_dir = type == DT_DIR, is_reg = type == DT_REG;
-        if (type == DT_LNK || type == DT_UNKNOWN || is_dir) {
-            if (stat(path, &sb) == 0) {
-                is_dir = S_ISDIR(sb.st_mode);
-                is_reg = S_ISREG(sb.st_mode);
-            } else if (is_jpeg_name(name)) {
-                st = si_error(SI_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
-            } else {
-                is_dir = is_reg = false; /* e.g. a dangling link to something else: not ours */
-            }
-        }
-        if (st != SI_OK) {
-            /* fall through to the frees */
-        } else if (is_dir) {
-            bool loop = false;
-            for (int k = 0; k < depth; k++)
-                loop |= up[k].dev == sb.st_dev && up[k].ino == sb.st_ino;
-            if (loop) /* its files are packed once already, through the real path */
-                si_log_warn("pack: skipping %s: a symbolic link back to a directory above it",
-                            path);
-            else if (depth + 1 >= MAX_DEPTH)
-                st = si_error(SI_ERR_ARG, "%s: directories nested deeper than %d", path, MAX_DEPTH);
-            else {
-                up[depth] = (dir_key){sb.st_dev, sb.st_ino};
-                st = walk(pk, path, id, up, depth + 1);
-            }
-        } else if (is_reg && is_jpeg_name(name)) {
-            st = add_file(pk, path, id, 0);
-        }
+        st = check_stop(pk);
+        if (st == SI_OK) st = walk_entry(pk, dfd, path, name, list[i]->d_type, id, up, depth);
         free(path);
         free(id);
         free(list[i]);
@@ -263,20 +401,23 @@ static si_status walk(packer *pk, const char *dir, const char *rel, dir_key *up,
 }
 
 static si_status pack_dir(packer *pk, const char *root) {
-    dir_key *up = si_xcalloc(MAX_DEPTH, sizeof *up);
+    /* the root is what the user named: a symlink to the tree is followed */
+    int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     struct stat sb;
-    si_status st;
-    if (stat(root, &sb) != 0) {
-        st = si_error(SI_ERR_IO, "%s: %s", root, strerror(errno));
-    } else {
-        up[0] = (dir_key){sb.st_dev, sb.st_ino};
-        /* a trailing slash would make ids start with "/" below it; strip them for the paths */
-        char *r = si_xstrdup(root);
-        for (size_t l = strlen(r); l > 1 && r[l - 1] == '/'; l--) r[l - 1] = 0;
-        st = walk(pk, r, "", up, 1);
-        free(r);
+    if (fd < 0 || fstat(fd, &sb) != 0 || !(pk->root_real = realpath(root, NULL))) {
+        si_status st = si_error(SI_ERR_IO, "%s: %s", root, strerror(errno));
+        if (fd >= 0) close(fd);
+        return st;
     }
+    dir_key *up = si_xcalloc(MAX_DEPTH, sizeof *up);
+    up[0] = (dir_key){sb.st_dev, sb.st_ino};
+    /* a trailing slash would make ids start with "/" below it; strip them for the paths */
+    char *r = si_xstrdup(root);
+    for (size_t l = strlen(r); l > 1 && r[l - 1] == '/'; l--) r[l - 1] = 0;
+    si_status st = walk(pk, fd, r, "", up, 1);
+    free(r);
     free(up);
+    close(fd);
     return st;
 }
 
@@ -293,22 +434,54 @@ static int split_tabs(char *line, char *f[4]) {
     return n;
 }
 
+/* Opens the list file for reading: a regular file (a FIFO or device swapped in after si_pack
+ * looked is refused, without waiting for a writer), not the output. */
+static si_status open_list(packer *pk, const char *list, FILE **out) {
+    int fd = open(list, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return si_error(SI_ERR_IO, "%s: cannot open: %s", list, strerror(errno));
+    struct stat sb;
+    si_status st = SI_OK;
+    if (fstat(fd, &sb) != 0)
+        st = si_error(SI_ERR_IO, "%s: cannot stat: %s", list, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = si_error(SI_ERR_ARG, "%s: %s, not a list file", list, file_kind(sb.st_mode));
+    else if (pk->out_exists && same_file(&sb, &pk->out_sb))
+        st = si_error(SI_ERR_ARG, "%s: is the list file; refusing to write the output over it",
+                      pk->o->output);
+    else if (!(*out = fdopen(fd, "r")))
+        st = si_error(SI_ERR_IO, "%s: cannot open: %s", list, strerror(errno));
+    if (st != SI_OK) close(fd);
+    return st;
+}
+
+/* Reads one line of at most MAX_LINE bytes into line[MAX_LINE + 2], without its end of line.
+ * Returns its length, -1 at the end, -2 for a longer line (the rest is not read). */
+static long read_line(FILE *f, char *line) {
+    if (!fgets(line, MAX_LINE + 2, f)) return -1;
+    size_t len = strlen(line);
+    if (len > MAX_LINE && line[len - 1] != '\n') return -2;
+    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+    return (long)len;
+}
+
 static si_status pack_list(packer *pk, const char *list) {
-    FILE *f = fopen(list, "r");
-    if (!f) return si_error(SI_ERR_IO, "%s: cannot open: %s", list, strerror(errno));
+    FILE *f = NULL;
+    si_status st = open_list(pk, list, &f);
+    if (st != SI_OK) return st;
     char *base = si_xstrdup(list), *slash = strrchr(base, '/');
     if (slash)
         slash[1] = 0;
     else
         base[0] = 0; /* relative to the current directory, as the list itself */
-    char *line = NULL, *path = NULL;
-    size_t cap = 0;
-    ssize_t len;
+    char *line = si_xmalloc(MAX_LINE + 2), *path = NULL;
+    long len;
     int lineno = 0;
-    si_status st = SI_OK;
-    while (st == SI_OK && (len = getline(&line, &cap, f)) >= 0) {
+    while (st == SI_OK && (st = check_stop(pk)) == SI_OK && (len = read_line(f, line)) != -1) {
         lineno++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (len == -2) {
+            st = si_error(SI_ERR_ARG, "%s:%d: line longer than %d bytes", list, lineno, MAX_LINE);
+            break;
+        }
         if (strspn(line, " \t") == (size_t)len || line[0] == '#') continue;
         char *fld[4];
         int nf = split_tabs(line, fld);
@@ -353,8 +526,8 @@ static si_status pack_list(packer *pk, const char *list) {
         path = NULL;
         if (asprintf(&path, "%s%s", fld[0][0] == '/' ? "" : base, fld[0]) < 0)
             si_fatal(__FILE__, __LINE__, "asprintf", "out of memory");
-        st = add_file(pk, path, nf > 1 ? fld[1] : fld[0], label);
-        if (st != SI_OK) si_error_prefix(st, "%s:%d: ", list, lineno);
+        st = add_path(pk, path, nf > 1 ? fld[1] : fld[0], label);
+        if (st != SI_OK && st != SI_ERR_INTERRUPTED) si_error_prefix(st, "%s:%d: ", list, lineno);
     }
     if (st == SI_OK && ferror(f)) st = si_error(SI_ERR_IO, "%s: read error", list);
     fclose(f);
@@ -390,7 +563,111 @@ static void packer_close(packer *pk) {
     pk->labels = pk->ids = pk->offsets = pk->data = pk->strtype = pk->grp = H5I_INVALID_HID;
 }
 
-/* Borrows o; fills *st (zeroed first). On failure no output file exists. */
+/* Creates a temporary of our own beside the output: a name no other pack picks (pid and random
+ * bits) and O_EXCL|O_NOFOLLOW, so an existing file or symlink of that name is never opened. On
+ * success *path (caller frees) and *fd (caller closes) are set. */
+static si_status make_temp(const char *output, char **path, int *fd) {
+    for (int attempt = 0; attempt < 64; attempt++) {
+        uint32_t r = 0;
+        if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+            r = (uint32_t)(si_now() * 1e9) ^ ((uint32_t)attempt << 24);
+        if (asprintf(path, "%s.%ld-%08x.tmp", output, (long)getpid(), (unsigned)r) < 0)
+            si_fatal(__FILE__, __LINE__, "asprintf", "out of memory");
+        *fd = open(*path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (*fd >= 0) return SI_OK;
+        int e = errno;
+        free(*path);
+        *path = NULL;
+        if (e != EEXIST)
+            return si_error(SI_ERR_IO, "%s: cannot create a temporary file beside it: %s", output,
+                            strerror(e));
+    }
+    return si_error(SI_ERR_IO, "%s: no free name for a temporary file beside it", output);
+}
+
+/* HDF5 opens the temporary again by name; its descriptor must be the file make_temp created,
+ * not something put in its place in between. */
+static si_status check_h5_file(packer *pk) {
+    int *h5fd = NULL;
+    struct stat sb;
+    if (H5Fget_vfd_handle(pk->file, H5P_DEFAULT, (void **)&h5fd) < 0 || !h5fd ||
+        fstat(*h5fd, &sb) != 0 || !same_file(&sb, &pk->tmp_sb))
+        return si_error(SI_ERR_IO, "%s: replaced by another file while being created", pk->tmp);
+    return SI_OK;
+}
+
+/* Removes the temporary only while its name still holds the file we made: never another
+ * process's. */
+static void remove_temp(const packer *pk) {
+    struct stat sb;
+    if (lstat(pk->tmp, &sb) == 0 && same_file(&sb, &pk->tmp_sb) && unlink(pk->tmp) != 0)
+        si_log_warn("%s: cannot remove the temporary file: %s", pk->tmp, strerror(errno));
+}
+
+/* Moves the finished temporary to the output in one step. Without overwrite the output must
+ * still not exist at that moment (another pack may have made it meanwhile): RENAME_NOREPLACE,
+ * or a hard link where the file system lacks it. */
+static si_status publish(packer *pk) {
+    const char *out = pk->o->output;
+    struct stat sb;
+    if (lstat(pk->tmp, &sb) != 0 || !same_file(&sb, &pk->tmp_sb))
+        return si_error(SI_ERR_IO, "%s: replaced by another file while being written", pk->tmp);
+    if (pk->o->overwrite) {
+        if (rename(pk->tmp, out) == 0) return SI_OK;
+    } else if (renameat2(AT_FDCWD, pk->tmp, AT_FDCWD, out, RENAME_NOREPLACE) == 0) {
+        return SI_OK;
+    } else if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) {
+        if (link(pk->tmp, out) == 0) {
+            if (unlink(pk->tmp) != 0)
+                si_log_warn("%s: cannot remove the temporary file: %s", pk->tmp, strerror(errno));
+            return SI_OK;
+        }
+    }
+    if (errno == EEXIST)
+        return si_error(SI_ERR_IO, "%s: created by someone else while packing; not overwriting it",
+                        out);
+    return si_error(SI_ERR_IO, "%s: cannot rename %s to it: %s", out, pk->tmp, strerror(errno));
+}
+
+/* Refuses, before any work, an output that cannot or must not be replaced. */
+static si_status check_output(packer *pk, const struct stat *source, bool from_dir) {
+    const si_pack_opts *o = pk->o;
+    struct stat lsb;
+    if (lstat(o->output, &lsb) != 0) return SI_OK;
+    /* a symlink as output: rename replaces the link, but refuse what it points to as well */
+    pk->out_exists = stat(o->output, &pk->out_sb) == 0;
+    if (pk->out_exists && same_file(&pk->out_sb, source))
+        return si_error(SI_ERR_ARG, "%s: is the %s %s; refusing to write the output over it",
+                        o->output, from_dir ? "source directory" : "list file", o->source);
+    if (!o->overwrite)
+        return si_error(SI_ERR_IO, "%s: already exists; not overwriting it", o->output);
+    if (pk->out_exists && S_ISDIR(pk->out_sb.st_mode))
+        return si_error(SI_ERR_ARG, "%s: is a directory; the output is a file", o->output);
+    return SI_OK;
+}
+
+/* Creates the temporary, its HDF5 file and the datasets every pack has. */
+static si_status packer_open(packer *pk, char **tmp, int *tmpfd, size_t chunk) {
+    si_status s = make_temp(pk->o->output, tmp, tmpfd);
+    if (s != SI_OK) return s;
+    pk->tmp = *tmp;
+    if (fstat(*tmpfd, &pk->tmp_sb) != 0)
+        return si_error(SI_ERR_IO, "%s: cannot stat: %s", *tmp, strerror(errno));
+    pk->file = H5Fcreate(*tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (pk->file < 0) return si_error(SI_ERR_IO, "%s: cannot create", *tmp);
+    if ((s = check_h5_file(pk)) != SI_OK) return s;
+    pk->strtype = si_h5_utf8_type();
+    pk->grp = H5Gcreate2(pk->file, "images", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (pk->grp < 0) return si_error(SI_ERR_IO, "%s: cannot create /images", *tmp);
+    if ((pk->data = create_1d(pk, "data", H5T_STD_U8LE, chunk)) < 0 ||
+        (pk->offsets = create_1d(pk, "offsets", H5T_STD_U64LE, REC_BLOCK)) < 0 ||
+        (pk->ids = create_1d(pk, "ids", pk->strtype, REC_BLOCK)) < 0)
+        return SI_ERR_IO;
+    return SI_OK;
+}
+
+/* Borrows o; fills *st (zeroed first). On failure no output file exists and the temporary is
+ * removed. */
 si_status si_pack(const si_pack_opts *o, si_pack_stats *st) {
     double t0 = si_now();
     memset(st, 0, sizeof *st);
@@ -406,50 +683,38 @@ si_status si_pack(const si_pack_opts *o, si_pack_stats *st) {
     bool from_dir = S_ISDIR(sb.st_mode);
     if (!from_dir && !S_ISREG(sb.st_mode))
         return si_error(SI_ERR_ARG, "%s: neither a directory nor a list file", o->source);
-    if (!o->overwrite && stat(o->output, &sb) == 0)
-        return si_error(SI_ERR_IO, "%s: already exists; not overwriting it", o->output);
+    packer pk = {.o = o, .st = st, .labelled = from_dir ? 0 : -1, .file = H5I_INVALID_HID};
+    pk.grp = pk.data = pk.offsets = pk.ids = pk.labels = pk.strtype = H5I_INVALID_HID;
+    pk.cap = o->max_file_bytes ? o->max_file_bytes : SI_PACK_DEFAULT_MAX_FILE_BYTES;
+    si_status s = check_output(&pk, &sb, from_dir);
+    if (s != SI_OK) return s;
 
     char *tmp = NULL;
-    if (asprintf(&tmp, "%s.tmp", o->output) < 0)
-        si_fatal(__FILE__, __LINE__, "asprintf", "out of memory");
-    packer pk = {.o = o, .st = st, .labelled = from_dir ? 0 : -1};
-    pk.grp = pk.data = pk.offsets = pk.ids = pk.labels = pk.strtype = H5I_INVALID_HID;
+    int tmpfd = -1;
     pk.buf = si_xmalloc(DATA_BLOCK);
     pk.offs = si_xmalloc(REC_BLOCK * sizeof *pk.offs);
     pk.idbuf = si_xcalloc(REC_BLOCK, sizeof *pk.idbuf);
     pk.labbuf = si_xmalloc(REC_BLOCK * sizeof *pk.labbuf);
     pk.offs[pk.noffs++] = 0;
 
-    si_status s = SI_OK;
-    pk.file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (pk.file < 0) {
-        s = si_error(SI_ERR_IO, "%s: cannot create", tmp);
-        goto done;
-    }
-    pk.strtype = si_h5_utf8_type();
-    pk.grp = H5Gcreate2(pk.file, "images", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    if (pk.grp < 0 || (pk.data = create_1d(&pk, "data", H5T_STD_U8LE, chunk)) < 0 ||
-        (pk.offsets = create_1d(&pk, "offsets", H5T_STD_U64LE, REC_BLOCK)) < 0 ||
-        (pk.ids = create_1d(&pk, "ids", pk.strtype, REC_BLOCK)) < 0) {
-        s = pk.grp < 0 ? si_error(SI_ERR_IO, "%s: cannot create /images", tmp) : SI_ERR_IO;
-        goto done;
-    }
-    s = from_dir ? pack_dir(&pk, o->source) : pack_list(&pk, o->source);
+    s = packer_open(&pk, &tmp, &tmpfd, chunk);
+    if (s == SI_OK) s = from_dir ? pack_dir(&pk, o->source) : pack_list(&pk, o->source);
     if (s == SI_OK && st->count == 0)
         s = si_error(SI_ERR_ARG, "%s: no images found (%s)", o->source,
                      from_dir ? "files named *.jpg or *.jpeg, in any case" : "empty list");
+    if (s == SI_OK) s = check_stop(&pk);
     if (s == SI_OK) s = flush_data(&pk);
     if (s == SI_OK) s = flush_offsets(&pk);
     if (s == SI_OK) s = flush_ids(&pk);
     if (s == SI_OK) s = write_attrs(&pk);
-done:
     packer_close(&pk);
     for (size_t i = 0; i < pk.nids; i++) free(pk.idbuf[i]);
     if (pk.file >= 0 && H5Fclose(pk.file) < 0 && s == SI_OK) s = write_failed(&pk, "the file");
-    if (s == SI_OK && rename(tmp, o->output) != 0)
-        s = si_error(SI_ERR_IO, "%s: cannot rename %s to it: %s", o->output, tmp, strerror(errno));
-    if (s != SI_OK) unlink(tmp);
+    if (s == SI_OK) s = publish(&pk);
+    if (s != SI_OK && tmp) remove_temp(&pk);
+    if (tmpfd >= 0) close(tmpfd);
     free(tmp);
+    free(pk.root_real);
     free(pk.buf);
     free(pk.offs);
     free(pk.idbuf);

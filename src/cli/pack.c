@@ -6,16 +6,22 @@
 #include "cli.h"
 #include "base/common.h"
 #include "io/pack.h"
+#include "job/signals.h"
 
 static const char pack_usage[] =
     "usage: shardinfer pack SOURCE --output SET.h5 [--overwrite] [--chunk-bytes N]\n"
+    "                       [--max-file-bytes N] [--follow-links]\n"
     "  SOURCE is a directory (JPEG files found recursively, ids = relative paths) or a list\n"
-    "  file (lines: PATH, PATH<TAB>ID or PATH<TAB>ID<TAB>LABEL).\n";
+    "  file (lines: PATH, PATH<TAB>ID or PATH<TAB>ID<TAB>LABEL).\n"
+    "  --max-file-bytes N  refuse a file larger than N bytes (default 268435456, 256 MiB)\n"
+    "  --follow-links      in a directory, follow symbolic links that leave it too\n";
 
 int si_cli_pack(int argc, char **argv) {
     static const struct option opts[] = {{"output", required_argument, 0, 'o'},
                                          {"overwrite", no_argument, 0, 'f'},
                                          {"chunk-bytes", required_argument, 0, 'c'},
+                                         {"max-file-bytes", required_argument, 0, 'm'},
+                                         {"follow-links", no_argument, 0, 'L'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     si_pack_opts o = {0};
@@ -35,6 +41,15 @@ int si_cli_pack(int argc, char **argv) {
             }
             o.chunk_bytes = (size_t)v;
             break;
+        case 'm':
+            if (!si_parse_int(optarg, 1, 1L << 40, &v)) {
+                fprintf(stderr, "shardinfer pack: --max-file-bytes '%s': expected 1..2^40\n",
+                        optarg);
+                return SI_EXIT_USAGE;
+            }
+            o.max_file_bytes = (uint64_t)v;
+            break;
+        case 'L': o.follow_links = true; break;
         case 'h': fputs(pack_usage, stdout); return SI_EXIT_OK;
         case ':':
             fprintf(stderr, "shardinfer pack: option '%s' needs a value\n", argv[optind - 1]);
@@ -54,10 +69,16 @@ int si_cli_pack(int argc, char **argv) {
         return SI_EXIT_USAGE;
     }
     o.source = argv[optind];
+    /* SIGINT/SIGTERM: pack stops at the next file or block, removes its temporary and exits 6;
+     * a second signal ends it at once. The watchdog's bound is generous: a stop is seen within
+     * one 16 MiB block, so it fires only if a read hangs (a dead network file system). */
+    si_signals_install(300, SI_EXIT_INTERRUPTED);
+    o.stop = si_signals_stop;
     si_pack_stats st;
-    if (si_pack(&o, &st) != SI_OK) {
+    si_status s = si_pack(&o, &st);
+    if (s != SI_OK) {
         si_log_error("%s", si_error_msg());
-        return SI_EXIT_FAIL;
+        return s == SI_ERR_INTERRUPTED ? SI_EXIT_INTERRUPTED : SI_EXIT_FAIL;
     }
     printf("packed %llu images (%.1f MB) into %s in %.2f s", (unsigned long long)st.count,
            (double)st.bytes / 1e6, o.output, st.seconds);

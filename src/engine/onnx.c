@@ -165,6 +165,18 @@ void si_tensor_free_data(si_tensor *t) {
     memset(t, 0, sizeof *t);
 }
 
+/* A tensor's data buffer of nbytes, a size the file declared: failure is the model's problem
+ * (too large for this machine), reported with the tensor and the size, never an abort. */
+static si_status alloc_data(const char *tname, size_t nbytes, const char *from, void **out) {
+    *out = malloc(nbytes ? nbytes : 1);
+    if (*out) return SI_OK;
+    return si_error(SI_ERR_NOMEM, "tensor '%s': cannot allocate %zu bytes (%.1f GiB) for its %s",
+                    tname, nbytes, (double)nbytes / (1 << 30), from);
+}
+
+/* An external offset or length that is not a plain non-negative decimal number. */
+#define EXT_BAD INT64_MIN
+
 /* TensorProto: dims=1 data_type=2 float_data=4 int32_data=5 string_data=6 int64_data=7 name=8
  * raw_data=9 double_data=10 uint64_data=11 external_data=13 data_location=14. */
 /* External data (TensorProto.external_data): weights in a side file next to the model. The
@@ -183,11 +195,16 @@ static si_status read_external(const char *basedir, const char *tname, const cha
                         "tensor '%s': external data location '%s' is not a path "
                         "inside the model's directory",
                         tname, location ? location : "");
+    if (length == EXT_BAD || offset == EXT_BAD)
+        return si_error(SI_ERR_FORMAT,
+                        "tensor '%s': external data %s is not a number of bytes (0 to 2^63-1)",
+                        tname, offset == EXT_BAD ? "offset" : "length");
     if (length >= 0 && (uint64_t)length != nbytes)
         return si_error(SI_ERR_FORMAT, "tensor '%s': external data length %lld, shape needs %zu",
                         tname, (long long)length, nbytes);
     char path[4096], real_dir[PATH_MAX], real_file[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", basedir, location);
+    if (snprintf(path, sizeof path, "%s/%s", basedir, location) >= (int)sizeof path)
+        return si_error(SI_ERR_FORMAT, "tensor '%s': external data location too long", tname);
     if (!realpath(basedir, real_dir) || !realpath(path, real_file))
         return si_error(SI_ERR_IO, "tensor '%s': external data file %s: %s", tname, path,
                         strerror(errno));
@@ -197,11 +214,23 @@ static si_status read_external(const char *basedir, const char *tname, const cha
                         "tensor '%s': external data file %s resolves outside the "
                         "model's directory",
                         tname, path);
-    int fd = open(real_file, O_RDONLY);
+    /* O_NONBLOCK: a FIFO opens at once instead of waiting for a writer, and is refused below;
+     * O_NOFOLLOW: real_file is the checked path, with no link left in it to swap */
+    int fd = open(real_file, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
+        si_status st =
+            si_error(SI_ERR_IO, "tensor '%s': cannot open %s: %s", tname, path, strerror(errno));
         if (fd >= 0) close(fd);
-        return si_error(SI_ERR_IO, "tensor '%s': cannot open %s: %s", tname, path, strerror(errno));
+        return st;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return si_error(SI_ERR_FORMAT,
+                        "tensor '%s': external data file %s is %s, not a regular file", tname, path,
+                        S_ISFIFO(sb.st_mode)  ? "a FIFO"
+                        : S_ISDIR(sb.st_mode) ? "a directory"
+                                              : "a device or socket");
     }
     if (offset < 0 || (uint64_t)offset > (uint64_t)sb.st_size ||
         nbytes > (uint64_t)sb.st_size - (uint64_t)offset) {
@@ -211,10 +240,18 @@ static si_status read_external(const char *basedir, const char *tname, const cha
                         "at offset %lld",
                         tname, path, (long long)sb.st_size, nbytes, (long long)offset);
     }
-    uint8_t *d = si_xmalloc(nbytes ? nbytes : 1);
+    uint8_t *d;
+    char from[sizeof path + 32];
+    snprintf(from, sizeof from, "external data in %s", path);
+    si_status st = alloc_data(tname, nbytes, from, (void **)&d);
+    if (st != SI_OK) {
+        close(fd);
+        return st;
+    }
     size_t got = 0;
     while (got < nbytes) {
         ssize_t r = pread(fd, d + got, nbytes - got, (off_t)(offset + (int64_t)got));
+        if (r < 0 && errno == EINTR) continue;
         if (r <= 0) break;
         got += (size_t)r;
     }
@@ -250,6 +287,15 @@ static void tensor_fields_free(tensor_fields *tf) {
     free(tf->i64data);
 }
 
+/* An external offset or length: decimal digits only, within int64; EXT_BAD otherwise, so that
+ * "12abc" or "-1" is refused instead of read as 12 or "absent". */
+static int64_t parse_ext_size(const char *v) {
+    if (!v[0] || strspn(v, "0123456789") != strlen(v)) return EXT_BAD;
+    errno = 0;
+    long long x = strtoll(v, NULL, 10);
+    return errno ? EXT_BAD : (int64_t)x;
+}
+
 /* One external_data entry: StringStringEntryProto {key=1, value=2}. */
 static bool read_external_entry(rd *r, int wt, tensor_fields *tf) {
     rd sub = {0};
@@ -274,9 +320,9 @@ static bool read_external_entry(rd *r, int wt, tensor_fields *tf) {
             tf->ext_location = val;
             val = NULL;
         } else if (!strcmp(key, "offset"))
-            tf->ext_offset = strtoll(val, NULL, 10);
+            tf->ext_offset = parse_ext_size(val);
         else if (!strcmp(key, "length"))
-            tf->ext_length = strtoll(val, NULL, 10);
+            tf->ext_length = parse_ext_size(val);
     }
     free(key);
     free(val);
@@ -334,7 +380,8 @@ static si_status tensor_shape(si_tensor *t, const tensor_fields *tf, const char 
     int64_t numel = 1;
     for (int i = 0; i < t->ndim; i++) {
         int64_t d = tf->dims[i];
-        if (d < 0 || (d > 0 && numel > ((int64_t)1 << 40) / d))
+        /* each dimension bounded too: after a 0 the product no longer catches one */
+        if (d < 0 || d > ((int64_t)1 << 40) || (d > 0 && numel > ((int64_t)1 << 40) / d))
             return si_error(SI_ERR_FORMAT, "tensor '%s': absurd dimension %lld", tname,
                             (long long)d);
         t->dims[i] = d;
@@ -363,7 +410,8 @@ static si_status copy_typed_fields(si_tensor *t, const tensor_fields *tf, size_t
     if (have != numel)
         return si_error(SI_ERR_FORMAT, "tensor '%s': holds %lld values, shape needs %lld", tname,
                         (long long)have, (long long)numel);
-    t->data = si_xmalloc(nbytes);
+    si_status st = alloc_data(tname, nbytes, "typed data", &t->data);
+    if (st != SI_OK) return st;
     uint8_t *d = t->data;
     for (int64_t i = 0; i < numel; i++) {
         switch (t->dtype) {
@@ -396,7 +444,8 @@ static si_status tensor_data(si_tensor *t, const tensor_fields *tf, const char *
     if ((size_t)(tf->raw.end - tf->raw.p) != nbytes)
         return si_error(SI_ERR_FORMAT, "tensor '%s': raw_data has %zu bytes, shape needs %zu",
                         tname, (size_t)(tf->raw.end - tf->raw.p), nbytes);
-    t->data = si_xmalloc(nbytes);
+    si_status st = alloc_data(tname, nbytes, "raw_data", &t->data);
+    if (st != SI_OK) return st;
     memcpy(t->data, tf->raw.p, nbytes);
     return SI_OK;
 }
@@ -835,7 +884,8 @@ si_status si_model_proto_parse(const uint8_t *buf, size_t len, const char *name,
 }
 
 static si_status map_file(const char *path, const uint8_t **buf, size_t *len) {
-    int fd = open(path, O_RDONLY);
+    /* O_NONBLOCK: a FIFO given as the model opens at once and is refused below, not waited on */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return si_error(SI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
