@@ -623,6 +623,22 @@ static tjscalingfactor pick_scale(int w, int h, bool swap, const si_preproc *p) 
     return best;
 }
 
+/* SI_IMG_TOO_LARGE (msg says why) for a declared size of w x h that libjpeg-turbo cannot decode
+ * (over 65500 a side: JPEG_MAX_DIMENSION in its jmorecfg.h) or that is over p->max_pixels;
+ * SI_IMG_OK otherwise. */
+static si_image_status size_over(int w, int h, const si_preproc *p, char *msg, size_t cap) {
+    if (w > SI_JPEG_MAX_SIDE || h > SI_JPEG_MAX_SIDE)
+        return fail(SI_IMG_TOO_LARGE, msg, cap,
+                    "declared size %dx%d is over the JPEG decoder's limit of %d pixels a side", w,
+                    h, SI_JPEG_MAX_SIDE);
+    uint64_t npix = (uint64_t)w * (uint64_t)h;
+    if (p->max_pixels && npix > p->max_pixels)
+        return fail(SI_IMG_TOO_LARGE, msg, cap,
+                    "declared size %dx%d = %llu pixels is over the cap of %llu", w, h,
+                    (unsigned long long)npix, (unsigned long long)p->max_pixels);
+    return SI_IMG_OK;
+}
+
 /* What the header says, once it passed check_header. */
 typedef struct {
     int w, h, cs, orient; /* the stored size, TurboJPEG's colorspace, the EXIF orientation */
@@ -651,16 +667,18 @@ static si_image_status check_header(si_decoder *d, const uint8_t *data, size_t l
     int r = tjDecompressHeader3(d->tj, data, (unsigned long)len, &w, &h, &subsamp, &cs);
     /* TurboJPEG fills the sizes and colorspace before it complains about an unknown colorspace,
      * an unusual subsampling (which tjDecompress2 does not need) or a warning in the header.
-     * A header cut short can return 0 with nothing filled in, so the sizes decide. */
+     * A header cut short can return 0 with nothing filled in, so the sizes decide. libjpeg
+     * refuses a side over 65500 without telling the size: the frame header's own says it. The
+     * declared size decides before anything else the header says (the next image gets a fresh
+     * handle, so this one's failed header read leaves nothing behind). */
+    int dw = w, dh = h;
+    if ((w <= 0 || h <= 0) && !si_jpeg_declared_size(data, len, &dw, &dh)) dw = dh = 0;
+    si_image_status big = size_over(dw, dh, p, msg, cap);
+    if (big != SI_IMG_OK) return big;
     if (w <= 0 || h <= 0)
         return tj_failed(d, SI_IMG_NOT_JPEG, msg, cap, "unreadable JPEG header: ", "");
     if (r != 0 && cs == -1)
         return tj_failed(d, SI_IMG_UNSUPPORTED, msg, cap, "unsupported JPEG colorspace: ", "");
-    uint64_t npix = (uint64_t)w * (uint64_t)h;
-    if (p->max_pixels && npix > p->max_pixels)
-        return fail(SI_IMG_TOO_LARGE, msg, cap,
-                    "declared size %dx%d = %llu pixels is over the cap of %llu", w, h,
-                    (unsigned long long)npix, (unsigned long long)p->max_pixels);
 
     int orient = p->no_exif ? 1 : jpeg_orientation(data, len);
     bool swap = orient >= 5; /* transposes and quarter turns exchange width and height */
@@ -676,8 +694,7 @@ static si_image_status check_header(si_decoder *d, const uint8_t *data, size_t l
 }
 
 si_image_status si_decode_plan_gpu(si_decoder *d, const uint8_t *data, size_t len,
-                                   const si_preproc *p, si_gpu_plan *plan, char *msg,
-                                   size_t cap) {
+                                   const si_preproc *p, si_gpu_plan *plan, char *msg, size_t cap) {
     SI_ASSERT(d && p && plan);
     memset(plan, 0, sizeof *plan);
     header_info hi;
@@ -691,8 +708,8 @@ si_image_status si_decode_plan_gpu(si_decoder *d, const uint8_t *data, size_t le
         plan->cpu_reason = "frame size differs from libjpeg's";
     /* --decode gpu-exact: the planes' shape for libjpeg's upsampling (io/yuv.h), and whether
      * the conversion gives libjpeg-turbo's pixels */
-    static const int sub[][2] = {[SI_JS_444] = {1, 1}, [SI_JS_422] = {2, 1}, [SI_JS_420] = {2, 2},
-                                 [SI_JS_440] = {1, 2}};
+    static const int sub[][2] = {
+        [SI_JS_444] = {1, 1}, [SI_JS_422] = {2, 1}, [SI_JS_420] = {2, 2}, [SI_JS_440] = {1, 2}};
     if (plan->cpu_reason) {
         plan->exact_reason = plan->cpu_reason;
     } else if (L.sampling == SI_JS_GRAY) {

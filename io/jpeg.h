@@ -11,11 +11,15 @@
 /* The names si_interp_parse accepts, for usage messages. */
 #define SI_INTERP_CHOICES "bilinear or bicubic"
 
+/* The largest side libjpeg-turbo decodes (its JPEG_MAX_DIMENSION); a JPEG declaring more gets
+ * SI_IMG_TOO_LARGE whatever max_pixels says. */
+#define SI_JPEG_MAX_SIDE 65500
+
 typedef struct {
     int resize;          /* shorter side after resize, in pixels; >= crop */
     si_interp interp;    /* the resize's filter; 0 = SI_INTERP_BILINEAR */
     int crop_h, crop_w;  /* center crop = model input size */
-    uint64_t max_pixels; /* header width*height above this -> SI_IMG_TOO_LARGE */
+    uint64_t max_pixels; /* header width*height above this -> SI_IMG_TOO_LARGE (0: no cap) */
     bool exact;          /* no DCT-domain scaling: bit-exact with Pillow + torchvision */
     bool no_exif;        /* ignore the EXIF orientation (default: apply it) */
 } si_preproc;
@@ -51,11 +55,11 @@ si_image_status si_decode_scaled(si_decoder *d, const uint8_t *data, size_t len,
  * pixels (YCbCr 4:4:4, 4:2:2 or 4:2:0 that libjpeg upsamples with its fancy filters, decoded at
  * full size). */
 typedef struct {
-    int full_w, full_h;     /* the stored size, the hardware decoder's output */
-    int hs, vs;             /* chroma subsampling (io/yuv.h), where exact_reason is NULL */
+    int full_w, full_h;       /* the stored size, the hardware decoder's output */
+    int hs, vs;               /* chroma subsampling (io/yuv.h), where exact_reason is NULL */
     const char *exact_reason; /* why --decode gpu-exact leaves it to libjpeg-turbo (NULL: the
                                  hardware's planes converted by io/yuv.h give its pixels) */
-    const char *cpu_reason; /* why libjpeg-turbo decodes it instead (a static string) */
+    const char *cpu_reason;   /* why libjpeg-turbo decodes it instead (a static string) */
 } si_gpu_plan;
 
 /* The header checks of si_decode_scaled (the same statuses and messages for what fails them),

@@ -13,8 +13,8 @@ static bool is_sof(int m) {
 }
 
 /* The frame header SOFn: size, components and their sampling. */
-static void read_frame(const uint8_t *s, size_t n, si_jpeg_layout *L, int *precision,
-                       int *hmax, int *vmax, bool *rgb_ids) {
+static void read_frame(const uint8_t *s, size_t n, si_jpeg_layout *L, int *precision, int *hmax,
+                       int *vmax, bool *rgb_ids) {
     if (n < 6) {
         L->cpu_reason = "frame header too short";
         return;
@@ -41,9 +41,11 @@ static void read_frame(const uint8_t *s, size_t n, si_jpeg_layout *L, int *preci
     } else if (L->ncomp != 3 || h[1] != 1 || v[1] != 1 || h[2] != 1 || v[2] != 1) {
         L->sampling = SI_JS_OTHER;
     } else {
-        static const struct { int h, v; si_jpeg_sampling s; } luma[] = {
-            {1, 1, SI_JS_444}, {2, 1, SI_JS_422}, {2, 2, SI_JS_420},
-            {1, 2, SI_JS_440}, {4, 1, SI_JS_411}, {4, 2, SI_JS_410}};
+        static const struct {
+            int h, v;
+            si_jpeg_sampling s;
+        } luma[] = {{1, 1, SI_JS_444}, {2, 1, SI_JS_422}, {2, 2, SI_JS_420},
+                    {1, 2, SI_JS_440}, {4, 1, SI_JS_411}, {4, 2, SI_JS_410}};
         L->sampling = SI_JS_OTHER;
         for (size_t k = 0; k < sizeof luma / sizeof luma[0]; k++)
             if (h[0] == luma[k].h && v[0] == luma[k].v) L->sampling = luma[k].s;
@@ -148,7 +150,7 @@ void si_jpeg_scan(const uint8_t *d, size_t len, si_jpeg_layout *L) {
     if (L->cpu_reason) return;
     if (L->sof != 0xC0 || precision != 8)
         L->cpu_reason = L->sof == 0xC2 || L->sof == 0xC6 || L->sof == 0xCA ? "progressive"
-                        : L->sof >= 0xC9                                  ? "arithmetic coding"
+                        : L->sof >= 0xC9                                   ? "arithmetic coding"
                                                                            : "not baseline";
     else if (L->width < 1 || L->height < 1)
         L->cpu_reason = "no size in the frame header";
@@ -162,4 +164,38 @@ void si_jpeg_scan(const uint8_t *d, size_t len, si_jpeg_layout *L) {
         L->cpu_reason = "no Huffman or quantisation tables";
     else if (!restarts_match(L, hmax, vmax))
         L->cpu_reason = "restart markers do not match the frame";
+}
+
+bool si_jpeg_declared_size(const uint8_t *d, size_t len, int *width, int *height) {
+    if (len < 4 || d[0] != 0xFF || d[1] != 0xD8) return false;
+    size_t i = 2;
+    while (i + 1 < len) {
+        if (d[i] != 0xFF) { /* extraneous bytes: libjpeg warns and looks for the next marker */
+            const uint8_t *q = memchr(d + i, 0xFF, len - i);
+            if (!q) return false;
+            i = (size_t)(q - d);
+            continue;
+        }
+        int m = d[i + 1];
+        if (m == 0xFF) { /* fill byte */
+            i++;
+            continue;
+        }
+        if (m == 0xD9 || m == 0xDA) return false; /* EOI, or SOS without a frame before it */
+        if (m == 0xD8 || m == 0x01 || (m >= 0xD0 && m <= 0xD7)) { /* no segment follows */
+            i += 2;
+            continue;
+        }
+        if (i + 4 > len) return false;
+        size_t seg = (size_t)rd16(d + i + 2);
+        if (seg < 2 || seg > len - i - 2) return false;
+        if (is_sof(m)) {
+            if (seg < 2 + 5) return false;
+            *height = rd16(d + i + 5);
+            *width = rd16(d + i + 7);
+            return true;
+        }
+        i += 2 + seg;
+    }
+    return false;
 }

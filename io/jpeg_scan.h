@@ -25,14 +25,14 @@ typedef enum {
 } si_jpeg_sampling;
 
 typedef struct {
-    int sof;         /* the frame's marker, 0xC0..0xCF (0: none found) */
+    int sof; /* the frame's marker, 0xC0..0xCF (0: none found) */
     int width, height, ncomp;
     si_jpeg_sampling sampling;
-    int scans;       /* SOS markers seen */
-    int restarts;    /* RSTn markers in the entropy-coded data */
+    int scans;            /* SOS markers seen */
+    int restarts;         /* RSTn markers in the entropy-coded data */
     int restart_interval; /* DRI, in MCUs (0: none) */
     bool adobe_transform; /* an Adobe APP14 marker with transform != 1 (not YCbCr) */
-    bool complete;   /* the markers are well formed from SOI to EOI */
+    bool complete;        /* the markers are well formed from SOI to EOI */
     /* Why the hardware decoder must not take it (a short phrase), or NULL when it can. */
     const char *cpu_reason;
 } si_jpeg_layout;
@@ -40,5 +40,12 @@ typedef struct {
 /* Parses data[0, len) into *out; never reads past len. Always fills out (complete = false and a
  * cpu_reason on anything malformed). */
 void si_jpeg_scan(const uint8_t *data, size_t len, si_jpeg_layout *out);
+
+/* The size the frame header declares: the first SOFn's width and height, looking only at the
+ * marker segments from SOI up to the first SOS, where libjpeg reads its header (bytes between
+ * markers skipped to the next 0xFF, as libjpeg does). false when no frame header comes before
+ * SOS, EOI or the end of the data. Never reads past len. For the size libjpeg refuses to tell
+ * (over 65500 a side) before the image can be called too large. */
+bool si_jpeg_declared_size(const uint8_t *data, size_t len, int *width, int *height);
 
 #endif

@@ -379,6 +379,12 @@ def gen(out):
     sof = sof_offset(huge)
     huge[sof + 5:sof + 9] = bytes([20000 >> 8, 20000 & 255, 20000 >> 8, 20000 & 255])
     hostile.append(("huge_20000x20000.jpg", bytes(huge), "too_large"))
+    # over libjpeg-turbo's 65500 a side (which it refuses without telling the size): too_large
+    # however few pixels, never not_jpeg
+    for w, h in ((65535, 65535), (65501, 16), (16, 65501)):
+        over = bytearray(base)
+        over[sof + 5:sof + 9] = bytes([h >> 8, h & 255, w >> 8, w & 255])
+        hostile.append((f"huge_{w}x{h}.jpg", bytes(over), "too_large"))
 
     with open(os.path.join(out, "hostile_manifest.tsv"), "w") as man:
         for name, data, status in hostile:

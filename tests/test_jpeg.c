@@ -458,14 +458,76 @@ static uint8_t *make_jpeg(int w, int h, int ss, int flags, unsigned *seed, unsig
     return out;
 }
 
+/* The frame header's size decides too_large: libjpeg-turbo refuses a side over 65500 without
+ * saying the size, which must not make such a file not_jpeg, with or without a pixel cap; the
+ * size comes from the first SOF before SOS, past fill bytes and stray bytes as libjpeg goes. */
+static void test_declared_size(si_decoder *d) {
+    unsigned seed = 5;
+    unsigned long len = 0;
+    uint8_t *jpg = make_jpeg(40, 24, TJSAMP_420, 0, &seed, &len);
+    if (!jpg) return;
+    int w = 0, h = 0;
+    CHECK(si_jpeg_declared_size(jpg, len, &w, &h) && w == 40 && h == 24);
+    size_t sof = 2;
+    while (sof + 4 < len && !(jpg[sof + 1] >= 0xC0 && jpg[sof + 1] <= 0xC2))
+        sof += 2 + ((size_t)jpg[sof + 2] << 8 | jpg[sof + 3]);
+    CHECK(sof + 9 < len);
+    static const int sizes[][2] = {{65535, 65535}, {65501, 16}, {16, 65501}, {65500, 65500}};
+    for (int k = 0; k < 4; k++) {
+        int sw = sizes[k][0], sh = sizes[k][1];
+        uint8_t *big = malloc(len);
+        memcpy(big, jpg, len);
+        big[sof + 5] = (uint8_t)(sh >> 8);
+        big[sof + 6] = (uint8_t)sh;
+        big[sof + 7] = (uint8_t)(sw >> 8);
+        big[sof + 8] = (uint8_t)sw;
+        CHECK(si_jpeg_declared_size(big, len, &w, &h) && w == sw && h == sh);
+        uint8_t out[8 * 8 * 3], poison[sizeof out];
+        memset(out, 0x55, sizeof out);
+        memset(poison, 0x55, sizeof out);
+        /* no pixel cap: only the decoder's limit can make 65500x65500 too large, and it is not */
+        for (int cap = 0; cap < 2; cap++) {
+            si_preproc p = {.resize = 8,
+                            .crop_h = 8,
+                            .crop_w = 8,
+                            .exact = true,
+                            .max_pixels = cap ? 50000000 : 0};
+            char msg[256] = "";
+            bool over_side = sw > SI_JPEG_MAX_SIDE || sh > SI_JPEG_MAX_SIDE;
+            if (!over_side && !cap) continue; /* a 16 GB decode of a 1 KB file: not here */
+            int st = si_decode_crop(d, big, len, &p, out, msg, sizeof msg);
+            CHECK_MSG(st == SI_IMG_TOO_LARGE && strstr(msg, "declared size"),
+                      "%dx%d (cap %d): %s (%s)", sw, sh, cap, si_image_status_name(st), msg);
+            CHECK(memcmp(out, poison, sizeof out) == 0);
+            si_gpu_plan plan;
+            char msg2[256] = "";
+            CHECK((int)si_decode_plan_gpu(d, big, len, &p, &plan, msg2, sizeof msg2) == st &&
+                  !strcmp(msg, msg2));
+        }
+        free(big);
+    }
+    /* fill bytes and stray bytes before the frame header, as libjpeg skips them */
+    uint8_t *odd = malloc(len + 8);
+    memcpy(odd, jpg, 2);
+    memcpy(odd + 2, "\x12\x34\xff\xff", 4);
+    memcpy(odd + 6, jpg + 2, len - 2);
+    CHECK(si_jpeg_declared_size(odd, len + 4, &w, &h) && w == 40 && h == 24);
+    /* no frame header before SOS, a cut segment, no SOI */
+    CHECK(!si_jpeg_declared_size(jpg, sof + 6, &w, &h));
+    CHECK(!si_jpeg_declared_size((const uint8_t *)"\xff\xd8\xff\xda\x00\x02", 6, &w, &h));
+    CHECK(!si_jpeg_declared_size(jpg + 2, len - 2, &w, &h));
+    free(odd);
+    tjFree(jpg);
+}
+
 /* The structure walk on files made here: samplings, progressive, a cut and a stray marker. */
 static void test_jpeg_scan(void) {
     static const struct {
         int ss;
         si_jpeg_sampling want;
         bool hw;
-    } cases[] = {{TJSAMP_444, SI_JS_444, true}, {TJSAMP_422, SI_JS_422, true},
-                 {TJSAMP_420, SI_JS_420, true}, {TJSAMP_440, SI_JS_440, true},
+    } cases[] = {{TJSAMP_444, SI_JS_444, true},  {TJSAMP_422, SI_JS_422, true},
+                 {TJSAMP_420, SI_JS_420, true},  {TJSAMP_440, SI_JS_440, true},
                  {TJSAMP_411, SI_JS_411, false}, {TJSAMP_GRAY, SI_JS_GRAY, true}};
     unsigned seed = 99;
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
@@ -536,7 +598,10 @@ static void test_tables_per_image(void) {
         b[n++] = a[i++];
     }
     CHECK(n < len);
-    si_preproc p = {.resize = 32, .interp = SI_INTERP_BILINEAR, .crop_h = 32, .crop_w = 32,
+    si_preproc p = {.resize = 32,
+                    .interp = SI_INTERP_BILINEAR,
+                    .crop_h = 32,
+                    .crop_w = 32,
                     .max_pixels = 1u << 24};
     static uint8_t out[32 * 32 * 3];
     char m1[160], m2[160];
@@ -556,8 +621,9 @@ static void test_tables_per_image(void) {
  * pixel by pixel give tjDecompress2's RGB exactly, for 4:4:4, 4:2:2, 4:2:0 and 4:4:0, odd and
  * even sizes, smooth images and noise (the GPU decode's path to libjpeg-turbo's pixels). */
 static void test_yuv_matches_libjpeg(void) {
-    static const struct { int ss, hs, vs; } samp[] = {
-        {TJSAMP_444, 1, 1}, {TJSAMP_422, 2, 1}, {TJSAMP_420, 2, 2}, {TJSAMP_440, 1, 2}};
+    static const struct {
+        int ss, hs, vs;
+    } samp[] = {{TJSAMP_444, 1, 1}, {TJSAMP_422, 2, 1}, {TJSAMP_420, 2, 2}, {TJSAMP_440, 1, 2}};
     static const int sizes[][2] = {{67, 45}, {64, 48}, {5, 7}, {6, 1}, {1, 6}, {33, 2}, {250, 131}};
     unsigned seed = 20261126u;
     tjhandle tj = tjInitDecompress();
@@ -587,10 +653,12 @@ static void test_yuv_matches_libjpeg(void) {
                 uint8_t *cb = yuv + (size_t)sh.w * (size_t)sh.h, *cr = cb + (size_t)cw * (size_t)ch;
                 uint8_t *planes[3] = {y, cb, cr};
                 int strides[3] = {pw, cw, cw};
-                CHECK_MSG(tjDecompressToYUVPlanes(tj, jpg, len, planes, sh.w, strides, sh.h, 0) == 0,
+                CHECK_MSG(tjDecompressToYUVPlanes(tj, jpg, len, planes, sh.w, strides, sh.h, 0) ==
+                              0,
                           "%s", tjGetErrorStr2(tj));
                 for (int r = 0; r < sh.h; r++) /* the luma plane packed to pitch w */
-                    memcpy(yuv + (size_t)r * (size_t)sh.w, y + (size_t)r * (size_t)pw, (size_t)sh.w);
+                    memcpy(yuv + (size_t)r * (size_t)sh.w, y + (size_t)r * (size_t)pw,
+                           (size_t)sh.w);
                 uint8_t *want = malloc((size_t)sh.w * (size_t)sh.h * 3);
                 CHECK(tjDecompress2(tj, jpg, len, want, sh.w, 0, sh.h, TJPF_RGB, 0) == 0);
                 int bad = 0;
@@ -598,10 +666,12 @@ static void test_yuv_matches_libjpeg(void) {
                     for (int x = 0; x < sh.w; x++) {
                         uint8_t got[3];
                         si_yuv_rgb(yuv, &sh, x, r, got);
-                        bad += memcmp(got, want + ((size_t)r * (size_t)sh.w + (size_t)x) * 3, 3) != 0;
+                        bad +=
+                            memcmp(got, want + ((size_t)r * (size_t)sh.w + (size_t)x) * 3, 3) != 0;
                         checked++;
                     }
-                CHECK_MSG(bad == 0, "sampling %dx%d, %dx%d %s: %d pixels differ from libjpeg-turbo's",
+                CHECK_MSG(bad == 0,
+                          "sampling %dx%d, %dx%d %s: %d pixels differ from libjpeg-turbo's",
                           samp[k].hs, samp[k].vs, sh.w, sh.h, smooth ? "smooth" : "noise", bad);
                 free(y);
                 free(yuv);
@@ -846,6 +916,7 @@ int main(int argc, char **argv) {
     }
     test_gpu_plan_hostile(argv[1], d);
     test_jpeg_scan();
+    test_declared_size(d);
     test_yuv_matches_libjpeg();
     test_unreplicate_parts();
     test_unreplicate_made();

@@ -107,16 +107,51 @@ static void log_prefix(char *buf, size_t cap, si_log_level level) {
         snprintf(buf, cap, "shardinfer: %s: ", names[level]);
 }
 
+/* Copies src into dst (cap > 0 bytes, always terminated) with every control byte (below 0x20,
+ * and 0x7f) written as \n, \t, \r or \xNN, so that whatever a message quotes (an image's id, a
+ * file or dataset name, a model's metadata) stays on the message's line and cannot start a line
+ * of its own that poses as another message. One exception keeps the messages that list items on
+ * lines of their own readable (unsupported operators): a newline followed by two spaces stays,
+ * since an indented line cannot pass for a message. Writes whole escapes only; returns the
+ * length written. */
+static size_t escape_controls(char *dst, size_t cap, const char *src) {
+    static const char hex[] = "0123456789abcdef";
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)src; *p; p++) {
+        char e[4] = {(char)*p};
+        size_t k = 1;
+        bool control = *p < 0x20 || *p == 0x7f;
+        if (control && !(*p == '\n' && p[1] == ' ' && p[2] == ' ')) {
+            char named = *p == '\n' ? 'n' : *p == '\t' ? 't' : *p == '\r' ? 'r' : 0;
+            e[0] = '\\';
+            if (named) {
+                e[1] = named;
+                k = 2;
+            } else {
+                e[1] = 'x';
+                e[2] = hex[*p >> 4];
+                e[3] = hex[*p & 15];
+                k = 4;
+            }
+        }
+        if (n + k >= cap) break;
+        memcpy(dst + n, e, k);
+        n += k;
+    }
+    dst[n] = 0;
+    return n;
+}
+
 void si_log(si_log_level level, const char *fmt, ...) {
     if (level > log_level) return;
-    char line[4096];
-    log_prefix(line, sizeof line, level);
-    size_t n = strlen(line);
+    char msg[4096], line[4096];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line + n, sizeof line - n - 1, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    n = strlen(line);
+    log_prefix(line, sizeof line, level);
+    size_t n = strlen(line);
+    n += escape_controls(line + n, sizeof line - n - 1, msg); /* room for the newline */
     line[n] = '\n';
     /* one write per line so that lines of concurrent ranks and threads do not interleave */
     fwrite(line, 1, n + 1, stderr);
@@ -128,13 +163,14 @@ void si_set_abort_hook(void (*hook)(int code)) {
 }
 
 void si_fatal(const char *file, int line, const char *expr, const char *fmt, ...) {
-    char msg[1024] = "";
+    char raw[1024] = "", msg[1024];
     if (fmt) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(msg, sizeof msg, fmt, ap);
+        vsnprintf(raw, sizeof raw, fmt, ap);
         va_end(ap);
     }
+    escape_controls(msg, sizeof msg, raw);
     fprintf(stderr, "shardinfer[%s:%d] FATAL at %s:%d: %s%s%s\n", log_host[0] ? log_host : "-",
             log_rank, file, line, expr ? expr : "", expr && msg[0] ? ": " : "", msg);
     fflush(stderr);

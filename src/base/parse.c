@@ -3,6 +3,7 @@
 #include "parse.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,23 +17,27 @@ bool si_parse_int(const char *s, long lo, long hi, long *out) {
     return true;
 }
 
-bool si_parse_floats3(const char *s, float out[3]) {
+bool si_parse_floats3(const char *s, float lo, float hi, float out[3]) {
+    float v[3];
     char *end;
     for (int i = 0; i < 3; i++) {
         errno = 0;
-        out[i] = strtof(s, &end);
-        if (errno || end == s) return false;
+        v[i] = strtof(s, &end);
+        if (errno || end == s || !isfinite(v[i]) || !(v[i] >= lo && v[i] <= hi)) return false;
         if (i < 2) {
             if (*end != ',') return false;
             s = end + 1;
         }
     }
-    return *end == 0;
+    if (*end) return false;
+    for (int i = 0; i < 3; i++) out[i] = v[i];
+    return true;
 }
 
 bool si_parse_hw(const char *s, int *h, int *w) {
     long a, b;
     char tmp[64];
+    if (strlen(s) >= sizeof tmp) return false; /* cut short, "000...0224junk" would pass */
     snprintf(tmp, sizeof tmp, "%s", s);
     char *x = strchr(tmp, 'x');
     if (!x) {

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,8 @@ static const char run_usage[] =
     "  --crop N|HxW       center crop; must equal the model's input size (default: the model's)\n"
     "  --mean R,G,B       normalisation in [0,1] units (default: the model's metadata 'mean',\n"
     "  --std R,G,B        else ImageNet's 0.485,0.456,0.406 / 0.229,0.224,0.225)\n"
-    "  --max-pixels N     images declaring more pixels fail with status too_large (default 1e8)\n"
+    "  --max-pixels N     images declaring more pixels, or a side over 65500 (libjpeg-turbo's\n"
+    "                     limit), fail with status too_large (default 100000000)\n"
     "  --layout L         auto (default), packed, vlen, dense-nhwc, dense-nchw\n"
     "  --data-dataset P   the images' dataset (default: detected), --ids-dataset P,\n"
     "                     --offsets-dataset P (packed) likewise\n"
@@ -89,7 +91,8 @@ static const char run_usage[] =
     "  --overwrite        replace an existing RESULT.h5 (or an interrupted run's partial one)\n"
     "  --quiet | --verbose\n"
     "Exit codes: 0 done, 1 failed, 2 usage, 4 verification, 5 --max-errors, 6 interrupted by a\n"
-    "signal (SIGTERM, SIGUSR1, SIGINT): rerun with --resume.\n";
+    "signal to the ranks (SIGTERM, SIGUSR1, SIGINT): rerun with --resume. mpirun forwards\n"
+    "SIGUSR1; SIGTERM to mpirun itself ends the job with exit 1 (docs/user-guide.md).\n";
 
 /* What the command line says: the job's config, and the options whose meaning depends on others
  * (resolved once every option is read). */
@@ -259,14 +262,13 @@ static const char *opt_input(int c, const char *arg, run_args *a, char *buf, siz
             return usage_error(buf, cap, "--crop '%s': expected N or HxW", arg);
         return NULL;
     case 'M':
-        if (!si_parse_floats3(arg, pc->mean))
-            return usage_error(buf, cap, "--mean '%s': expected three numbers R,G,B", arg);
+        if (!si_parse_floats3(arg, -SI_NORM_MEAN_MAX, SI_NORM_MEAN_MAX, pc->mean))
+            return usage_error(buf, cap, "--mean '%s': expected " SI_NORM_MEAN_EXPECTED, arg);
         a->job.mean_set = true;
         return NULL;
     case 'S':
-        if (!si_parse_floats3(arg, pc->std) || pc->std[0] == 0 || pc->std[1] == 0 ||
-            pc->std[2] == 0)
-            return usage_error(buf, cap, "--std '%s': expected three nonzero numbers R,G,B", arg);
+        if (!si_parse_floats3(arg, SI_NORM_STD_MIN, SI_NORM_STD_MAX, pc->std))
+            return usage_error(buf, cap, "--std '%s': expected " SI_NORM_STD_EXPECTED, arg);
         a->job.std_set = true;
         return NULL;
     case 'P':
@@ -331,7 +333,9 @@ static const char *opt_max_errors(const char *arg, run_args *a, char *buf, size_
     errno = 0;
     double lim = strtod(arg, &end);
     bool pct = *end == '%';
-    if (errno || end == arg || (*end && !(pct && !end[1])) || lim < 0 || (pct && lim > 100))
+    /* !(lim >= 0) refuses NaN too, which no count of failures would ever be "within" */
+    if (errno || end == arg || (*end && !(pct && !end[1])) || !(lim >= 0) || !isfinite(lim) ||
+        (pct && lim > 100))
         return usage_error(buf, cap,
                            "--max-errors '%s': expected a count or a percentage like 0.5%%", arg);
     a->job.max_errors_fraction = pct;
@@ -434,12 +438,17 @@ static const char *opt_cuda(int c, const char *arg, run_args *a, char *buf, size
         a->resize_on = !strcmp(arg, "gpu");
         return NULL;
     case O_DECODE:
-        if (!strcmp(arg, "cpu")) a->job.decode = SI_DECODE_CPU;
-        else if (!strcmp(arg, "gpu")) a->job.decode = SI_DECODE_GPU;
-        else if (!strcmp(arg, "gpu-exact")) a->job.decode = SI_DECODE_GPU_EXACT;
-        else if (!strcmp(arg, "auto")) a->job.decode = SI_DECODE_AUTO;
-        else return usage_error(buf, cap, "--decode '%s': expected auto, cpu, gpu or gpu-exact",
-                                arg);
+        if (!strcmp(arg, "cpu"))
+            a->job.decode = SI_DECODE_CPU;
+        else if (!strcmp(arg, "gpu"))
+            a->job.decode = SI_DECODE_GPU;
+        else if (!strcmp(arg, "gpu-exact"))
+            a->job.decode = SI_DECODE_GPU_EXACT;
+        else if (!strcmp(arg, "auto"))
+            a->job.decode = SI_DECODE_AUTO;
+        else
+            return usage_error(buf, cap, "--decode '%s': expected auto, cpu, gpu or gpu-exact",
+                               arg);
         return NULL;
     case O_AUTOTUNE:
         if (!*arg) return "--autotune-cache: expected a folder, or off";

@@ -66,12 +66,15 @@ static si_status model_norm(si_job_state *J) {
     const char *keys[2] = {"mean", "std"};
     float *dst[2] = {J->pc.mean, J->pc.std};
     bool set[2] = {J->cfg->mean_set, J->cfg->std_set};
+    const float lo[2] = {-SI_NORM_MEAN_MAX, SI_NORM_STD_MIN};
+    const float hi[2] = {SI_NORM_MEAN_MAX, SI_NORM_STD_MAX};
+    const char *expected[2] = {SI_NORM_MEAN_EXPECTED, SI_NORM_STD_EXPECTED};
     for (int i = 0; i < 2; i++) {
         const char *v = si_graph_meta(g, keys[i]);
         if (set[i] || !v) continue;
-        if (!si_parse_floats3(v, dst[i]) || (i == 1 && (!dst[i][0] || !dst[i][1] || !dst[i][2])))
-            return si_error(SI_ERR_FORMAT, "%s: metadata '%s' = '%s' is not three numbers", g->path,
-                            keys[i], v);
+        if (!si_parse_floats3(v, lo[i], hi[i], dst[i]))
+            return si_error(SI_ERR_FORMAT, "%s: metadata '%s' = '%s': expected %s (or pass --%s)",
+                            g->path, keys[i], v, expected[i], keys[i]);
     }
     return SI_OK;
 }

@@ -12,12 +12,16 @@ static volatile sig_atomic_t stop_signal;
 static double timeout_s;
 static int exit_code;
 
+/* A second Ctrl-C is a user who wants out now: the default action. A repeated SIGTERM or SIGUSR1
+ * is a launcher's second notice, not impatience (at a Slurm time limit the tasks get SIGTERM
+ * twice within milliseconds, which used to end them before they could drain): the drain goes on,
+ * bounded by the watchdog and by the launcher's own SIGKILL. The first signal is the one named. */
 static void on_signal(int sig) {
-    if (stop_signal == sig) {
+    if (sig == SIGINT && stop_signal == SIGINT) {
         signal(sig, SIG_DFL);
         raise(sig);
     }
-    stop_signal = sig;
+    if (!stop_signal) stop_signal = sig;
 }
 
 static void *watchdog(void *arg) {

@@ -1,6 +1,8 @@
 /* Stop requests by signal. The first SIGTERM, SIGUSR1 (Slurm's warning before the time limit)
- * or SIGINT asks the run to stop taking work, finish what it holds and flush; a second of the
- * same signal ends the process the default way, so an impatient Ctrl-C still works. A watchdog
+ * or SIGINT asks the run to stop taking work, finish what it holds and flush; a second SIGINT
+ * ends the process the default way, so an impatient Ctrl-C still works, while a repeated
+ * SIGTERM or SIGUSR1 (Slurm sends each task SIGTERM twice at the time limit) lets the drain
+ * finish. A watchdog
  * bounds the drain: if the process is still there drain_timeout seconds after the first signal
  * (a peer died and will never answer, say), it says so and exits with `code`; rank 0 flushes as
  * soon as the signal arrives, so what was finished is on disk by then. Kept apart from the rest

@@ -458,11 +458,7 @@ static int good_rows(si_decode *d, const si_read_slot *sl, const int32_t *status
         if (status[j] == SI_IMG_OK) {
             rowmap[rows++] = (int32_t)j;
         } else if (status[j] != SI_IMG_READ_ERROR) {
-            char *id = NULL;
-            if (si_source_read_ids(d->set, sl->first + j, 1, &id) != SI_OK) id = NULL;
-            si_log_warn("image %llu '%s': %s: %s", (unsigned long long)(sl->first + j),
-                        id ? id : "?", si_image_status_name(status[j]), msgs[j][0] ? msgs[j] : "-");
-            free(id);
+            si_faillog(d->set, sl->first + j, status[j], msgs[j]);
         }
     }
     return rows;

@@ -121,7 +121,7 @@ static void *post_main(void *arg) {
         for (int r = 0; r < rows; r++) {
             uint32_t j = (uint32_t)(sl->b0 - c->first) + (uint32_t)sl->rowmap[r];
             if (c->status[j] == SI_IMG_POST_ERROR)
-                si_log_warn("image %llu: %s", (unsigned long long)(c->first + j), c->msg[j]);
+                si_faillog(R->set, c->first + j, SI_IMG_POST_ERROR, c->msg[j]);
             else if (c->detect && R->n_dets[r] > 0)
                 si_chunk_add_dets(c, j, R->dets + (size_t)r * p->max_dets, R->n_dets[r]);
         }
@@ -522,6 +522,7 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
 
     R->t0 = si_now();
     if (cfg->timeline) cfg->timeline->t0 = R->t0;
+    si_faillog_reset();
     refill(R);
     pthread_t reader, post;
     if (pthread_create(&reader, NULL, si_reader_main, R) != 0 ||
@@ -531,6 +532,7 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
     st = finish(R, &F, st);
     pthread_join(reader, NULL);
     pthread_join(post, NULL);
+    si_faillog_report();
     snapshot(R, stats);
 
     feed_free(&F);

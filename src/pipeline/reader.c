@@ -51,7 +51,7 @@ static si_status read_batch(si_source *set, uint64_t b0, uint32_t n, si_bytes *b
         if (st != SI_OK) {
             status[j] = SI_IMG_READ_ERROR;
             snprintf(msg[j], SI_MSG_LEN, "read error: %s", si_error_msg());
-            si_log_error("image %llu: %s", (unsigned long long)(b0 + j), msg[j]);
+            si_faillog(set, b0 + j, SI_IMG_READ_ERROR, msg[j]);
             continue;
         }
         memcpy(buf->data + off[j], one->data + o[0], o[1] - o[0]);

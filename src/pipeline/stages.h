@@ -88,6 +88,19 @@ void si_reader_init(si_pipe *R);
 void si_reader_free(si_pipe *R);
 void *si_reader_main(void *arg);
 
+/* faillog.c: the per-image failure lines (decode's, post's, the reader's). The first
+ * SI_FAILLOG_FULL failures of each status are logged in full (index, id, status, why), the next
+ * one logs that the others of that status are not, and the rest only count: a million bad records
+ * cost a few lines, and each is still in the result's /errors. The counts are this process's (one
+ * rank's), from si_faillog_reset at the pipeline's start; si_faillog_report logs, at its end, the
+ * count of each status that was cut short. Thread-safe. */
+#define SI_FAILLOG_FULL 20
+void si_faillog_reset(void);
+/* Image `image` failed with `status` (an si_image_status, not OK) because of msg. Its id is read
+ * from set (NULL: none) only for a line that is printed. Borrows set and msg. */
+void si_faillog(si_source *set, uint64_t image, int status, const char *msg);
+void si_faillog_report(void);
+
 /* decode.c: one rank's decoders (one per OpenMP thread) and the batch's way into an engine
  * slot, picked once at start: pre-decoded pixels resized and cropped, JPEGs decoded into the
  * slot's packed buffer for the GPU's resize (when the engine has one and cfg->gpu_resize), the
