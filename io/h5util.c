@@ -3,8 +3,16 @@
 
 #include "base/common.h"
 
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define ATTR_STR_MAX (1u << 20) /* bytes of a string attribute read back */
 
 hid_t si_h5_utf8_type(void) {
     hid_t t = H5Tcopy(H5T_C_S1);
@@ -73,13 +81,28 @@ hid_t si_h5_create_chunked(hid_t loc, const char *name, hid_t ftype, int ndim, c
 char *si_h5_attr_read_str(hid_t obj, const char *name) {
     if (H5Aexists(obj, name) <= 0) return NULL;
     hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    hid_t ft = a >= 0 ? H5Aget_type(a) : H5I_INVALID_HID;
+    hid_t sp = a >= 0 ? H5Aget_space(a) : H5I_INVALID_HID;
+    /* one string, of a bounded size: an array of strings would overflow the one pointer read
+     * into, and a declared length is allocated (and cleared) before it is read */
+    bool ok = ft >= 0 && sp >= 0 && H5Tget_class(ft) == H5T_STRING &&
+              H5Sget_simple_extent_npoints(sp) == 1;
+    if (ok && H5Tis_variable_str(ft) > 0) {
+        uint64_t len = UINT64_MAX;
+        hid_t lt = si_h5_vlen_length_type();
+        ok = lt >= 0 && H5Aread(a, lt, &len) >= 0 && len <= ATTR_STR_MAX;
+    } else if (ok) {
+        ok = H5Tget_size(ft) <= ATTR_STR_MAX;
+    }
     hid_t t = si_h5_utf8_type();
     char *v = NULL, *copy = NULL;
-    if (a >= 0 && H5Aread(a, t, &v) >= 0 && v) {
+    if (ok && H5Aread(a, t, &v) >= 0 && v) {
         copy = si_xstrdup(v);
         H5free_memory(v);
     }
     H5Tclose(t);
+    if (sp >= 0) H5Sclose(sp);
+    if (ft >= 0) H5Tclose(ft);
     if (a >= 0) H5Aclose(a);
     return copy;
 }
@@ -96,6 +119,250 @@ static void vlen_free(void *p, void *info) {
 
 herr_t si_h5_malloc_vlen(hid_t dxpl) {
     return H5Pset_vlen_mem_manager(dxpl, vlen_alloc, NULL, vlen_free, NULL);
+}
+
+/* --- files a user hands us ------------------------------------------------------------------ */
+
+typedef struct {
+    bool fault;
+    char *why;
+    size_t cap;
+} fault_walk;
+
+/* HDF5's file drivers report a failed read() or lseek() under the major "low-level I/O" class
+ * with the system's errno in the text ("file read failed: ... errno = 5, error message =
+ * 'Input/output error' ..."). Layers above wrap any failure under that class too ("unable to
+ * read raw data chunk" for a chunk whose address in a crafted file lies past its end), and a
+ * filter or a checksum fails under others: only the system's own failure is the storage's. */
+static herr_t fault_cb(unsigned n, const H5E_error2_t *e, void *data) {
+    (void)n;
+    fault_walk *w = data;
+    if (e->maj_num != H5E_IO || !e->desc || !strstr(e->desc, "errno = ")) return 0;
+    w->fault = true;
+    const char *m = e->desc ? strstr(e->desc, "error message = '") : NULL;
+    if (w->why && w->cap && m) {
+        m += strlen("error message = '");
+        size_t l = strcspn(m, "'");
+        snprintf(w->why, w->cap, "%.*s", (int)l, m);
+    }
+    return 0;
+}
+
+bool si_h5_storage_fault(char *why, size_t cap) {
+    fault_walk w = {.why = why, .cap = cap};
+    if (why && cap) snprintf(why, cap, "I/O error");
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, fault_cb, &w);
+    return w.fault;
+}
+
+si_status si_h5_guard_dir(si_h5_guard *g, const char *path) {
+    char *real = realpath(path, NULL);
+    if (!real) return si_error(SI_ERR_IO, "%s: cannot resolve its path: %s", path, strerror(errno));
+    char *slash = strrchr(real, '/');
+    if (slash == real)
+        snprintf(g->dir, sizeof g->dir, "/");
+    else
+        snprintf(g->dir, sizeof g->dir, "%.*s", (int)(slash - real), real);
+    free(real);
+    return SI_OK;
+}
+
+/* Whether name (relative names from base_dir) is a regular file whose real path lies in dir. */
+static bool inside(const char *dir, const char *base_dir, const char *name) {
+    char joined[2 * PATH_MAX + 2];
+    if (name[0] == '/')
+        snprintf(joined, sizeof joined, "%s", name);
+    else
+        snprintf(joined, sizeof joined, "%s/%s", base_dir, name);
+    char *real = realpath(joined, NULL);
+    struct stat sb;
+    bool ok = real && stat(real, &sb) == 0 && S_ISREG(sb.st_mode);
+    size_t l = strlen(dir);
+    if (ok && strcmp(dir, "/") != 0) ok = strncmp(real, dir, l) == 0 && real[l] == '/';
+    free(real);
+    return ok;
+}
+
+/* Asked by HDF5 before it opens the file an external link names. */
+static herr_t elink_cb(const char *parent_file, const char *parent_group, const char *child_file,
+                       const char *child_object, unsigned *acc_flags, hid_t fapl, void *data) {
+    (void)parent_file, (void)parent_group, (void)fapl;
+    si_h5_guard *g = data;
+    if (g->allow && inside(g->dir, g->dir, child_file)) {
+        *acc_flags = H5F_ACC_RDONLY;
+        return 0;
+    }
+    snprintf(g->refused, sizeof g->refused, "an external link to %s:%s", child_file, child_object);
+    return -1;
+}
+
+hid_t si_h5_guarded_access(si_h5_guard *g) {
+    hid_t p = H5Pcreate(H5P_DATASET_ACCESS);
+    if (p < 0) return p;
+    /* "${ORIGIN}": the directory of the file that names them, not the working directory */
+    if (H5Pset_elink_cb(p, elink_cb, g) < 0 || H5Pset_efile_prefix(p, "${ORIGIN}") < 0 ||
+        H5Pset_virtual_prefix(p, "${ORIGIN}") < 0 ||
+        (g->allow && H5Pset_elink_prefix(p, g->dir) < 0)) {
+        H5Pclose(p);
+        return H5I_INVALID_HID;
+    }
+    return p;
+}
+
+/* A virtual dataset's source dataset `name` in `file` (resolved, inside g->dir): a plain
+ * dataset of that file, itself neither virtual nor stored outside. */
+static si_status check_vds_source(const si_h5_guard *g, const char *file, const char *name,
+                                  const char *who) {
+    si_h5_guard strict = {.allow = false};
+    snprintf(strict.dir, sizeof strict.dir, "%s", g->dir);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+#if H5_VERSION_GE(1, 10, 7)
+    H5Pset_file_locking(fapl, true, true);
+#endif
+    char joined[2 * PATH_MAX + 2];
+    if (file[0] == '/')
+        snprintf(joined, sizeof joined, "%s", file);
+    else
+        snprintf(joined, sizeof joined, "%s/%s", g->dir, file);
+    hid_t f = H5Fopen(joined, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    hid_t dapl = f >= 0 ? si_h5_guarded_access(&strict) : H5I_INVALID_HID;
+    hid_t d = dapl >= 0 ? H5Dopen2(f, name, dapl) : H5I_INVALID_HID;
+    si_status st = d < 0 ? si_error(SI_ERR_UNSUPPORTED,
+                                    "%s: its virtual dataset maps %s:%s, which cannot be opened "
+                                    "as a dataset of that file%s%s",
+                                    who, file, name, strict.refused[0] ? ": " : "", strict.refused)
+                         : si_h5_check_storage(d, &strict, joined, name);
+    if (d >= 0) H5Dclose(d);
+    if (dapl >= 0) H5Pclose(dapl);
+    if (f >= 0) H5Fclose(f);
+    return st;
+}
+
+/* A virtual dataset: refused, or with g->allow each mapping's source file inside g->dir and
+ * its dataset plain. */
+static si_status check_virtual(hid_t dcpl, const si_h5_guard *g, const char *who) {
+    size_t count = 0;
+    if (!g->allow || H5Pget_virtual_count(dcpl, &count) < 0)
+        return si_error(SI_ERR_UNSUPPORTED,
+                        "%s is a virtual dataset (its bytes come from other datasets, possibly "
+                        "of other files): refused; pass --allow-external to read those that "
+                        "stay inside the file's own directory",
+                        who);
+    for (size_t i = 0; i < count; i++) {
+        char file[PATH_MAX], name[1024];
+        if (H5Pget_virtual_filename(dcpl, i, file, sizeof file) < 0 ||
+            H5Pget_virtual_dsetname(dcpl, i, name, sizeof name) < 0)
+            return si_error(SI_ERR_FORMAT, "%s: virtual mapping %zu is unreadable", who, i);
+        if (strcmp(file, ".") != 0 && !inside(g->dir, g->dir, file))
+            return si_error(SI_ERR_UNSUPPORTED,
+                            "%s: its virtual dataset maps %s, which is not a regular file "
+                            "inside %s: refused",
+                            who, file, g->dir);
+        if (strcmp(file, ".") != 0) {
+            si_status st = check_vds_source(g, file, name, who);
+            if (st != SI_OK) return st;
+        }
+    }
+    return SI_OK;
+}
+
+si_status si_h5_check_storage(hid_t d, const si_h5_guard *g, const char *file, const char *name) {
+    char who[1200];
+    snprintf(who, sizeof who, "%s: %s", file, name);
+    hid_t dcpl = H5Dget_create_plist(d);
+    if (dcpl < 0) return si_error(SI_ERR_FORMAT, "%s: cannot read its storage properties", who);
+    si_status st = SI_OK;
+    int n_ext = H5Pget_external_count(dcpl);
+    if (H5Pget_layout(dcpl) == H5D_VIRTUAL) {
+        st = check_virtual(dcpl, g, who);
+    } else if (n_ext > 0 && !g->allow) {
+        char ext[PATH_MAX] = "?";
+        off_t off;
+        hsize_t size;
+        H5Pget_external(dcpl, 0, sizeof ext, ext, &off, &size);
+        st = si_error(SI_ERR_UNSUPPORTED,
+                      "%s keeps its bytes in another file (HDF5 external storage: %s): refused; "
+                      "pass --allow-external to read such files inside the file's own "
+                      "directory",
+                      who, ext);
+    } else {
+        for (int i = 0; i < n_ext && st == SI_OK; i++) {
+            char ext[PATH_MAX] = "";
+            off_t off;
+            hsize_t size;
+            if (H5Pget_external(dcpl, (unsigned)i, sizeof ext, ext, &off, &size) < 0 ||
+                !inside(g->dir, g->dir, ext))
+                st = si_error(SI_ERR_UNSUPPORTED,
+                              "%s keeps its bytes in %s, which is not a regular file inside %s: "
+                              "refused",
+                              who, ext, g->dir);
+        }
+    }
+    H5Pclose(dcpl);
+    return st;
+}
+
+/* The declared lengths of variable-length records, from the records' headers in the file: a
+ * conversion HDF5 calls with the file's representation of each record (a 4-byte little-endian
+ * length, then the heap reference: the file format's, the same in HDF5 1.8 to 1.14), registered
+ * for variable-length sources and the opaque type below only. */
+static const char vlen_length_tag[] = "shardinfer:vlen-declared-length";
+static hid_t vlen_length;
+
+static herr_t vlen_length_conv(hid_t src, hid_t dst, H5T_cdata_t *cd, size_t n, size_t stride,
+                               size_t bkg_stride, void *buf, void *bkg, hid_t dxpl) {
+    (void)bkg_stride, (void)bkg, (void)dxpl;
+    switch (cd->command) {
+    case H5T_CONV_INIT: {
+        bool vlen = H5Tget_class(src) == H5T_VLEN ||
+                    (H5Tget_class(src) == H5T_STRING && H5Tis_variable_str(src) > 0);
+        if (!vlen || H5Tget_class(dst) != H5T_OPAQUE) return -1;
+        char *tag = H5Tget_tag(dst);
+        bool ours = tag && strcmp(tag, vlen_length_tag) == 0 && H5Tget_size(src) >= 4;
+        H5free_memory(tag);
+        cd->need_bkg = H5T_BKG_NO;
+        return ours ? 0 : -1;
+    }
+    case H5T_CONV_FREE: return 0;
+    case H5T_CONV_CONV: {
+        /* in place, front to back: element i's 8 bytes go where the 16-byte sources of
+         * elements before it were, never over one not yet read */
+        size_t ss = stride ? stride : H5Tget_size(src), ds = stride ? stride : 8;
+        uint8_t *b = buf;
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *p = b + i * ss;
+            uint64_t len =
+                (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24;
+            memcpy(b + i * ds, &len, 8);
+        }
+        return 0;
+    }
+    default: return -1;
+    }
+}
+
+static void make_vlen_length(void) {
+    hid_t t = H5Tcreate(H5T_OPAQUE, 8);
+    hid_t src = H5Tvlen_create(H5T_NATIVE_UINT8), str = H5Tcopy(H5T_C_S1);
+    H5Tset_size(str, H5T_VARIABLE);
+    if (t >= 0 && src >= 0 && H5Tset_tag(t, vlen_length_tag) >= 0 &&
+        H5Tregister(H5T_PERS_SOFT, "shardinfer vlen length", src, t, vlen_length_conv) >= 0 &&
+        H5Tregister(H5T_PERS_SOFT, "shardinfer vstr length", str, t, vlen_length_conv) >= 0) {
+        vlen_length = t;
+        t = H5I_INVALID_HID;
+    } else {
+        vlen_length = H5I_INVALID_HID;
+    }
+    if (t >= 0) H5Tclose(t);
+    if (src >= 0) H5Tclose(src);
+    if (str >= 0) H5Tclose(str);
+}
+
+hid_t si_h5_vlen_length_type(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, make_vlen_length);
+    return vlen_length;
 }
 
 void si_h5_init(void) {

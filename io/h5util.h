@@ -3,6 +3,9 @@
 #define SI_H5UTIL_H
 
 #include <hdf5.h>
+#include <stdbool.h>
+
+#include "base/common.h"
 
 /* A variable-length UTF-8 string type; caller closes it with H5Tclose. */
 hid_t si_h5_utf8_type(void);
@@ -12,8 +15,8 @@ hid_t si_h5_utf8_type(void);
 hid_t si_h5_f16_type(void);
 /* Writes a scalar attribute `name` on obj (file type ftype, memory type mtype). */
 herr_t si_h5_attr(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *v);
-/* Reads string attribute `name` of obj (caller frees), or NULL when it is not there or unreadable.
- */
+/* Reads string attribute `name` of obj (caller frees), or NULL when it is not there, unreadable,
+ * not one string, or over 1 MiB (a file's attributes may be crafted). */
 char *si_h5_attr_read_str(hid_t obj, const char *name);
 /* Writes a variable-length string attribute (NULL writes ""); strtype from si_h5_utf8_type. */
 herr_t si_h5_attr_str(hid_t obj, const char *name, hid_t strtype, const char *s);
@@ -27,6 +30,44 @@ hid_t si_h5_create_chunked(hid_t loc, const char *name, hid_t ftype, int ndim, c
 /* Makes variable-length reads through the transfer list `dxpl` allocate with malloc, so the
  * strings and buffers HDF5 hands back are plain malloc'ed memory the caller can free(). */
 herr_t si_h5_malloc_vlen(hid_t dxpl);
+
+/* --- files a user hands us ---------------------------------------------------------------- */
+
+/* Whether the call that just failed met an I/O error of the storage (a read() below HDF5 that
+ * failed: EIO, a lost mount) rather than a fault of the file's content (a checksum, a filter, a
+ * bad record). why (may be NULL) gets the system's words where HDF5 kept them. Call it right
+ * after the failing call: the next HDF5 call clears what it reads (HDF5's error stack). */
+bool si_h5_storage_fault(char *why, size_t cap);
+
+/* The guard a link-access (or dataset-access) list carries while a user's file is read: HDF5
+ * follows external links (to other files), external raw storage (bytes in other files) and
+ * virtual datasets (mappings onto other files' datasets), any of which lets a crafted file read
+ * whatever the user can (/etc/passwd into a result). With allow false every external link met
+ * is refused; with allow true one is followed only to a regular file inside dir. refused gets
+ * the last refused target, for the message. */
+typedef struct {
+    bool allow;
+    char dir[4096]; /* the real path of the user's file's directory */
+    char refused[512];
+} si_h5_guard;
+
+/* A dataset-access list (usable as a link-access list) that asks g before following an
+ * external link, and resolves external raw files and virtual datasets' source files in the
+ * directory of the file that names them. g is borrowed for the list's life; caller closes. */
+hid_t si_h5_guarded_access(si_h5_guard *g);
+/* Sets g->dir to the real path of path's directory. SI_ERR_IO when it cannot be resolved. */
+si_status si_h5_guard_dir(si_h5_guard *g, const char *path);
+/* Whether dataset d (opened through a guarded list) reads only its own file: external raw
+ * storage and virtual datasets are refused, or with g->allow checked to name regular files
+ * inside g->dir (a virtual dataset's sources then plain datasets of those files). SI_ERR_
+ * UNSUPPORTED naming the file, the dataset and what it points to otherwise. */
+si_status si_h5_check_storage(hid_t d, const si_h5_guard *g, const char *file, const char *name);
+
+/* A memory type that reads a variable-length dataset as each record's declared length (uint64)
+ * without reading the records: sizes are checked before anything of that size is allocated
+ * (HDF5 converting a record allocates and clears its declared size first). Made once per
+ * process; do not close it. Negative when HDF5 refuses. */
+hid_t si_h5_vlen_length_type(void);
 
 /* Before any other HDF5 call (the CLI's main): no HDF5 exit handler. HDF5 1.10 keeps a file
  * whose H5Fclose failed (a full disk) half closed, and its exit handler then crashes closing it

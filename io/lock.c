@@ -1,6 +1,8 @@
 /* The output's lock (io/lock.h). */
 #include "io/lock.h"
 
+#include "io/beside.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -41,10 +43,10 @@ si_status si_lock_take(const char *output, si_lock **out) {
     si_lock *l = si_xcalloc(1, sizeof *l);
     if (asprintf(&l->path, "%s.lock", output) < 0) si_fatal(__FILE__, __LINE__, "asprintf", NULL);
     for (int attempt = 0; attempt < 16; attempt++) {
-        l->fd = open(l->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (l->fd < 0) {
-            si_status st = si_error(SI_ERR_IO, "%s: cannot create the lock file %s: %s", output,
-                                    l->path, strerror(errno));
+        /* never through a planted link: the lock file is written (its holder's name) */
+        si_status st = si_beside_open(l->path, O_RDWR | O_CREAT, &l->fd);
+        if (st != SI_OK) {
+            si_error_prefix(st, "%s: its lock file: ", output);
             si_lock_release(l);
             return st;
         }
@@ -53,10 +55,10 @@ si_status si_lock_take(const char *output, si_lock **out) {
             if (errno == EAGAIN || errno == EACCES) {
                 char who[300];
                 holder_of(l->fd, who, sizeof who);
-                si_status st = si_error(SI_ERR_ARG,
-                                        "%s: another job is writing it (%s); wait for it to end "
-                                        "or choose another --output",
-                                        output, who);
+                st = si_error(SI_ERR_ARG,
+                              "%s: another job is writing it (%s); wait for it to end "
+                              "or choose another --output",
+                              output, who);
                 si_lock_release(l);
                 return st;
             }

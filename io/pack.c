@@ -1,4 +1,4 @@
-/* `shardinfer pack`: streams JPEG files into the packed layout of imageset.h. Records pass
+/* `shardinfer pack`: streams JPEG files into the packed layout of source.h. Records pass
  * through fixed buffers (16 MiB of bytes, 16384 offsets/ids/labels) that are appended to
  * chunked, extendible datasets when full, so memory does not grow with the number of images.
  * The file is built as a temporary of its own beside the output (OUTPUT.PID-RANDOM.tmp, created
@@ -10,7 +10,7 @@
 #include "io/pack.h"
 
 #include "io/h5util.h"
-#include "io/imageset.h"
+#include "io/source.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* `shardinfer pack`: builds a packed HDF5 image set (see imageset.h) from a directory of JPEG
+/* `shardinfer pack`: builds a packed HDF5 image set (see source.h) from a directory of JPEG
  * files, walked recursively in sorted order, or from a list file. Streams: memory does not grow
  * with the number of images (chunked, extendible datasets appended to in blocks). */
 #ifndef SI_PACK_H

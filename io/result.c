@@ -1,6 +1,7 @@
 /* The result writer and journal (see result.h for the design and why it survives a kill). */
 #include "io/result.h"
 
+#include "io/beside.h"
 #include "io/h5util.h"
 #include "io/tail.h"
 #include "io/undo.h"
@@ -17,7 +18,7 @@
 
 #define FORMAT_VERSION 2
 #define ID_BLOCK       65536 /* ids, index and messages per write; the chunk of those datasets */
-#define JOURNAL_MAGIC  "SIJRNL02"
+#define JOURNAL_MAGIC  "SIJRNL03"  /* 03: the tails carry the input's hashes */
 #define RECORD_MAGIC   0x4b4e4843u /* "CHNK" */
 #define PENDING_MAX    (16u << 20) /* flush early when this many record bytes wait */
 #define RECORD_MAX     (1ull << 31)
@@ -209,10 +210,16 @@ si_status si_result_create(const char *path, const si_result_schema *schema, uin
     si_result *r = result_new(path, schema, n, chunk, meta);
     unlink(r->journal); /* a journal without its partial file is meaningless */
     si_undo_drop(r->undo);
-    hid_t fapl = file_access();
-    r->file = H5Fcreate(r->partial, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    H5Pclose(fapl);
+    /* made new (H5F_ACC_EXCL is O_EXCL: a planted link is not followed), never truncated
+     * through whatever has the name */
     si_status st = SI_OK;
+    if (unlink(r->partial) != 0 && errno != ENOENT) {
+        st = si_error(SI_ERR_IO, "%s: cannot remove the old one: %s", r->partial, strerror(errno));
+        goto fail;
+    }
+    hid_t fapl = file_access();
+    r->file = H5Fcreate(r->partial, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+    H5Pclose(fapl);
     if (r->file < 0) {
         st = si_error(SI_ERR_IO, "%s: cannot create", r->partial);
         goto fail;
@@ -223,6 +230,9 @@ si_status si_result_create(const char *path, const si_result_schema *schema, uin
     if (e >= 0) e = si_h5_attr(r->file, "images", H5T_STD_U64LE, H5T_NATIVE_UINT64, &n);
     if (e >= 0) e = si_h5_attr(r->file, "chunk_size", H5T_STD_U32LE, H5T_NATIVE_UINT32, &chunk);
     if (e >= 0) e = si_h5_attr(r->file, "runs", H5T_STD_I32LE, H5T_NATIVE_INT, &runs);
+    if (e >= 0)
+        e = si_h5_attr(r->file, "input_identity", H5T_STD_U64LE, H5T_NATIVE_UINT64,
+                       &meta->input_identity);
     H5Tclose(strtype);
     r->status_ds = make_fixed(r->file, "status", H5T_STD_I32LE, n, 0, NULL);
     for (int c = 0; c < schema->n_cols && e >= 0; c++) {
@@ -236,11 +246,7 @@ si_status si_result_create(const char *path, const si_result_schema *schema, uin
             si_error(SI_ERR_IO, "%s: cannot create the result's datasets (disk full?)", r->partial);
         goto fail;
     }
-    r->jfd = open(r->journal, O_RDWR | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-    if (r->jfd < 0) {
-        st = si_error(SI_ERR_IO, "%s: cannot create: %s", r->journal, strerror(errno));
-        goto fail;
-    }
+    if ((st = si_beside_create(r->journal, O_RDWR | O_APPEND, &r->jfd)) != SI_OK) goto fail;
     if ((st = write_header(r, meta)) != SI_OK) goto fail;
     *out = r;
     return SI_OK;
@@ -263,7 +269,7 @@ static herr_t read_attr(hid_t obj, const char *name, hid_t mt, void *v) {
 }
 
 /* The first differing "k=v" item of two resume keys, for the message. */
-static void key_difference(const char *a, const char *b, char *out, size_t cap) {
+void si_result_key_difference(const char *a, const char *b, char *out, size_t cap) {
     const char *pa = a, *pb = b;
     while (*pa && *pb) {
         size_t la = strcspn(pa, ";"), lb = strcspn(pb, ";");
@@ -307,11 +313,17 @@ static bool record_complete(si_result *r, off_t pos, off_t size) {
 /* Reads the journal's records into r->done, truncating a torn tail. */
 static si_status read_journal(si_result *r, const si_result_meta *meta) {
     journal_header h;
-    if (read(r->jfd, &h, sizeof h) != (ssize_t)sizeof h || memcmp(h.magic, JOURNAL_MAGIC, 8))
+    if (read(r->jfd, &h, sizeof h) != (ssize_t)sizeof h || memcmp(h.magic, "SIJRNL", 6))
         return si_error(
             SI_ERR_FORMAT,
             "%s: not a shardinfer journal; start again with --overwrite instead of --resume",
             r->journal);
+    if (memcmp(h.magic, JOURNAL_MAGIC, 8))
+        return si_error(SI_ERR_FORMAT,
+                        "%s: written by another version of shardinfer (journal format %.2s, this "
+                        "one writes %.2s): finish the run with that version, or start again with "
+                        "--overwrite",
+                        r->journal, h.magic + 6, JOURNAL_MAGIC + 6);
     if (h.n_images != r->n || h.chunk != r->chunk || h.row_bytes != r->schema.row_bytes ||
         h.detect != (r->schema.detect) ||
         h.key_hash != crc32(0, (const Bytef *)meta->resume_key, (uInt)strlen(meta->resume_key)))
@@ -375,9 +387,92 @@ static si_status open_columns(si_result *r) {
     return SI_OK;
 }
 
+/* Every image the journal holds a record of, read from input again and hashed as a run reads
+ * it: the first that differs is named. A run resumed on other bytes would mix two inputs'
+ * results in one file. */
+static si_status verify_input(si_result *r, si_source *input) {
+    si_log_info("%s: the input's files are not the ones the interrupted run read (copied, "
+                "touched or rewritten since): checking the %llu images done against them",
+                r->path, (unsigned long long)r->images_done);
+    enum { PIECE = 256, MSG = 256 };
+    uint64_t *off = si_xmalloc(sizeof *off * (PIECE + 1));
+    int32_t *status = si_xmalloc(sizeof *status * PIECE);
+    uint32_t *hash = si_xmalloc(sizeof *hash * PIECE);
+    char *msg = si_xmalloc((size_t)PIECE * MSG);
+    si_bytes b = {0}, buf = {0};
+    si_tail t;
+    off_t pos = (off_t)sizeof(journal_header);
+    double t0 = si_now(), told = t0;
+    uint64_t checked = 0, bad = UINT64_MAX;
+    si_status st = SI_OK;
+    int got;
+    while (st == SI_OK && bad == UINT64_MAX && (got = next_record(r, &pos, &b, &t)) == 1) {
+        for (uint32_t p = 0; p < t.n && st == SI_OK && bad == UINT64_MAX; p += PIECE) {
+            uint32_t m = t.n - p < PIECE ? t.n - p : PIECE;
+            st = si_source_read_batch(input, t.first + p, m, &buf, off, status, msg, MSG, hash);
+            for (uint32_t j = 0; st == SI_OK && j < m && bad == UINT64_MAX; j++)
+                if (hash[j] != t.input_hash[p + j]) bad = t.first + p + j;
+            checked += m;
+        }
+        if (si_now() - told > 10) {
+            told = si_now();
+            si_log_info("%s: %llu of %llu images checked", r->path, (unsigned long long)checked,
+                        (unsigned long long)r->images_done);
+        }
+    }
+    if (st == SI_OK && bad != UINT64_MAX) {
+        char *id = NULL;
+        si_source_read_ids(input, bad, 1, &id);
+        st = si_error(SI_ERR_ARG,
+                      "--resume: the input changed since the interrupted run read it: image %llu "
+                      "('%s') is not what the run read then (and later ones may differ too); "
+                      "restore the input the run started on, or pass --overwrite instead of "
+                      "--resume to start again",
+                      (unsigned long long)bad, id ? id : "?");
+        si_source_free_ids(&id, 1);
+    }
+    if (st == SI_OK)
+        si_log_info("%s: the %llu images done are the input's (checked in %.1f s)", r->path,
+                    (unsigned long long)checked, si_now() - t0);
+    free(off);
+    free(status);
+    free(hash);
+    free(msg);
+    si_bytes_free(&b);
+    si_bytes_free(&buf);
+    return st;
+}
+
+/* The resumed run counted in the partial file (runs + 1) and the input it reads now recorded,
+ * behind the undo record (the attributes are HDF5 metadata). */
+static si_status count_run(si_result *r, const si_result_meta *meta) {
+    si_status st = save_undo(r);
+    if (st != SI_OK) return st;
+    int runs = 0;
+    read_attr(r->file, "runs", H5T_NATIVE_INT, &runs);
+    if (runs < 0 || runs == INT32_MAX) runs = 0; /* a count from a file, never to overflow */
+    runs++;
+    hid_t a = H5Aopen(r->file, "runs", H5P_DEFAULT);
+    herr_t e = a >= 0 ? H5Awrite(a, H5T_NATIVE_INT, &runs) : -1;
+    if (a >= 0) H5Aclose(a);
+    if (e >= 0 && H5Aexists(r->file, "input_identity") > 0) {
+        a = H5Aopen(r->file, "input_identity", H5P_DEFAULT);
+        e = a >= 0 ? H5Awrite(a, H5T_NATIVE_UINT64, &meta->input_identity) : -1;
+        if (a >= 0) H5Aclose(a);
+    } else if (e >= 0) {
+        e = si_h5_attr(r->file, "input_identity", H5T_STD_U64LE, H5T_NATIVE_UINT64,
+                       &meta->input_identity);
+    }
+    if (e < 0 || H5Fflush(r->file, H5F_SCOPE_GLOBAL) < 0)
+        return si_error(SI_ERR_IO, "%s: cannot update it", r->partial);
+    if ((st = sync_partial(r)) != SI_OK) return st;
+    si_undo_drop(r->undo);
+    return SI_OK;
+}
+
 si_status si_result_resume(const char *path, const si_result_schema *schema, uint64_t n,
-                           const si_result_meta *meta, uint32_t *chunk, uint8_t **done,
-                           si_result **out) {
+                           const si_result_meta *meta, si_source *input, uint32_t *chunk,
+                           uint8_t **done, si_result **out) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     char *partial = si_result_partial_path(path);
     struct stat sb;
@@ -401,6 +496,11 @@ si_status si_result_resume(const char *path, const si_result_schema *schema, uin
         si_log_warn("%s: the final step of an earlier run was cut short; the partial result is "
                     "restored to where that step began, and the step is made again",
                     path);
+    si_status bst = si_beside_check(partial);
+    if (bst != SI_OK) {
+        free(partial);
+        return si_error_prefix(bst, "--resume: ");
+    }
     hid_t fapl = file_access();
     hid_t file = H5Fopen(partial, H5F_ACC_RDWR, fapl);
     H5Pclose(fapl);
@@ -419,7 +519,7 @@ si_status si_result_resume(const char *path, const si_result_schema *schema, uin
     }
     if (strcmp(key, meta->resume_key) || n_file != n) {
         char diff[600];
-        key_difference(key, meta->resume_key, diff, sizeof diff);
+        si_result_key_difference(key, meta->resume_key, diff, sizeof diff);
         H5Fclose(file);
         free(key);
         if (strstr(diff, "'input_fp=")) /* same path and count, other content */
@@ -440,24 +540,15 @@ si_status si_result_resume(const char *path, const si_result_schema *schema, uin
     if (r->status_ds < 0)
         st = si_error(SI_ERR_FORMAT, "--resume: %s has no dataset status", r->partial);
     if (st == SI_OK) st = open_columns(r);
-    if (st == SI_OK) st = save_undo(r); /* around the run count's update */
-    if (st == SI_OK) {
-        int runs = 0;
-        read_attr(file, "runs", H5T_NATIVE_INT, &runs);
-        runs++;
-        hid_t a = H5Aopen(file, "runs", H5P_DEFAULT);
-        if (a < 0 || H5Awrite(a, H5T_NATIVE_INT, &runs) < 0 || H5Fflush(file, H5F_SCOPE_GLOBAL) < 0)
-            st = si_error(SI_ERR_IO, "%s: cannot update it", r->partial);
-        if (a >= 0) H5Aclose(a);
-        if (st == SI_OK) st = sync_partial(r);
-        if (st == SI_OK) si_undo_drop(r->undo);
-    }
-    if (st == SI_OK) {
-        r->jfd = open(r->journal, O_RDWR | O_APPEND | O_CLOEXEC);
-        if (r->jfd < 0)
-            st = si_error(SI_ERR_IO, "--resume: %s: cannot open: %s", r->journal, strerror(errno));
-    }
+    if (st == SI_OK && (st = si_beside_open(r->journal, O_RDWR | O_APPEND, &r->jfd)) != SI_OK)
+        si_error_prefix(st, "--resume: ");
     if (st == SI_OK) st = read_journal(r, meta);
+    uint64_t identity = 0;
+    if (st == SI_OK && input &&
+        (read_attr(file, "input_identity", H5T_NATIVE_UINT64, &identity) < 0 ||
+         identity != meta->input_identity))
+        st = verify_input(r, input);
+    if (st == SI_OK) st = count_run(r, meta);
     if (st != SI_OK) {
         result_free(r);
         return st;
@@ -792,6 +883,8 @@ static si_status write_attrs(si_result *r, const si_result_meta *meta, uint64_t 
     if (e >= 0) e = si_h5_attr_str(file, "preprocess", t, meta->preprocess);
     if (e >= 0) e = si_h5_attr_str(file, "post", t, r->schema.post);
     if (e >= 0) e = si_h5_attr_str(file, "post_params", t, meta->post_params);
+    /* who the input's files were serves resumes only: a result holds what they held */
+    if (e >= 0 && H5Aexists(file, "input_identity") > 0) e = H5Adelete(file, "input_identity");
     if (e < 0) return si_error(SI_ERR_IO, "%s: cannot write the root attributes", r->partial);
     return SI_OK;
 }
@@ -806,7 +899,7 @@ static si_status publish(si_result *r) {
     r->file = -1;
     if (e < 0) return si_error(SI_ERR_IO, "%s: cannot close (disk full?)", r->partial);
     si_test_point("finish:closed");
-    int fd = open(r->partial, O_RDONLY | O_CLOEXEC);
+    int fd = open(r->partial, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0 || fsync(fd) != 0) {
         si_status st = si_error(SI_ERR_IO, "%s: cannot sync: %s", r->partial, strerror(errno));
         if (fd >= 0) close(fd);

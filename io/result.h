@@ -58,6 +58,9 @@ typedef struct {
     /* everything a resumed run must share with the interrupted one (model hash, input, image
      * count, preprocessing, postprocessor, batch size): compared as a string on --resume */
     const char *resume_key;
+    /* who the input's files are (si_source_identity): a resume whose input's identity differs
+     * checks every image done against what the run read (the journal's hashes) first */
+    uint64_t input_identity;
     int ranks;
     int batch_size;
     double elapsed_seconds;
@@ -75,12 +78,15 @@ si_status si_result_create(const char *path, const si_result_schema *schema, uin
  * PATH.partial) nothing can have been journaled, and a resume starts afresh. */
 bool si_result_started(const char *path);
 /* Opens the partial run at PATH to continue it: the resume key, image count and column layout
- * must match (SI_ERR_ARG naming what differs otherwise). *chunk gets the run's chunk size and
- * *done (allocated here, caller frees) a bitmap of the chunks complete (bit c of byte c/8).
- * Truncates a torn last journal record. */
+ * must match (SI_ERR_ARG naming what differs otherwise). When input's files are not the ones
+ * the run read (meta->input_identity differs from the partial file's), every image the journal
+ * holds is read from input again and must hash as it did then: SI_ERR_ARG naming the first that
+ * does not (input may be NULL, for callers that have no source: the check is then skipped).
+ * *chunk gets the run's chunk size and *done (allocated here, caller frees) a bitmap of the
+ * chunks complete (bit c of byte c/8). Truncates a torn last journal record. */
 si_status si_result_resume(const char *path, const si_result_schema *schema, uint64_t n,
-                           const si_result_meta *meta, uint32_t *chunk, uint8_t **done,
-                           si_result **out);
+                           const si_result_meta *meta, si_source *input, uint32_t *chunk,
+                           uint8_t **done, si_result **out);
 
 /* Writes one chunk: rows (its n * row_bytes bytes) and tail (io/tail.h), both borrowed. The
  * tail is checked; a chunk written before is SI_ERR_VERIFY (it would be counted twice). rows
@@ -107,6 +113,9 @@ si_status si_result_finish(si_result *r, si_source *input, const si_result_meta 
 
 /* Flushes and closes, leaving PATH.partial and PATH.journal for --resume. Frees r. */
 si_status si_result_close(si_result *r);
+
+/* The first differing "k=v" item of two resume keys, as "'a' then, 'b' now", into out. */
+void si_result_key_difference(const char *then, const char *now, char *out, size_t cap);
 
 /* "PATH.partial" / "PATH.journal" (caller frees). */
 char *si_result_partial_path(const char *path);

@@ -2,17 +2,18 @@
  * Opening does all the checking: every file is opened once, its layout detected (or the forced
  * one verified, source_probe.c), its dataset names resolved, its count and shape read and
  * compared with the first file's, so that a read (source_read.c) never meets a surprise it could
- * have been told about at start. The packed layout with its default names is read through
- * imageset.c; the other layouts (and packed sets with other dataset names) are read here.
- * A source belongs to one thread: its scratch buffers and open-file cache are not locked. */
+ * have been told about at start. Every dataset is opened through the source's guarded access
+ * list (h5util.h): nothing outside the file (or, when allowed, its directory) is ever read. */
 #include "io/source_internal.h"
 
 #include "io/h5util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* --- names ------------------------------------------------------------------------------------ */
 
@@ -41,7 +42,8 @@ si_status si_source_layout_parse(const char *name, int *layout) {
 
 /* --- opening one HDF5 file -------------------------------------------------------------------- */
 
-/* Opens path read-only into *fid, with a message for each way it can fail. */
+/* Opens path read-only into *fid, with a message for each way it can fail. Only a regular file
+ * is opened: HDF5 would block forever opening a FIFO, and read a device without end. */
 si_status src_h5_open(const char *path, hid_t *fid) {
     *fid = H5I_INVALID_HID;
     struct stat sb;
@@ -50,17 +52,91 @@ si_status src_h5_open(const char *path, hid_t *fid) {
         return si_error(SI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     }
     if (S_ISDIR(sb.st_mode)) return si_error(SI_ERR_IO, "%s: is a directory", path);
+    if (!S_ISREG(sb.st_mode)) return si_error(SI_ERR_IO, "%s: not a regular file", path);
+    char why[256];
     htri_t is = H5Fis_hdf5(path);
-    if (is < 0) return si_error(SI_ERR_IO, "%s: cannot read the file", path);
-    if (is == 0) return si_error(SI_ERR_FORMAT, "%s: not an HDF5 file", path);
+    if (is < 0)
+        return si_error(SI_ERR_IO, "%s: cannot read the file%s%s", path,
+                        si_h5_storage_fault(why, sizeof why) ? ": " : "",
+                        si_h5_storage_fault(why, sizeof why) ? why : "");
+    if (is == 0) {
+        /* H5Fis_hdf5 says "no" when reading the signature failed too: ask read() itself */
+        int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        char b[8];
+        ssize_t got = fd >= 0 ? read(fd, b, sizeof b) : -1;
+        int err = errno;
+        if (fd >= 0) close(fd);
+        if (got < 0)
+            return si_error(SI_ERR_IO, "%s: cannot read the file: %s", path, strerror(err));
+        return si_error(SI_ERR_FORMAT, "%s: not an HDF5 file", path);
+    }
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
 #if H5_VERSION_GE(1, 10, 7)
-    /* as in imageset.c: Lustre mounted without flock fails HDF5's lock; read-only loses nothing */
+    /* Lustre mounted without flock fails HDF5's lock; read-only loses nothing */
     H5Pset_file_locking(fapl, true, true);
 #endif
     *fid = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    bool fault = *fid < 0 && si_h5_storage_fault(why, sizeof why);
     H5Pclose(fapl);
+    if (*fid < 0 && fault) return si_error(SI_ERR_IO, "%s: cannot read the file: %s", path, why);
     if (*fid < 0) return si_error(SI_ERR_IO, "%s: HDF5 cannot open the file", path);
+    return SI_OK;
+}
+
+/* Bytes of one chunk of d (0 when it is not chunked), saturating. */
+static uint64_t chunk_bytes(hid_t d) {
+    hid_t dcpl = H5Dget_create_plist(d), t = H5Dget_type(d);
+    uint64_t bytes = 0;
+    if (dcpl >= 0 && t >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED) {
+        hsize_t ch[H5S_MAX_RANK];
+        int r = H5Pget_chunk(dcpl, H5S_MAX_RANK, ch);
+        bytes = H5Tget_size(t);
+        for (int i = 0; i < r; i++)
+            bytes = ch[i] && bytes > UINT64_MAX / ch[i] ? UINT64_MAX : bytes * ch[i];
+    }
+    if (t >= 0) H5Tclose(t);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    return bytes;
+}
+
+si_status src_open_dataset(si_source *s, const src_file *f, const char *name, size_t cache_bytes,
+                           hid_t *d) {
+    s->guard.refused[0] = '\0';
+    *d = H5Dopen2(f->file, name, s->dapl);
+    if (*d < 0 && src_fault(s)) return src_io_error(s, f, name);
+    if (*d < 0 && s->guard.refused[0])
+        return si_error(SI_ERR_UNSUPPORTED,
+                        "%s: %s is reached through %s: refused (pass --allow-external to follow "
+                        "links to files inside the file's own directory)",
+                        f->path, name, s->guard.refused);
+    if (*d < 0) return si_error(SI_ERR_FORMAT, "%s: %s is not a dataset", f->path, name);
+    si_status st = si_h5_check_storage(*d, &s->guard, f->path, name);
+    uint64_t chunk = st == SI_OK ? chunk_bytes(*d) : 0;
+    if (chunk > MAX_CHUNK_BYTES)
+        st = si_error(SI_ERR_UNSUPPORTED,
+                      "%s: %s is stored in chunks of %.1f MiB (uncompressed), and reading one "
+                      "image decompresses a whole chunk: at most %zu MiB are read; rewrite it in "
+                      "smaller chunks (h5repack -l %s:CHUNK=...)",
+                      f->path, name, (double)chunk / 1048576.0, MAX_CHUNK_BYTES >> 20, name);
+    if (st != SI_OK) {
+        H5Dclose(*d);
+        *d = H5I_INVALID_HID;
+        return st;
+    }
+    /* HDF5's default cache (1 MiB) keeps no bigger chunk, and a chunk that straddles two
+     * batches would be decompressed twice: room for two, within the bound */
+    if (chunk <= (1u << 19)) return SI_OK;
+    size_t want = 2 * (size_t)chunk;
+    hid_t dapl = H5Pcopy(s->dapl);
+    if (dapl >= 0 &&
+        H5Pset_chunk_cache(dapl, 521, want < cache_bytes ? want : cache_bytes, 0.75) >= 0) {
+        hid_t d2 = H5Dopen2(f->file, name, dapl);
+        if (d2 >= 0) {
+            H5Dclose(*d);
+            *d = d2;
+        }
+    }
+    if (dapl >= 0) H5Pclose(dapl);
     return SI_OK;
 }
 
@@ -71,8 +147,6 @@ void src_mark_open(si_source *s, src_file *f) {
 }
 
 void src_close_handles(si_source *s, src_file *f) {
-    si_imageset_close(f->set);
-    f->set = NULL;
     if (f->data >= 0) H5Dclose(f->data);
     if (f->offsets >= 0) H5Dclose(f->offsets);
     if (f->ids >= 0) H5Dclose(f->ids);
@@ -83,18 +157,18 @@ void src_close_handles(si_source *s, src_file *f) {
 }
 
 /* Opens dataset `name` of f (whose file is open) into *d. */
-static si_status open_dataset(src_file *f, const char *name, hid_t *d) {
-    if (!src_path_exists(f->file, name))
+static si_status open_dataset(si_source *s, src_file *f, const char *name, size_t cache, hid_t *d) {
+    if (!src_path_exists(s, f->file, name)) {
+        if (s->fault[0]) return src_io_error(s, f, name);
         return si_error(SI_ERR_FORMAT, "%s: no dataset %s", f->path, name);
-    *d = H5Dopen2(f->file, name, H5P_DEFAULT);
-    if (*d < 0) return si_error(SI_ERR_FORMAT, "%s: %s is not a dataset", f->path, name);
-    return SI_OK;
+    }
+    return src_open_dataset(s, f, name, cache, d);
 }
 
 /* Opens and checks the ids dataset f->ids_name (set by the caller), which must hold f->n
  * strings or integers; fills ids_kind and what reading needs. */
-static si_status open_ids(src_file *f) {
-    si_status st = open_dataset(f, f->ids_name, &f->ids);
+static si_status open_ids(si_source *s, src_file *f) {
+    si_status st = open_dataset(s, f, f->ids_name, INDEX_CACHE_BYTES, &f->ids);
     if (st != SI_OK) return st;
     hsize_t dims[4] = {0};
     int rank = src_dims_of(f->ids, dims);
@@ -124,34 +198,12 @@ static si_status open_ids(src_file *f) {
                         "image of %s)",
                         f->path, f->ids_name, (unsigned long long)dims[0], rank,
                         (unsigned long long)f->n, f->data_name);
+    if (f->ids_kind == IDS_FSTR && f->ids_size > 4096)
+        return si_error(SI_ERR_UNSUPPORTED,
+                        "%s: ids dataset %s holds strings of %zu bytes each (ids are names: at "
+                        "most 4096 bytes)",
+                        f->path, f->ids_name, f->ids_size);
     return SI_OK;
-}
-
-/* Opens a dense image dataset with a chunk cache that holds at least two chunks: HDF5's default
- * of 1 MiB keeps no chunk bigger than that, and a chunk that straddles two batches would then be
- * decompressed twice. Capped, since up to max_open files keep theirs. */
-static hid_t open_dense(hid_t file, const char *name) {
-    hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
-    if (d < 0) return d;
-    hid_t dcpl = H5Dget_create_plist(d);
-    size_t chunk_bytes = 0;
-    if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED) {
-        hsize_t ch[4] = {0};
-        if (H5Pget_chunk(dcpl, 4, ch) == 4) chunk_bytes = ch[0] * ch[1] * ch[2] * ch[3];
-    }
-    if (dcpl >= 0) H5Pclose(dcpl);
-    if (chunk_bytes <= (1u << 19)) return d;
-    size_t want = 2 * chunk_bytes, cap = (size_t)16 << 20;
-    hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
-    if (dapl >= 0 && H5Pset_chunk_cache(dapl, 521, want < cap ? want : cap, 0.75) >= 0) {
-        hid_t d2 = H5Dopen2(file, name, dapl);
-        if (d2 >= 0) {
-            H5Dclose(d);
-            d = d2;
-        }
-    }
-    if (dapl >= 0) H5Pclose(dapl);
-    return d;
 }
 
 /* Reads element i of the 1-D integer dataset d as uint64. */
@@ -166,10 +218,40 @@ static herr_t read_u64(hid_t d, uint64_t i, uint64_t *v) {
     return e;
 }
 
-/* Packed data read here (not through imageset.c): a 1-D uint8 data dataset and N+1 integer
- * offsets from 0 to its size. *n gets the image count. */
-static si_status check_packed(src_file *f, int rank, const hsize_t dims[4], const char *ts,
-                              uint64_t *n) {
+/* shardinfer's own /images group: a newer format than ours, or a count that disagrees with the
+ * offsets, is refused rather than misread. */
+static si_status check_pack_attrs(src_file *f, uint64_t n) {
+    if (strcmp(f->data_name, "/images/data") != 0) return SI_OK;
+    static const char *const names[2] = {"format_version", "count"};
+    for (int i = 0; i < 2; i++) {
+        if (H5Aexists_by_name(f->file, "/images", names[i], H5P_DEFAULT) <= 0) continue;
+        int64_t v = -1;
+        hid_t a = H5Aopen_by_name(f->file, "/images", names[i], H5P_DEFAULT, H5P_DEFAULT);
+        hid_t sp = a >= 0 ? H5Aget_space(a) : H5I_INVALID_HID;
+        bool scalar = sp >= 0 && H5Sget_simple_extent_npoints(sp) == 1;
+        herr_t e = a >= 0 && scalar ? H5Aread(a, H5T_NATIVE_INT64, &v) : -1;
+        if (sp >= 0) H5Sclose(sp);
+        if (a >= 0) H5Aclose(a);
+        if (e < 0)
+            return si_error(SI_ERR_FORMAT, "%s: /images attribute %s is not an integer", f->path,
+                            names[i]);
+        if (i == 0 && v > SI_PACK_FORMAT_VERSION)
+            return si_error(SI_ERR_UNSUPPORTED,
+                            "%s: image set format_version %lld is newer than this shardinfer's "
+                            "(%d)",
+                            f->path, (long long)v, SI_PACK_FORMAT_VERSION);
+        if (i == 1 && (v < 0 || (uint64_t)v != n))
+            return si_error(SI_ERR_FORMAT,
+                            "%s: /images attribute count (%lld) disagrees with %s (%llu images)",
+                            f->path, (long long)v, f->offsets_name, (unsigned long long)n);
+    }
+    return SI_OK;
+}
+
+/* Packed: a 1-D uint8 data dataset and N+1 integer offsets from 0 to its size. *n gets the
+ * image count. */
+static si_status check_packed(si_source *s, src_file *f, int rank, const hsize_t dims[4],
+                              const char *ts, uint64_t *n) {
     hid_t t = H5Dget_type(f->data);
     bool u8 = t >= 0 && src_is_u8(t);
     if (t >= 0) H5Tclose(t);
@@ -177,7 +259,7 @@ static si_status check_packed(src_file *f, int rank, const hsize_t dims[4], cons
         return si_error(SI_ERR_FORMAT, "%s: packed data dataset %s is %s: expected 1-D uint8",
                         f->path, f->data_name, ts);
     f->total = dims[0];
-    si_status st = open_dataset(f, f->offsets_name, &f->offsets);
+    si_status st = open_dataset(s, f, f->offsets_name, INDEX_CACHE_BYTES, &f->offsets);
     if (st != SI_OK) return st;
     hid_t ot = H5Dget_type(f->offsets);
     bool oint = ot >= 0 && H5Tget_class(ot) == H5T_INTEGER;
@@ -188,25 +270,36 @@ static si_status check_packed(src_file *f, int rank, const hsize_t dims[4], cons
                         f->path, f->offsets_name);
     *n = od[0] - 1;
     uint64_t first = 1, last = 0;
-    if (read_u64(f->offsets, 0, &first) < 0 || read_u64(f->offsets, *n, &last) < 0)
+    if (read_u64(f->offsets, 0, &first) < 0 || read_u64(f->offsets, *n, &last) < 0) {
+        if (src_fault(s)) return src_io_error(s, f, f->offsets_name);
         return si_error(SI_ERR_IO, "%s: cannot read %s", f->path, f->offsets_name);
+    }
     if (first != 0 || last != f->total)
         return si_error(SI_ERR_FORMAT,
                         "%s: %s runs from %llu to %llu, expected 0 to %llu (the size of "
                         "%s)",
                         f->path, f->offsets_name, (unsigned long long)first,
                         (unsigned long long)last, (unsigned long long)f->total, f->data_name);
-    return SI_OK;
+    return check_pack_attrs(f, *n);
 }
 
-/* Dense: a 4-D uint8 dataset whose per-image shape has not changed since the first open. */
-static si_status check_dense(src_file *f, int kind, const hsize_t dims[4], const char *ts,
-                             uint64_t n_expected) {
+/* Dense: a 4-D uint8 dataset of non-empty images of at most the record cap, whose per-image
+ * shape has not changed since the first open. */
+static si_status check_dense(const si_source *s, src_file *f, int kind, const hsize_t dims[4],
+                             const char *ts, uint64_t n_expected) {
     if (kind != CAND_DENSE)
         return si_error(SI_ERR_FORMAT,
                         "%s: %s is %s: a dense image set needs a 4-D uint8 dataset "
                         "(N, H, W, C) or (N, C, H, W)",
                         f->path, f->data_name, ts);
+    uint64_t img = 1;
+    for (int i = 1; i < 4; i++)
+        img = dims[i] && img > UINT64_MAX / dims[i] ? UINT64_MAX : img * dims[i];
+    if (img == 0 || img > s->max_record)
+        return si_error(SI_ERR_UNSUPPORTED, "%s: %s holds images of [%llu, %llu, %llu] bytes: %s",
+                        f->path, f->data_name, (unsigned long long)dims[1],
+                        (unsigned long long)dims[2], (unsigned long long)dims[3],
+                        img == 0 ? "empty" : "each over the record cap (--max-record-bytes)");
     if (n_expected != UINT64_MAX &&
         (dims[1] != f->dims[1] || dims[2] != f->dims[2] || dims[3] != f->dims[3]))
         return si_error(SI_ERR_FORMAT,
@@ -221,20 +314,16 @@ static si_status check_dense(src_file *f, int kind, const hsize_t dims[4], const
 }
 
 /* The data dataset of f opened here and checked for its layout; *n gets the image count. */
-static si_status open_data(src_file *f, int layout, uint64_t n_expected, uint64_t *n) {
+static si_status open_data(si_source *s, src_file *f, int layout, uint64_t n_expected,
+                           uint64_t *n) {
     si_status st = SI_OK;
     char ts[160];
     hsize_t dims[4] = {0};
     if (f->file < 0 && (st = src_h5_open(f->path, &f->file)) != SI_OK) return st;
-    if (!src_path_exists(f->file, f->data_name))
-        return si_error(SI_ERR_FORMAT, "%s: no dataset %s", f->path, f->data_name);
-    f->data = src_is_dense(layout) ? open_dense(f->file, f->data_name)
-                                   : H5Dopen2(f->file, f->data_name, H5P_DEFAULT);
-    if (f->data < 0)
-        return si_error(SI_ERR_FORMAT, "%s: %s is not a dataset", f->path, f->data_name);
+    if ((st = open_dataset(s, f, f->data_name, DATA_CACHE_BYTES, &f->data)) != SI_OK) return st;
     int kind = src_classify(f->data, ts, sizeof ts, NULL);
     int rank = src_dims_of(f->data, dims);
-    if (layout == SI_LAYOUT_PACKED) return check_packed(f, rank, dims, ts, n);
+    if (layout == SI_LAYOUT_PACKED) return check_packed(s, f, rank, dims, ts, n);
     if (layout == SI_LAYOUT_VLEN) {
         if (kind != CAND_VLEN)
             return si_error(SI_ERR_FORMAT,
@@ -244,7 +333,7 @@ static si_status open_data(src_file *f, int layout, uint64_t n_expected, uint64_
         *n = dims[0];
         return SI_OK;
     }
-    if ((st = check_dense(f, kind, dims, ts, n_expected)) != SI_OK) return st;
+    if ((st = check_dense(s, f, kind, dims, ts, n_expected)) != SI_OK) return st;
     *n = dims[0];
     return SI_OK;
 }
@@ -257,21 +346,32 @@ si_status src_open_handles(si_source *s, src_file *f, int layout, uint64_t n_exp
     si_status st = SI_OK;
     uint64_t n = 0;
     src_mark_open(s, f);
-    if (layout == SI_LAYOUT_PACKED && f->use_set) {
-        if ((st = si_imageset_open(f->path, &f->set)) != SI_OK) return st;
-        n = si_imageset_count(f->set);
-    } else if ((st = open_data(f, layout, n_expected, &n)) != SI_OK) {
-        return st;
-    }
+    if ((st = src_guard_file(s, f)) != SI_OK) return st;
+    if ((st = open_data(s, f, layout, n_expected, &n)) != SI_OK) return st;
     if (n_expected != UINT64_MAX && n != n_expected)
         return si_error(SI_ERR_FORMAT, "%s: %s now holds %llu images, %llu when the set was opened",
                         f->path, f->data_name, (unsigned long long)n,
                         (unsigned long long)n_expected);
     f->n = n;
-    if (f->ids_name && f->ids_kind != IDS_SET) {
-        if (f->file < 0 && (st = src_h5_open(f->path, &f->file)) != SI_OK) return st;
-        if ((st = open_ids(f)) != SI_OK) return st;
-    }
+    if (f->ids_name && (st = open_ids(s, f)) != SI_OK) return st;
+    return SI_OK;
+}
+
+bool src_fault(si_source *s) {
+    bool fault = si_h5_storage_fault(s->fault, sizeof s->fault);
+    if (!fault) s->fault[0] = '\0';
+    return fault;
+}
+
+si_status src_io_error(const si_source *s, const src_file *f, const char *what) {
+    return si_error(SI_ERR_FAULT, "%s: I/O error reading %s: %s", f->path, what, s->fault);
+}
+
+si_status src_guard_file(si_source *s, const src_file *f) {
+    s->fault[0] = '\0';
+    snprintf(s->guard.dir, sizeof s->guard.dir, "%s", f->dir);
+    if (s->guard.allow && H5Pset_elink_prefix(s->dapl, f->dir) < 0)
+        return si_error(SI_ERR_INTERNAL, "%s: cannot set HDF5's external link prefix", f->path);
     return SI_OK;
 }
 
@@ -360,22 +460,19 @@ static si_status add_file(si_source *s, int i, const si_source_opts *o) {
     hsize_t dd[4] = {0};
     if (stat(f->path, &f->id) != 0)
         return si_error(SI_ERR_IO, "%s: cannot stat: %s", f->path, strerror(errno));
-    si_status st = src_probe(s, f, o, &layout, dd);
+    si_h5_guard g = {0};
+    si_status st = si_h5_guard_dir(&g, f->path);
+    if (st != SI_OK) return st;
+    f->dir = si_xstrdup(g.dir);
+    st = src_probe(s, f, o, &layout, dd);
     if (st != SI_OK) {
         src_close_handles(s, f);
         return st;
     }
     int h = 0, w = 0, c = 0;
+    /* check_dense bounded each image by the record cap, so the dims fit an int */
     if (layout == SI_LAYOUT_DENSE_NHWC) h = (int)dd[1], w = (int)dd[2], c = (int)dd[3];
     if (layout == SI_LAYOUT_DENSE_NCHW) c = (int)dd[1], h = (int)dd[2], w = (int)dd[3];
-    /* an image must fit an int-sized buffer; each dim is at most 2^31 here, so the first
-     * product cannot overflow and the second is checked by division */
-    if (src_is_dense(layout) && (dd[1] == 0 || dd[2] == 0 || dd[1] > INT32_MAX ||
-                                 dd[2] > INT32_MAX || dd[1] * dd[2] > (uint64_t)INT32_MAX / dd[3]))
-        return si_error(SI_ERR_UNSUPPORTED,
-                        "%s: %s: images of [%llu, %llu, %llu] bytes: empty or over 2 GiB", f->path,
-                        f->data_name, (unsigned long long)dd[1], (unsigned long long)dd[2],
-                        (unsigned long long)dd[3]);
     if (i == 0) {
         s->layout = layout;
         s->h = h, s->w = w, s->c = c;
@@ -409,10 +506,15 @@ si_status si_source_open(const char *spec, const si_source_opts *opts, si_source
     s->forced = o->layout != SI_LAYOUT_AUTO;
     pthread_mutex_init(&s->mu, NULL);
     s->max_open = DEFAULT_MAX_OPEN;
+    s->max_record = o->max_record ? o->max_record : SI_SOURCE_MAX_RECORD;
+    s->guard.allow = o->allow_external;
     s->files = si_xcalloc((size_t)l.n, sizeof *s->files);
     s->vlen_u8 = H5Tvlen_create(H5T_NATIVE_UINT8);
+    s->vlen_len = si_h5_vlen_length_type();
     s->ids_dxpl = H5Pcreate(H5P_DATASET_XFER);
-    if (s->vlen_u8 < 0 || s->ids_dxpl < 0 || si_h5_malloc_vlen(s->ids_dxpl) < 0) {
+    s->dapl = si_h5_guarded_access(&s->guard);
+    if (s->vlen_u8 < 0 || s->vlen_len < 0 || s->ids_dxpl < 0 || s->dapl < 0 ||
+        si_h5_malloc_vlen(s->ids_dxpl) < 0) {
         st = si_error(SI_ERR_INTERNAL, "%s: cannot set up HDF5 types", spec);
         goto fail;
     }
@@ -456,12 +558,16 @@ void si_source_close(si_source *s) {
         free(f->data_name);
         free(f->offsets_name);
         free(f->ids_name);
+        free(f->dir);
     }
     free(s->files);
     if (s->vlen_u8 >= 0) H5Tclose(s->vlen_u8);
     if (s->ids_dxpl >= 0) H5Pclose(s->ids_dxpl);
+    if (s->dapl >= 0) H5Pclose(s->dapl);
     free(s->vl);
+    free(s->big);
     si_bytes_free(&s->scratch);
+    si_bytes_free(&s->one);
     free(s->spec);
     free(s->origin);
     pthread_mutex_destroy(&s->mu);

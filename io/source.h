@@ -1,5 +1,10 @@
 /* Image sources: every HDF5 layout users store images in, seen as one index space.
- *   packed      shardinfer's own (/images/data + /images/offsets + /images/ids), see imageset.h
+ *   packed      shardinfer's own, written by `shardinfer pack`:
+ *                 /images/data     uint8 [total_bytes]  encoded files back to back, chunked
+ *                 /images/offsets  uint64 [N+1]         image i is data[offsets[i] .. offsets[i+1])
+ *                 /images/ids      variable-length UTF-8 string [N]
+ *               and the attributes of /images: format_version, count, source; other dataset
+ *               names with --data-dataset/--offsets-dataset/--ids-dataset
  *   vlen        a 1-D dataset of variable-length uint8 (h5py.vlen_dtype(np.uint8)): one
  *               encoded file per element, as Python users usually store JPEGs
  *   dense-nhwc  uint8 [N, H, W, C] (C = 1 or 3) pre-decoded pixels: no JPEG at all
@@ -14,6 +19,11 @@
 #include <stdio.h>
 
 #include "base/common.h"
+
+#define SI_PACK_FORMAT_VERSION 1
+/* A record (one encoded image) declaring more bytes than this is not read: its image gets
+ * too_large. Far above any real JPEG; a crafted set declares terabytes in a 4 MB file. */
+#define SI_SOURCE_MAX_RECORD (256ull << 20)
 
 /* (named si_src_kind: a type called si_source_kind would collide with the function below) */
 typedef enum { SI_SRC_ENCODED = 0, SI_SRC_PIXELS } si_src_kind;
@@ -34,6 +44,11 @@ typedef struct {
     const char *ids_dataset;     /* string ids: default /images/ids if present; else ids are
                                     the global index in decimal */
     const char *offsets_dataset; /* packed only: default /images/offsets */
+    uint64_t max_record;         /* bytes; 0: SI_SOURCE_MAX_RECORD */
+    /* HDF5 can take a dataset's bytes from other files (external links, external raw storage,
+     * virtual datasets). Refused unless allowed, and then only files inside the directory of
+     * the file that names them, never outside it. */
+    bool allow_external;
 } si_source_opts;
 
 typedef struct si_source si_source;
@@ -55,15 +70,45 @@ bool si_source_pixel_shape(const si_source *s, int *h, int *w, int *c);
 /* Reads images [first, first+n) into buf (grown, never shrunk); off gets n+1 offsets relative to
  * buf->data, image j being buf->data[off[j] .. off[j+1]). Encoded sources give the encoded bytes
  * (one hyperslab read per file the range touches for packed sets); dense sources give uint8
- * pixels in HWC order (NCHW is transposed here), H*W*C bytes each. A record that cannot be read
- * makes the whole call fail with a message naming the file and index (the caller then retries
- * image by image). Caller owns buf and off. */
-si_status si_source_read(si_source *s, uint64_t first, uint32_t n, si_bytes *buf, uint64_t *off);
+ * pixels in HWC order (NCHW is transposed here), H*W*C bytes each. A record declaring more than
+ * the record cap is not read: its span is empty and big[j] gets its declared size (0 for the
+ * others; big may be NULL when the caller wants such a record to fail the call). A record that
+ * cannot be read makes the whole call fail with a message naming the file and index (the caller
+ * then retries image by image); an I/O error of the storage that persists after the file is
+ * reopened and the read retried is SI_ERR_FAULT (no image is to blame). Caller owns buf, off
+ * and big. */
+si_status si_source_read(si_source *s, uint64_t first, uint32_t n, si_bytes *buf, uint64_t *off,
+                         uint64_t *big);
+
+/* One batch as a run reads it: the one read of si_source_read, and where it fails for an
+ * image's own sake, image by image, so that a bad record costs only itself. status[j] gets
+ * SI_IMG_OK, SI_IMG_READ_ERROR or SI_IMG_TOO_LARGE, msg + j * msg_len (msg_len bytes each) why
+ * for the others, and hash[j] the image's si_source_hash (a stand-in derived from its declared
+ * size or its failure for the others), so that what a run read can be checked against the input
+ * later. Returns SI_OK, or SI_ERR_FAULT (message set) for a fault of the storage or the machine
+ * that no image is charged with. Caller owns everything. */
+si_status si_source_read_batch(si_source *s, uint64_t first, uint32_t n, si_bytes *buf,
+                               uint64_t *off, int32_t *status, char *msg, size_t msg_len,
+                               uint32_t *hash);
+
+/* The content hash of one record as si_source_read_batch takes it (XXH3, 32 bits). */
+uint32_t si_source_hash(const uint8_t *p, size_t len);
+
+/* Who the files are: a hash of each file's device, inode, size, modification and change times.
+ * Equal identities mean the files were not touched since; a different one means they may have
+ * been (a copy, an edit, a re-export, an mtime set back) and what a run read must be checked
+ * against them again. */
+uint64_t si_source_identity(const si_source *s);
+
+/* File i (< si_source_files) of the source: its path as given (borrowed) and its stat at open. */
+const char *si_source_file_path(const si_source *s, int i);
+bool si_source_file_is(const si_source *s, int i, uint64_t dev, uint64_t ino);
 
 /* A cheap but sure fingerprint of the set's content (a resumed run must read the set the
  * interrupted one did): the image count, and the ids and bytes of 64 images spread evenly over
- * it, FNV-1a hashed. A record that cannot be read counts as its error message. */
-uint64_t si_source_fingerprint(si_source *s);
+ * it, FNV-1a hashed, into *fp. A record that cannot be read counts as its error message; a fault
+ * of the storage stops it: SI_ERR_FAULT, message set. */
+si_status si_source_fingerprint(si_source *s, uint64_t *fp);
 
 /* Reads ids [first, first+n); each string malloc'ed, caller frees with si_source_free_ids. */
 si_status si_source_read_ids(si_source *s, uint64_t first, uint32_t n, char **ids);

@@ -20,8 +20,9 @@ static void print_dims(FILE *out, hid_t sp) {
 }
 
 /* One dataset: type, shape, storage (chunks or contiguous) and the filter pipeline. */
-static void describe_dataset(FILE *out, hid_t file, const char *role, const char *name) {
-    hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
+static void describe_dataset(FILE *out, hid_t file, hid_t dapl, const char *role,
+                             const char *name) {
+    hid_t d = H5Dopen2(file, name, dapl);
     if (d < 0) {
         fprintf(out, "  %-8s %s: cannot open\n", role, name);
         return;
@@ -83,15 +84,15 @@ static int cmp_u64(const void *a, const void *b) {
 static si_status describe_sample(si_source *s, FILE *out) {
     uint64_t m = s->total < DESCRIBE_SAMPLE ? s->total : DESCRIBE_SAMPLE;
     if (m == 0) return SI_OK;
-    uint64_t *sz = si_xmalloc(m * sizeof *sz), off[2];
+    uint64_t *sz = si_xmalloc(m * sizeof *sz), off[2], big = 0;
     si_bytes b = {0};
     uint64_t soi = 0;
     si_status st = SI_OK;
     for (uint64_t k = 0; k < m && st == SI_OK; k++) {
         uint64_t i = (uint64_t)((double)k * (double)s->total / (double)m);
-        st = si_source_read(s, i, 1, &b, off);
-        sz[k] = off[1] - off[0];
-        if (st == SI_OK && sz[k] >= 2 && b.data[0] == 0xFF && b.data[1] == 0xD8) soi++;
+        st = si_source_read(s, i, 1, &b, off, &big);
+        sz[k] = big ? big : off[1] - off[0];
+        if (st == SI_OK && !big && sz[k] >= 2 && b.data[0] == 0xFF && b.data[1] == 0xD8) soi++;
     }
     if (st == SI_OK) {
         qsort(sz, m, sizeof *sz, cmp_u64);
@@ -123,12 +124,14 @@ si_status si_source_describe(si_source *s, FILE *out) {
     if (s->nfiles == 0) return SI_OK;
     const src_file *f = &s->files[0];
     hid_t file;
-    si_status st = src_h5_open(f->path, &file);
+    si_status st = src_guard_file(s, f);
+    if (st == SI_OK) st = src_h5_open(f->path, &file);
     if (st != SI_OK) return st;
     fprintf(out, "datasets%s:\n", s->nfiles > 1 ? " (of the first file)" : "");
-    describe_dataset(out, file, "images", f->data_name);
-    if (s->layout == SI_LAYOUT_PACKED) describe_dataset(out, file, "offsets", f->offsets_name);
-    if (f->ids_name) describe_dataset(out, file, "ids", f->ids_name);
+    describe_dataset(out, file, s->dapl, "images", f->data_name);
+    if (s->layout == SI_LAYOUT_PACKED)
+        describe_dataset(out, file, s->dapl, "offsets", f->offsets_name);
+    if (f->ids_name) describe_dataset(out, file, s->dapl, "ids", f->ids_name);
     H5Fclose(file);
     if (f->ids_name)
         fprintf(out, "ids: dataset %s%s\n", f->ids_name,

@@ -6,7 +6,7 @@
 #ifndef SI_SOURCE_INTERNAL_H
 #define SI_SOURCE_INTERNAL_H
 
-#include "io/imageset.h"
+#include "io/h5util.h"
 #include "io/source.h"
 
 #include <hdf5.h>
@@ -20,6 +20,14 @@
 #define DESCRIBE_SAMPLE  1000 /* images whose encoded size inspect samples */
 #define DESCRIBE_FILES   5    /* file names inspect lists */
 #define MAX_CANDIDATES   8    /* dataset names kept for the "several candidates" message */
+/* A chunked dataset is read a whole chunk at a time (decompressed, then cut), so one chunk is
+ * the least a read of one image costs in time and memory: larger chunks are refused at open
+ * (a 4 MB file can declare 1 GiB chunks of zeros). The chunk caches (per dataset, per open
+ * file) are bounded too: a chunk that does not fit is decompressed again by the next read. */
+#define MAX_CHUNK_BYTES   ((size_t)64 << 20)
+#define DATA_CACHE_BYTES  ((size_t)16 << 20) /* the images' dataset */
+#define INDEX_CACHE_BYTES ((size_t)64 << 20) /* offsets and ids: a batch's worth is small */
+#define READ_RETRIES      3 /* a read that meets an I/O error is retried on a reopened file */
 
 #if H5_VERSION_GE(1, 12, 0)
 #define vlen_reclaim(t, sp, dxpl, buf) H5Treclaim(t, sp, dxpl, buf)
@@ -27,7 +35,7 @@
 #define vlen_reclaim(t, sp, dxpl, buf) H5Dvlen_reclaim(t, sp, dxpl, buf)
 #endif
 
-enum { IDS_INDEX = 0, IDS_SET, IDS_VSTR, IDS_FSTR, IDS_INT };
+enum { IDS_INDEX = 0, IDS_VSTR, IDS_FSTR, IDS_INT };
 enum { DENSE_UNDECIDED = -1 }; /* a 4-D dataset found, the order of its axes not yet known */
 
 typedef struct {
@@ -43,11 +51,10 @@ typedef struct {
     size_t ids_size; /* fixed-length strings: bytes per id */
     H5T_cset_t ids_cset;
     H5T_sign_t ids_sign;
-    bool use_set;   /* packed with the default names: read through imageset.c */
-    uint64_t total; /* packed read here: bytes in the data dataset */
+    char *dir;      /* the real path of its directory: what --allow-external confines to */
+    uint64_t total; /* packed: bytes in the data dataset */
     /* open state: is_open counts in s->nopen from the first handle tried to the close */
     bool is_open;
-    si_imageset *set;
     hid_t file, data, offsets, ids;
     uint64_t last_use;
     struct stat id; /* the file as first opened: a read checks it is still that file */
@@ -64,11 +71,20 @@ struct si_source {
     uint64_t total;
     int max_open, nopen;
     uint64_t tick;
-    hid_t vlen_u8;  /* memory type of one encoded record */
-    hid_t ids_dxpl; /* malloc/free for variable-length id strings the caller frees */
-    hvl_t *vl;      /* per-read scratch, reused: the per-batch path allocates nothing */
+    uint64_t max_record; /* bytes: a record declaring more is not read (too_large) */
+    bool allow_external; /* external storage inside a file's own directory is followed */
+    hid_t vlen_u8;       /* memory type of one encoded record */
+    hid_t vlen_len; /* memory type of a vlen record's declared length, not its bytes (h5util.h) */
+    si_h5_guard guard; /* asked before an external link is followed (h5util.h) */
+    char fault[256];   /* the system's words for an I/O error met while opening (src_fault) */
+    hid_t dapl;        /* every dataset and link access goes through it: carries the guard */
+    hid_t ids_dxpl;    /* malloc/free for variable-length id strings the caller frees */
+    hvl_t *vl;         /* per-read scratch, reused: the per-batch path allocates nothing */
     size_t vl_cap;
-    si_bytes scratch; /* NCHW transposes, packed appends, fixed-length ids */
+    si_bytes scratch; /* NCHW transposes, fixed-length ids */
+    si_bytes one;     /* one record, when a batch read failed and images are read one by one */
+    uint64_t *big;    /* [big_cap]: declared sizes of records over the cap, per image */
+    uint32_t big_cap;
     /* held by si_source_read and si_source_read_ids: the reader thread reads images while the
      * main thread reads a failed image's id for its message, and both use scratch, vl and the
      * open-file cache */
@@ -83,8 +99,9 @@ static inline bool src_is_dense(int layout) {
 
 /* --- source_probe.c: dataset checks and layout detection --- */
 
-/* Whether every component of name exists in file (H5Lexists alone fails on a missing middle). */
-bool src_path_exists(hid_t file, const char *name);
+/* Whether every component of name exists in file (H5Lexists alone fails on a missing middle).
+ * An external link is not followed (a dataset behind one is refused when opened). */
+bool src_path_exists(si_source *s, hid_t file, const char *name);
 /* A type description ("uint8", "variable-length int32", ...) written into b. */
 void src_type_str(hid_t t, char *b, size_t cap);
 bool src_is_u8(hid_t t);
@@ -99,8 +116,20 @@ si_status src_probe(si_source *s, src_file *f, const si_source_opts *o, int *lay
 
 /* --- source.c: opening files, the open-file cache --- */
 
-/* Opens path read-only into *fid, with a message for each way it can fail. */
+/* Opens path (a regular file) read-only into *fid, with a message for each way it can fail. */
 si_status src_h5_open(const char *path, hid_t *fid);
+/* Opens dataset `name` of f's open file into *d, after checking that every byte of it comes from
+ * the file itself (or, with allow_external, from files in its own directory: h5util.h) and that
+ * its chunks are within MAX_CHUNK_BYTES; the chunk cache holds up to cache_bytes. */
+si_status src_open_dataset(si_source *s, const src_file *f, const char *name, size_t cache_bytes,
+                           hid_t *d);
+/* Right after an HDF5 call of opening failed: whether the storage failed under it (EIO), its
+ * words then in s->fault. src_io_error makes the message of such a failure, naming f: an I/O
+ * error, not a file that "has no dataset". */
+bool src_fault(si_source *s);
+si_status src_io_error(const si_source *s, const src_file *f, const char *what);
+/* Points the source's guard at f's directory (every access to f goes through it). */
+si_status src_guard_file(si_source *s, const src_file *f);
 void src_mark_open(si_source *s, src_file *f);
 void src_close_handles(si_source *s, src_file *f);
 /* Opens the datasets of f by the names probe resolved and checks them; n_expected is UINT64_MAX

@@ -10,6 +10,9 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#define LIST_LINE_MAX  4096    /* a path */
+#define LIST_FILES_MAX 1000000 /* files of one set */
+
 /* --- the list of files ------------------------------------------------------------------------ */
 
 static void list_add(src_path_list *l, char *path, int line) {
@@ -67,7 +70,8 @@ static si_status list_dir(const char *dir, src_path_list *l) {
 }
 
 /* A text file of paths: anything else (a JPEG given by mistake) is refused before its bytes
- * become a confusing "no such file" about a line of binary. */
+ * become a confusing "no such file" about a line of binary. Lines are read into a bounded
+ * buffer: a file of one endless line costs no more than a path's length. */
 static si_status list_file(const char *path, src_path_list *l) {
     FILE *fp = fopen(path, "r");
     if (!fp) return si_error(SI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -79,14 +83,26 @@ static si_status list_file(const char *path, src_path_list *l) {
         dir[slash - path] = '\0';
         if (slash == path) strcpy(dir, "/");
     }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
+    char line[LIST_LINE_MAX + 2];
     int lineno = 0;
     si_status st = SI_OK;
-    while ((len = getline(&line, &cap, fp)) >= 0) {
+    while (fgets(line, sizeof line, fp)) {
         lineno++;
-        if ((size_t)len != strlen(line) || len > 4096) {
+        size_t len = strlen(line);
+        bool whole = len > 0 && line[len - 1] == '\n';
+        if (!whole && !feof(fp)) {
+            st = si_error(SI_ERR_FORMAT,
+                          "%s: line %d is longer than %d bytes: neither an HDF5 file nor a list "
+                          "file of HDF5 paths",
+                          path, lineno, LIST_LINE_MAX);
+            break;
+        }
+        bool text = true; /* control characters but tabs and line ends are not a path's */
+        for (size_t k = 0; k < len && text; k++) {
+            unsigned char c = (unsigned char)line[k];
+            text = c >= 0x20 || c == '\t' || c == '\n' || c == '\r';
+        }
+        if (!text) {
             st = si_error(SI_ERR_FORMAT,
                           "%s: neither an HDF5 file nor a list file of HDF5 paths (line %d is "
                           "not text)",
@@ -98,9 +114,14 @@ static si_status list_file(const char *path, src_path_list *l) {
         while (e > b && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t')) e--;
         *e = '\0';
         if (*b == '\0' || *b == '#') continue;
+        if (l->n >= LIST_FILES_MAX) {
+            st = si_error(SI_ERR_FORMAT, "%s: names more than %d files", path, LIST_FILES_MAX);
+            break;
+        }
         list_add(l, *b == '/' || !dir ? si_xstrdup(b) : join(dir, b), lineno);
     }
-    free(line);
+    if (st == SI_OK && ferror(fp))
+        st = si_error(SI_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
     free(dir);
     fclose(fp);
     if (st == SI_OK && l->n == 0)
@@ -116,6 +137,9 @@ si_status src_expand(const char *spec, src_path_list *l, const char **origin) {
             *origin = "directory";
             return list_dir(spec, l);
         }
+        /* a FIFO would block the open forever, a device read without end */
+        if (!S_ISREG(sb.st_mode))
+            return si_error(SI_ERR_IO, "%s: not a regular file, a directory or a pattern", spec);
         htri_t is = H5Fis_hdf5(spec);
         if (is > 0) {
             *origin = "file";
@@ -133,7 +157,7 @@ si_status src_expand(const char *spec, src_path_list *l, const char **origin) {
     if (r == GLOB_NOMATCH) return si_error(SI_ERR_IO, "%s: pattern matches no file", spec);
     if (r != 0) {
         globfree(&g);
-        return si_error(SI_ERR_IO, "%s: cannot src_expand the pattern", spec);
+        return si_error(SI_ERR_IO, "%s: cannot expand the pattern", spec);
     }
     for (size_t i = 0; i < g.gl_pathc; i++) list_add(l, si_xstrdup(g.gl_pathv[i]), 0);
     globfree(&g);

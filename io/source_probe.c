@@ -27,16 +27,24 @@ static char *sibling_ids(const char *data) {
 
 /* H5Lexists fails (rather than saying no) when a middle component is missing, and a name whose
  * middle component is a dataset is not an error either: walk the path one component at a time. */
-bool src_path_exists(hid_t file, const char *name) {
+bool src_path_exists(si_source *s, hid_t file, const char *name) {
     size_t n = strlen(name);
     char *p = si_xmalloc(n + 1);
     memcpy(p, name, n + 1);
     bool ok = true;
-    for (size_t i = 1; ok && i <= n; i++) {
+    s->guard.refused[0] = s->fault[0] = '\0';
+    for (size_t i = 1; ok && i <= n && !s->guard.refused[0]; i++) {
         if (p[i] != '/' && p[i] != '\0') continue;
         char saved = p[i];
         p[i] = '\0';
-        ok = H5Lexists(file, p, H5P_DEFAULT) > 0 && H5Oexists_by_name(file, p, H5P_DEFAULT) > 0;
+        htri_t link = H5Lexists(file, p, s->dapl);
+        htri_t obj = link > 0 ? H5Oexists_by_name(file, p, s->dapl) : 0;
+        if ((link < 0 || obj < 0) && src_fault(s)) { /* s->fault says why */
+            ok = false;
+            break;
+        }
+        /* a refused external link "exists": opening it says why it is refused */
+        ok = link > 0 && (obj > 0 || s->guard.refused[0]);
         p[i] = saved;
     }
     free(p);
@@ -124,6 +132,7 @@ int src_classify(hid_t d, char *why, size_t cap, bool *near) {
 /* --- candidate search ------------------------------------------------------------------------- */
 
 typedef struct {
+    si_source *s; /* its dapl, and its fault note when a read fails under the walk */
     bool want_vlen, want_dense;
     int n;                       /* candidates */
     char *names[MAX_CANDIDATES]; /* the first few */
@@ -133,8 +142,8 @@ typedef struct {
 
 static herr_t visit_one(hid_t obj, const char *name, H5O_type_t type, cand_search *cs) {
     if (type != H5O_TYPE_DATASET) return 0;
-    hid_t d = H5Dopen2(obj, name, H5P_DEFAULT);
-    if (d < 0) return 0;
+    hid_t d = H5Dopen2(obj, name, cs->s->dapl);
+    if (d < 0) return src_fault(cs->s) ? -1 : 0; /* EIO stops the walk: no answer from it */
     char why[160];
     bool near = false;
     int kind = src_classify(d, why, sizeof why, &near);
@@ -174,17 +183,17 @@ static void cand_free(cand_search *cs) {
 
 /* Whether f is read as packed: forced, offsets named, or the default offsets present (unless the
  * named data dataset is itself an image dataset). f->offsets_name is set. */
-static bool is_packed(src_file *f, const si_source_opts *o, int want) {
+static bool is_packed(si_source *s, src_file *f, const si_source_opts *o, int want) {
     f->offsets_name = abs_name(o->offsets_dataset ? o->offsets_dataset : "/images/offsets");
     if (want == SI_LAYOUT_PACKED) return true;
     if (want != SI_LAYOUT_AUTO) return false;
     if (o->offsets_dataset) return true;
-    if (!src_path_exists(f->file, f->offsets_name)) return false;
+    if (!src_path_exists(s, f->file, f->offsets_name)) return false;
     /* a packed file may hold other datasets too: a named data dataset that is itself an image
      * dataset is read as one, the packed bytes otherwise */
     bool packed = true;
-    if (o->data_dataset && src_path_exists(f->file, o->data_dataset)) {
-        hid_t d = H5Dopen2(f->file, o->data_dataset, H5P_DEFAULT);
+    if (o->data_dataset && src_path_exists(s, f->file, o->data_dataset)) {
+        hid_t d = H5Dopen2(f->file, o->data_dataset, s->dapl);
         char why[160];
         if (d >= 0 && src_classify(d, why, sizeof why, NULL) != CAND_NONE) packed = false;
         if (d >= 0) H5Dclose(d);
@@ -193,13 +202,15 @@ static bool is_packed(src_file *f, const si_source_opts *o, int want) {
 }
 
 /* The data dataset named with --data-dataset, which must be an image dataset. */
-static si_status named_data(src_file *f, const si_source_opts *o, int want, int *layout) {
+static si_status named_data(si_source *s, src_file *f, const si_source_opts *o, int want,
+                            int *layout) {
     f->data_name = abs_name(o->data_dataset);
-    if (!src_path_exists(f->file, f->data_name))
+    if (!src_path_exists(s, f->file, f->data_name))
         return si_error(SI_ERR_FORMAT, "%s: no dataset %s (given with --data-dataset)", f->path,
                         f->data_name);
-    hid_t d = H5Dopen2(f->file, f->data_name, H5P_DEFAULT);
-    if (d < 0) return si_error(SI_ERR_FORMAT, "%s: %s is not a dataset", f->path, f->data_name);
+    hid_t d = H5I_INVALID_HID;
+    si_status st = src_open_dataset(s, f, f->data_name, 0, &d);
+    if (st != SI_OK) return st;
     char why[160];
     int kind = src_classify(d, why, sizeof why, NULL);
     H5Dclose(d);
@@ -213,8 +224,9 @@ static si_status named_data(src_file *f, const si_source_opts *o, int want, int 
 }
 
 /* No dataset named: the one image dataset of the wanted kind in the file. */
-static si_status search_data(src_file *f, int want, int *layout) {
-    cand_search cs = {.want_vlen = want == SI_LAYOUT_AUTO || want == SI_LAYOUT_VLEN,
+static si_status search_data(si_source *s, src_file *f, int want, int *layout) {
+    cand_search cs = {.s = s,
+                      .want_vlen = want == SI_LAYOUT_AUTO || want == SI_LAYOUT_VLEN,
                       .want_dense = want == SI_LAYOUT_AUTO || src_is_dense(want)};
     herr_t e;
 #if H5_VERSION_GE(1, 12, 0)
@@ -224,7 +236,9 @@ static si_status search_data(src_file *f, int want, int *layout) {
 #endif
     if (e < 0) {
         cand_free(&cs);
-        return si_error(SI_ERR_FORMAT, "%s: cannot list the datasets in the file", f->path);
+        return src_fault(s) || s->fault[0]
+                   ? src_io_error(s, f, "its list of datasets")
+                   : si_error(SI_ERR_FORMAT, "%s: cannot list the datasets in the file", f->path);
     }
     if (cs.n == 0) {
         const char *what = want == SI_LAYOUT_VLEN ? "a 1-D variable-length uint8 dataset"
@@ -256,7 +270,7 @@ static si_status search_data(src_file *f, int want, int *layout) {
 
 /* Dense: the order of the axes, from the dims unless forced; dd gets the dims. */
 static si_status dense_axes(si_source *s, src_file *f, int *layout, hsize_t dd[4]) {
-    hid_t d = H5Dopen2(f->file, f->data_name, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f->file, f->data_name, s->dapl);
     int rank = d >= 0 ? src_dims_of(d, dd) : -1;
     if (d >= 0) H5Dclose(d);
     if (rank != 4)
@@ -285,45 +299,42 @@ static si_status dense_axes(si_source *s, src_file *f, int *layout, hsize_t dd[4
 }
 
 /* ids: the named dataset (must exist), else an "ids" beside the images if there is one. */
-static si_status find_ids(src_file *f, const si_source_opts *o) {
+static si_status find_ids(si_source *s, src_file *f, const si_source_opts *o) {
     if (o->ids_dataset) {
         f->ids_name = abs_name(o->ids_dataset);
-        if (!src_path_exists(f->file, f->ids_name))
+        if (!src_path_exists(s, f->file, f->ids_name))
             return si_error(SI_ERR_FORMAT, "%s: no ids dataset %s", f->path, f->ids_name);
     } else {
         char *sib = sibling_ids(f->data_name);
-        if (strcmp(sib, f->data_name) != 0 && src_path_exists(f->file, sib))
+        if (strcmp(sib, f->data_name) != 0 && src_path_exists(s, f->file, sib))
             f->ids_name = sib;
         else
             free(sib);
     }
-    if (f->use_set && f->ids_name && strcmp(f->ids_name, "/images/ids") == 0) f->ids_kind = IDS_SET;
     return SI_OK;
 }
 
 si_status src_probe(si_source *s, src_file *f, const si_source_opts *o, int *layout,
                     hsize_t dd[4]) {
     src_mark_open(s, f);
-    si_status st = src_h5_open(f->path, &f->file);
+    si_status st = src_guard_file(s, f);
+    if (st == SI_OK) st = src_h5_open(f->path, &f->file);
     if (st != SI_OK) return st;
     int want = *layout;
-    if (is_packed(f, o, want)) {
+    bool packed = is_packed(s, f, o, want);
+    /* a read that failed under the probe (EIO) is not an answer about the file's layout */
+    if (s->fault[0]) return src_io_error(s, f, "its metadata");
+    if (packed) {
         *layout = SI_LAYOUT_PACKED;
         f->data_name = abs_name(o->data_dataset ? o->data_dataset : "/images/data");
-        f->use_set = strcmp(f->data_name, "/images/data") == 0 &&
-                     strcmp(f->offsets_name, "/images/offsets") == 0;
     } else if (o->data_dataset) {
-        st = named_data(f, o, want, layout);
+        st = named_data(s, f, o, want, layout);
     } else {
-        st = search_data(f, want, layout);
+        st = search_data(s, f, want, layout);
     }
     if (st == SI_OK && (*layout == DENSE_UNDECIDED || src_is_dense(*layout)))
         st = dense_axes(s, f, layout, dd);
-    if (st == SI_OK) st = find_ids(f, o);
+    if (st == SI_OK) st = find_ids(s, f, o);
     if (st != SI_OK) return st;
-    if (f->use_set && (f->ids_kind == IDS_SET || !f->ids_name)) {
-        H5Fclose(f->file); /* imageset.c opens its own */
-        f->file = H5I_INVALID_HID;
-    }
     return src_open_handles(s, f, *layout, UINT64_MAX);
 }

@@ -80,6 +80,10 @@ si_status si_tail_parse(const uint8_t *b, size_t len, bool detect, uint64_t n_im
         return si_error(SI_ERR_FORMAT, "chunk %llu: record truncated", (unsigned long long)t->id);
     t->status = (const int32_t *)(b + o);
     o += need;
+    if (len - o < need)
+        return si_error(SI_ERR_FORMAT, "chunk %llu: record truncated", (unsigned long long)t->id);
+    t->input_hash = (const uint32_t *)(b + o);
+    o += need;
     if (detect) {
         if ((st = parse_dets(b, len, &o, t)) != SI_OK) return st;
     } else if (t->n_dets) {

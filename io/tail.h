@@ -7,6 +7,7 @@
  * Layout (native byte order, every section 8-byte aligned):
  *   u64 id, u64 first, u32 n, u32 n_errors, u64 n_dets   (SI_TAIL_HEAD bytes)
  *   i32 status[n]
+ *   u32 input_hash[n]              (each image's bytes as read: io/source.h's si_source_hash)
  *   u32 dets_per_image[n]          (only when the run detects)
  *   si_tail_det dets[n_dets]       (image order)
  *   errors: n_errors x (u64 index, u16 length, bytes), ascending index */
@@ -28,6 +29,7 @@ typedef struct {
     uint64_t id, first, n_dets;
     uint32_t n, n_errors;
     const int32_t *status;
+    const uint32_t *input_hash;
     const uint32_t *dets_per_image; /* NULL unless detect */
     const si_tail_det *dets;
     const uint8_t *errors; /* n_errors records */

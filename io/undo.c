@@ -3,6 +3,8 @@
  *   that precedes it. */
 #include "io/undo.h"
 
+#include "io/beside.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -15,6 +17,7 @@
 
 #define UNDO_MAGIC "SIUNDO01"
 #define MAX_SPANS  64
+#define UNDO_MAX   (64 << 20) /* bytes: a record holds the kilobytes outside the rows */
 
 static int by_off(const void *a, const void *b) {
     const si_span *x = a, *y = b;
@@ -73,16 +76,18 @@ si_status si_undo_save(const char *path, const char *undo_path, const si_span *k
     char *tmp = NULL;
     if (asprintf(&tmp, "%s.tmp", undo_path) < 0)
         si_fatal(__FILE__, __LINE__, "asprintf", "no memory");
-    int in = open(path, O_RDONLY | O_CLOEXEC), out = -1;
+    int in = -1, out = -1;
     struct stat sb;
-    si_status st = SI_OK;
-    if (in < 0 || fstat(in, &sb) != 0) {
+    si_status st = si_beside_open(path, O_RDONLY, &in);
+    if (st != SI_OK) goto done;
+    if (fstat(in, &sb) != 0) {
         st = si_error(SI_ERR_IO, "%s: cannot read it: %s", path, strerror(errno));
         goto done;
     }
     uint64_t size = (uint64_t)sb.st_size;
     int m = complement(k, n, size, save);
-    out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* a temporary of our own (the output's lock is held): made new, never through a link */
+    if ((st = si_beside_create(tmp, O_WRONLY, &out)) != SI_OK) goto done;
     uLong crc = crc32(0, NULL, 0);
     uint64_t head[2] = {size, (uint64_t)m};
     bool ok = out >= 0 && write_all(out, UNDO_MAGIC, 8, &crc) && write_all(out, head, 16, &crc) &&
@@ -117,20 +122,26 @@ si_status si_undo_restore(const char *path, const char *undo_path, bool *restore
         si_fatal(__FILE__, __LINE__, "asprintf", "no memory");
     unlink(tmp);
     free(tmp);
-    FILE *f = fopen(undo_path, "rb");
-    if (!f)
-        return errno == ENOENT
-                   ? SI_OK
-                   : si_error(SI_ERR_IO, "%s: cannot read: %s", undo_path, strerror(errno));
+    struct stat lsb;
+    if (lstat(undo_path, &lsb) != 0 && errno == ENOENT) return SI_OK;
+    int in = -1;
+    si_status st = si_beside_open(undo_path, O_RDONLY, &in);
+    if (st != SI_OK) return st;
     si_bytes b = {0};
-    si_status st = SI_OK;
-    for (;;) { /* the whole record: kilobytes */
+    for (;;) { /* the whole record: kilobytes, bounded so that a planted file cannot exhaust memory
+                */
+        if (b.len > UNDO_MAX) {
+            st = si_error(SI_ERR_FORMAT, "%s: over %d MiB: not an undo record of shardinfer's",
+                          undo_path, UNDO_MAX >> 20);
+            break;
+        }
         if ((st = si_bytes_reserve(&b, b.len + (1 << 16))) != SI_OK) break;
-        size_t got = fread(b.data + b.len, 1, 1 << 16, f);
-        b.len += got;
-        if (got == 0) break;
+        ssize_t got = read(in, b.data + b.len, 1 << 16);
+        if (got < 0) st = si_error(SI_ERR_IO, "%s: cannot read: %s", undo_path, strerror(errno));
+        if (got <= 0) break;
+        b.len += (size_t)got;
     }
-    fclose(f);
+    close(in);
     uint64_t size = 0, m = 0;
     if (st == SI_OK && b.len >= 28) {
         memcpy(&size, b.data + 8, 8);
@@ -138,20 +149,27 @@ si_status si_undo_restore(const char *path, const char *undo_path, bool *restore
     }
     uint32_t c32 = 0;
     if (b.len >= 4) memcpy(&c32, b.data + b.len - 4, 4);
+    /* every count and length checked against the record's own size before it is used: the
+     * record lies beside the output, where anything may have been put */
     bool valid = st == SI_OK && b.len >= 28 && !memcmp(b.data, UNDO_MAGIC, 8) &&
-                 m <= MAX_SPANS + 1 && crc32(0, b.data, (uInt)(b.len - 4)) == c32;
+                 m <= MAX_SPANS + 1 && 28 + 16 * m <= b.len &&
+                 crc32(0, b.data, (uInt)(b.len - 4)) == c32;
     const si_span *spans = (const si_span *)(b.data + 24);
-    uint64_t need = 24 + 16 * m + 4;
-    for (uint64_t i = 0; valid && i < m; i++) need += spans[i].len;
+    uint64_t need = 28 + 16 * m;
+    for (uint64_t i = 0; valid && i < m; i++) {
+        valid = spans[i].len <= b.len - need && spans[i].off <= size &&
+                spans[i].len <= size - spans[i].off;
+        need += valid ? spans[i].len : 0;
+    }
     if (st == SI_OK && (!valid || need != b.len))
         st = si_error(SI_ERR_FORMAT,
                       "%s: the undo record of an interrupted final step does not check out "
                       "(damaged); %s is left as it is: start again with --overwrite",
                       undo_path, path);
-    int fd = st == SI_OK ? open(path, O_WRONLY | O_CLOEXEC) : -1;
-    if (st == SI_OK && fd < 0)
-        st = si_error(SI_ERR_IO, "%s: cannot open to restore it: %s", path, strerror(errno));
-    const uint8_t *p = b.data + 24 + 16 * m;
+    int fd = -1;
+    if (st == SI_OK && (st = si_beside_open(path, O_WRONLY, &fd)) != SI_OK)
+        si_error_prefix(st, "restoring from %s: ", undo_path);
+    const uint8_t *p = st == SI_OK ? b.data + 24 + 16 * m : NULL;
     for (uint64_t i = 0; st == SI_OK && i < m; i++) {
         for (uint64_t o = 0; o < spans[i].len;) {
             ssize_t w = pwrite(fd, p + o, spans[i].len - o, (off_t)(spans[i].off + o));

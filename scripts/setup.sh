@@ -4,7 +4,7 @@
 # quick when everything is already there. Run from anywhere; needs root (or sudo) for apt.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-pkgs=(build-essential cmake pkg-config git libopenmpi-dev openmpi-bin libhdf5-dev libturbojpeg0-dev
+pkgs=(build-essential cmake pkg-config git libopenmpi-dev openmpi-bin libhdf5-dev libturbojpeg0-dev libxxhash-dev
       libopenblas-openmp-dev libssl-dev python3-skimage python3-venv
       munge slurmctld slurmd slurm-client # a one-node Slurm for the slurm-labelled test
       iproute2 # network namespaces: the multi-node test

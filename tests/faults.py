@@ -288,8 +288,11 @@ def storage(a):
         if p.returncode != 0:
             fail(f"input {how}, restored: --resume exited {p.returncode}: {lines(p.stderr)}")
         same_files(ref, out)
-    # memory: a record of 3 GiB (an unallocated chunked dataset: no disk) under a 2.5 GB
-    # address-space limit; without the limit the record is read, and is an image's not_jpeg
+    # memory: a record of 3 GiB (an unallocated chunked dataset: no disk). Over the default
+    # record cap (256 MiB) it is not read: that image is too_large, the others scored. With the
+    # cap raised past it, under a 2.5 GB address-space limit, the read runs out of memory:
+    # the machine's fault, which stops the run (without the limit the record is read, and is
+    # an image's not_jpeg)
     huge = os.path.join(a.dir, "faults_huge.h5")
     with h5py.File(keep, "r") as g:
         off, data, ids = g["/images/offsets"][:41], g["/images/data"][:], g["/images/ids"][:40]
@@ -304,6 +307,17 @@ def storage(a):
     c = [a.shardinfer, "run", "--model", tiny, "--input", huge, "--output", out, "--batch", "4",
          "--chunk", "8", "--quiet"]
     limit = 2_500_000_000
+    p = subprocess.run(c, capture_output=True, text=True, errors="backslashreplace", timeout=300,
+                       env=dict(cluster.mpi_env(), OMP_NUM_THREADS="1"))
+    print(f"a record declaring 3 GiB, default cap: exit {p.returncode}\n{lines(p.stderr)}")
+    if p.returncode != 0:
+        fail("a record over the cap must cost only its own image")
+    with h5py.File(out, "r") as f:
+        st = f["status"][:]
+    if st[40] != 5 or (st[:40] == 5).any():
+        fail(f"the 3 GiB record must be too_large (5) and only it: {st.tolist()}")
+    clean(out)
+    c += ["--max-record-bytes", str(4 << 30)]
 
     def cap():
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))

@@ -113,7 +113,7 @@ def gen(out, shardinfer):
                     "--overwrite", "--chunk-bytes", "8192"], check=True, stdout=subprocess.DEVNULL)
 
     # a copy of it with the ids stored a second time elsewhere (the ids_dataset option on a
-    # packed set read through imageset.c)
+    # packed set read with its default dataset names)
     shutil.copy(os.path.join(out, "packed.h5"), os.path.join(out, "packed_extra.h5"))
     with h5py.File(os.path.join(out, "packed_extra.h5"), "r+") as f:
         f.create_dataset("extra/names", data=ids, dtype=h5py.string_dtype())

@@ -13,7 +13,7 @@
 
 #include "cli.h"
 #include "base/common.h"
-#include "io/imageset.h"
+#include "io/source.h"
 #include "io/jpeg.h"
 #include "io/resample.h"
 
@@ -225,17 +225,18 @@ static int parse_bench_decode(int argc, char **argv, decode_args *a) {
 /* Every record of the set at path into buf (the caller frees it with si_bytes_free) and *off
  * (n + 1 offsets; the caller frees it). */
 static si_status load_set(const char *path, si_bytes *buf, uint64_t **off, uint32_t *n) {
-    si_imageset *set = NULL;
-    si_status st = si_imageset_open(path, &set);
-    uint64_t n64 = st == SI_OK ? si_imageset_count(set) : 0;
-    if (st == SI_OK && (n64 == 0 || n64 > UINT32_MAX))
-        st = si_error(SI_ERR_FORMAT, "%s: %llu images; the benchmark needs 1 to 2^32-1", path,
-                      (unsigned long long)n64);
+    si_source *set = NULL;
+    si_status st = si_source_open(path, NULL, &set);
+    uint64_t n64 = st == SI_OK ? si_source_count(set) : 0;
+    if (st == SI_OK && (n64 == 0 || n64 > UINT32_MAX || si_source_kind(set) != SI_SRC_ENCODED))
+        st = si_error(SI_ERR_FORMAT,
+                      "%s: %llu images; the benchmark needs 1 to 2^32-1 encoded (JPEG) images",
+                      path, (unsigned long long)n64);
     if (st == SI_OK) {
         *off = si_xmalloc(sizeof **off * (size_t)(n64 + 1));
-        st = si_imageset_read(set, 0, (uint32_t)n64, buf, *off);
+        st = si_source_read(set, 0, (uint32_t)n64, buf, *off, NULL);
     }
-    si_imageset_close(set);
+    si_source_close(set);
     *n = (uint32_t)n64;
     return st;
 }

@@ -29,6 +29,10 @@ static const char run_usage[] =
     "  --std R,G,B        else ImageNet's 0.485,0.456,0.406 / 0.229,0.224,0.225)\n"
     "  --max-pixels N     images declaring more pixels, or a side over 65500 (libjpeg-turbo's\n"
     "                     limit), fail with status too_large (default 100000000)\n"
+    "  --max-record-bytes N  images whose record declares more bytes are not read: status\n"
+    "                     too_large (default 268435456, 256 MiB)\n"
+    "  --allow-external   follow HDF5 external links, external storage and virtual datasets to\n"
+    "                     files inside the input file's own directory (default: refused)\n"
     "  --layout L         auto (default), packed, vlen, dense-nhwc, dense-nchw\n"
     "  --data-dataset P   the images' dataset (default: detected), --ids-dataset P,\n"
     "                     --offsets-dataset P (packed) likewise\n"
@@ -147,7 +151,9 @@ enum {
     O_PACKKB,
     O_AUTOTUNE,
     O_TIMELINE,
-    O_EMBEDDTYPE
+    O_EMBEDDTYPE,
+    O_MAXRECORD,
+    O_ALLOWEXT
 };
 
 static const struct option run_opts[] = {{"model", required_argument, 0, 'm'},
@@ -199,6 +205,8 @@ static const struct option run_opts[] = {{"model", required_argument, 0, 'm'},
                                          {"autotune-cache", required_argument, 0, O_AUTOTUNE},
                                          {"timeline", required_argument, 0, O_TIMELINE},
                                          {"embed-dtype", required_argument, 0, O_EMBEDDTYPE},
+                                         {"max-record-bytes", required_argument, 0, O_MAXRECORD},
+                                         {"allow-external", no_argument, 0, O_ALLOWEXT},
                                          {0, 0, 0, 0}};
 
 /* Options that take their value as it is: paths, names and switches. */
@@ -276,6 +284,13 @@ static const char *opt_input(int c, const char *arg, run_args *a, char *buf, siz
             return usage_error(buf, cap, "--max-pixels '%s': expected a positive integer", arg);
         pc->pre.max_pixels = (uint64_t)v;
         return NULL;
+    case O_MAXRECORD:
+        if (!si_parse_int(arg, 1, 1L << 40, &v))
+            return usage_error(buf, cap, "--max-record-bytes '%s': expected a positive integer",
+                               arg);
+        a->job.src.max_record = (uint64_t)v;
+        return NULL;
+    case O_ALLOWEXT: a->job.src.allow_external = true; return NULL;
     case 'L': return opt_layout(arg, a, buf, cap);
     case O_INTERP:
         if (!si_interp_parse(arg, &pc->pre.interp))

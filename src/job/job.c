@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include "base/parse.h"
+#include "io/beside.h"
+#include "io/h5util.h"
 #include "io/lock.h"
 #include "job_internal.h"
 #ifdef SI_HAVE_CUDA
@@ -79,6 +81,16 @@ static si_status model_norm(si_job_state *J) {
     return SI_OK;
 }
 
+/* The files made beside the output: PATH.partial, .journal, .undo, .undo.tmp, .lock. */
+#define SIDE_FILES 5
+static void side_paths(const char *out, char *side[SIDE_FILES]) {
+    side[0] = si_result_partial_path(out);
+    side[1] = si_result_journal_path(out);
+    side[2] = si_result_undo_path(out);
+    if (asprintf(&side[3], "%s.undo.tmp", out) < 0 || asprintf(&side[4], "%s.lock", out) < 0)
+        si_fatal(__FILE__, __LINE__, "asprintf", "no memory");
+}
+
 /* The output path itself: named, and a regular file or nothing (a directory or a device found
  * only at the final rename would cost the whole run). */
 static si_status check_output_path(const char *out) {
@@ -91,13 +103,44 @@ static si_status check_output_path(const char *out) {
         return si_error(SI_ERR_ARG, "%s: is a directory; --output must name a file", out);
     if (stat(out, &sb) == 0 && !S_ISREG(sb.st_mode))
         return si_error(SI_ERR_ARG, "%s: exists and is not a regular file", out);
-    char *side[2] = {si_result_partial_path(out), si_result_journal_path(out)};
+    /* the files made beside it: never through a planted link (io/beside.h) */
+    char *side[SIDE_FILES];
+    side_paths(out, side);
     si_status st = SI_OK;
-    for (int i = 0; i < 2 && st == SI_OK; i++)
-        if (stat(side[i], &sb) == 0 && !S_ISREG(sb.st_mode))
-            st = si_error(SI_ERR_ARG, "%s: exists and is not a regular file", side[i]);
-    free(side[0]);
-    free(side[1]);
+    for (int i = 0; i < SIDE_FILES && st == SI_OK; i++) st = si_beside_check(side[i]);
+    for (int i = 0; i < SIDE_FILES; i++) free(side[i]);
+    return st;
+}
+
+/* The output and the files beside it must not be any file the job reads: --overwrite would
+ * remove the input set (or the model), and the final rename put the result in its place. By
+ * device and inode, so that another spelling, a symbolic link or a hard link is the same file. */
+static si_status check_not_input(const si_job_state *J) {
+    const char *out = J->cfg->output;
+    char *side[SIDE_FILES + 1];
+    side[0] = si_xstrdup(out);
+    side_paths(out, side + 1);
+    struct stat model, spec;
+    bool have_model = stat(J->cfg->model, &model) == 0, have_spec = stat(J->cfg->input, &spec) == 0;
+    si_status st = SI_OK;
+    for (int i = 0; i <= SIDE_FILES && st == SI_OK; i++) {
+        struct stat sb;
+        if (stat(side[i], &sb) != 0) continue;
+        const char *what = NULL, *which = NULL;
+        if (have_model && sb.st_dev == model.st_dev && sb.st_ino == model.st_ino)
+            what = "the model", which = J->cfg->model;
+        else if (have_spec && sb.st_dev == spec.st_dev && sb.st_ino == spec.st_ino)
+            what = "the input", which = J->cfg->input;
+        for (int f = 0; !what && f < si_source_files(J->set); f++)
+            if (si_source_file_is(J->set, f, (uint64_t)sb.st_dev, (uint64_t)sb.st_ino))
+                what = "an input file", which = si_source_file_path(J->set, f);
+        if (what)
+            st = si_error(SI_ERR_ARG,
+                          "%s: is %s (%s): refusing to write the result there, whatever the "
+                          "flags; choose another --output",
+                          side[i], what, which);
+    }
+    for (int i = 0; i <= SIDE_FILES; i++) free(side[i]);
     return st;
 }
 
@@ -118,13 +161,7 @@ static si_status check_output(const si_job_config *a, bool *complete) {
     if (!a->resume && stat(a->output, &sb) == 0 && !a->overwrite)
         return si_error(SI_ERR_ARG, "%s: exists; pass --overwrite to replace it", a->output);
     if (a->resume && stat(a->output, &sb) == 0 && !have_partial) {
-        /* the final step's last instants (after the rename) leave these behind */
-        char *left[2] = {si_result_journal_path(a->output), si_result_undo_path(a->output)};
-        for (int i = 0; i < 2; i++) {
-            if (unlink(left[i]) == 0) si_log_info("%s: removed, left by a finished run", left[i]);
-            free(left[i]);
-        }
-        *complete = true;
+        *complete = true; /* if it is this run's: check_complete */
         return SI_OK;
     }
     char *copy = si_xstrdup(a->output);
@@ -173,6 +210,91 @@ static si_status model_hash(si_job_state *J) {
     return J->sha_st == SI_OK ? SI_OK : si_error(J->sha_st, "%s", J->sha_err);
 }
 
+/* The resume key into J->key (and the preprocessing and postprocessing strings it holds):
+ * everything a resumed run must share with the interrupted one, compared as a string (so its
+ * spelling never changes). The model's hash must be known (model_hash). */
+static si_status build_key(si_job_state *J) {
+    const si_pipeline_config *pc = &J->pc;
+    snprintf(J->pre, sizeof J->pre,
+             "resize=%d crop=%dx%d mean=%g,%g,%g std=%g,%g,%g exact=%d exif=%d max_pixels=%llu",
+             pc->pre.resize, pc->pre.crop_h, pc->pre.crop_w, pc->mean[0], pc->mean[1], pc->mean[2],
+             pc->std[0], pc->std[1], pc->std[2], pc->pre.exact, !pc->pre.no_exif,
+             (unsigned long long)pc->pre.max_pixels);
+    /* named only when not the default, so that the results (and resume keys) of bilinear runs
+     * stay what they were before the option existed */
+    if (pc->pre.interp != SI_INTERP_BILINEAR) {
+        size_t used = strlen(J->pre);
+        snprintf(J->pre + used, sizeof J->pre - used, " interpolation=%s",
+                 si_interp_name(pc->pre.interp));
+    }
+    /* the record cap decides which images are too_large: the same, only named when not the
+     * default */
+    uint64_t cap = J->cfg->src.max_record;
+    if (cap && cap != SI_SOURCE_MAX_RECORD) {
+        size_t used = strlen(J->pre);
+        snprintf(J->pre + used, sizeof J->pre - used, " max_record=%llu", (unsigned long long)cap);
+    }
+    si_post_params(&pc->post, &pc->plan, J->post_params, sizeof J->post_params);
+    /* the input by its real path ("./set.h5" and "set.h5" are one input) and by its content
+     * (a different set re-staged under the same name is not resumed into); rank 0's key is
+     * the one the result keeps */
+    uint64_t fp = 0;
+    if (J->m->rank == 0) {
+        si_status st = si_source_fingerprint(J->set, &fp);
+        if (st != SI_OK) return st;
+    }
+    const char *spec = si_source_spec(J->set);
+    char *real = realpath(spec, NULL);
+    free(J->key);
+    if (asprintf(&J->key,
+                 "model_sha256=%s;input=%s;input_fp=%016llx;images=%llu;preprocess=%s;post=%s;"
+                 "batch=%d",
+                 J->sha, real ? real : spec, (unsigned long long)fp,
+                 (unsigned long long)si_source_count(J->set), J->pre, J->post_params,
+                 pc->batch) < 0)
+        si_fatal(__FILE__, __LINE__, "asprintf", "no memory");
+    free(real);
+    return SI_OK;
+}
+
+/* --resume of a whole result: only of this run's (its resume key), else the output is another
+ * model's result, or not a result at all, and "complete already" would be a lie. Then the
+ * files the final step's last instants leave behind are removed. Rank 0. */
+static si_status check_complete(si_job_state *J) {
+    si_status st = model_hash(J);
+    if (st == SI_OK) st = build_key(J);
+    if (st != SI_OK) return st;
+    const char *out = J->cfg->output;
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    htri_t is = H5Fis_hdf5(out);
+    hid_t f = is > 0 ? H5Fopen(out, H5F_ACC_RDONLY, H5P_DEFAULT) : H5I_INVALID_HID;
+    char *key = f >= 0 ? si_h5_attr_read_str(f, "resume_key") : NULL;
+    if (f >= 0) H5Fclose(f);
+    if (!key)
+        return si_error(SI_ERR_ARG,
+                        "--resume: %s exists but is not a shardinfer result (%s); refusing to "
+                        "call it complete: choose another --output, or pass --overwrite instead "
+                        "of --resume",
+                        out, is > 0 ? "no resume key" : "not an HDF5 file");
+    if (strcmp(key, J->key) != 0) {
+        char diff[600];
+        si_result_key_difference(key, J->key, diff, sizeof diff);
+        st = si_error(SI_ERR_ARG,
+                      "--resume: %s is a complete result of another run (%s); it is left as it "
+                      "is: choose another --output, or pass --overwrite instead of --resume",
+                      out, diff);
+    }
+    free(key);
+    if (st != SI_OK) return st;
+    /* the final step's last instants (after the rename) leave these behind */
+    char *left[2] = {si_result_journal_path(out), si_result_undo_path(out)};
+    for (int i = 0; i < 2; i++) {
+        if (unlink(left[i]) == 0) si_log_info("%s: removed, left by a finished run", left[i]);
+        free(left[i]);
+    }
+    return SI_OK;
+}
+
 /* The model (checked against the pipeline), the input, and on rank 0 the output and the
  * model's hash. */
 static si_status open_inputs(si_job_state *J) {
@@ -192,6 +314,7 @@ static si_status open_inputs(si_job_state *J) {
     st = SI_OK;
     if (m->rank == 0) { /* the output's lock first: nothing is read or removed without it */
         st = check_output_path(J->cfg->output);
+        if (st == SI_OK) st = check_not_input(J);
         if (st == SI_OK) st = si_lock_take(J->cfg->output, &J->lock);
         if (st == SI_OK) st = check_output(J->cfg, &J->complete);
         /* the model's hash (0.2 s for 100 MB) goes on beside the GPU's and the engine's set-up;
@@ -200,6 +323,7 @@ static si_status open_inputs(si_job_state *J) {
             J->sha_running = true;
         else if (st == SI_OK)
             hash_model(J);
+        if (st == SI_OK && J->complete) st = check_complete(J);
     }
     J->n = si_source_count(J->set);
     if ((st = si_mpi_agree(m, st)) != SI_OK) return st;
@@ -349,35 +473,9 @@ static si_status create_engine(si_job_state *J) {
 /* The result's metadata, with the resume key: everything a resumed run must share with the
  * interrupted one, compared as a string (so its spelling never changes). */
 static si_status make_meta(si_job_state *J) {
-    const si_pipeline_config *pc = &J->pc;
-    si_status st = si_mpi_agree(J->m, J->m->rank == 0 ? model_hash(J) : SI_OK);
-    if (st != SI_OK) return st;
-    snprintf(J->pre, sizeof J->pre,
-             "resize=%d crop=%dx%d mean=%g,%g,%g std=%g,%g,%g exact=%d exif=%d max_pixels=%llu",
-             pc->pre.resize, pc->pre.crop_h, pc->pre.crop_w, pc->mean[0], pc->mean[1], pc->mean[2],
-             pc->std[0], pc->std[1], pc->std[2], pc->pre.exact, !pc->pre.no_exif,
-             (unsigned long long)pc->pre.max_pixels);
-    /* named only when not the default, so that the results (and resume keys) of bilinear runs
-     * stay what they were before the option existed */
-    if (pc->pre.interp != SI_INTERP_BILINEAR) {
-        size_t used = strlen(J->pre);
-        snprintf(J->pre + used, sizeof J->pre - used, " interpolation=%s",
-                 si_interp_name(pc->pre.interp));
-    }
-    si_post_params(&pc->post, &pc->plan, J->post_params, sizeof J->post_params);
-    /* the input by its real path ("./set.h5" and "set.h5" are one input) and by its content
-     * (a different set re-staged under the same name is not resumed into); rank 0's key is
-     * the one the result keeps */
-    const char *spec = si_source_spec(J->set);
-    char *real = realpath(spec, NULL);
-    uint64_t fp = J->m->rank == 0 ? si_source_fingerprint(J->set) : 0;
-    if (asprintf(&J->key,
-                 "model_sha256=%s;input=%s;input_fp=%016llx;images=%llu;preprocess=%s;post=%s;"
-                 "batch=%d",
-                 J->sha, real ? real : spec, (unsigned long long)fp, (unsigned long long)J->n,
-                 J->pre, J->post_params, pc->batch) < 0)
-        si_fatal(__FILE__, __LINE__, "asprintf", "no memory");
-    free(real);
+    si_status st = J->m->rank == 0 ? model_hash(J) : SI_OK;
+    if (st == SI_OK && !J->key) st = build_key(J);
+    if ((st = si_mpi_agree(J->m, st)) != SI_OK) return st;
     J->meta = (si_result_meta){.model_path = J->cfg->model,
                                .model_sha256 = J->sha,
                                .input_path = J->cfg->input,
@@ -385,8 +483,9 @@ static si_status make_meta(si_job_state *J) {
                                .preprocess = J->pre,
                                .post_params = J->post_params,
                                .resume_key = J->key,
+                               .input_identity = si_source_identity(J->set),
                                .ranks = J->m->size,
-                               .batch_size = pc->batch,
+                               .batch_size = J->pc.batch,
                                .flush_interval = J->cfg->flush_interval};
     return SI_OK;
 }
@@ -416,8 +515,8 @@ static si_status open_result(si_job_state *J) {
                             : "--resume: no run of %s to resume (no partial result): starting one",
                         cfg->output);
         if (cfg->resume && !fresh)
-            st =
-                si_result_resume(cfg->output, &schema, J->n, &J->meta, &chunk32, &J->done, &J->res);
+            st = si_result_resume(cfg->output, &schema, J->n, &J->meta, J->set, &chunk32, &J->done,
+                                  &J->res);
         else
             st = si_result_create(cfg->output, &schema, J->n, chunk32, &J->meta, &J->res);
     }

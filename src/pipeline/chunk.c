@@ -19,6 +19,7 @@ void si_chunk_init(si_chunk *c, uint32_t cap, const si_post_plan *p) {
     c->status = si_xmalloc(sizeof(int32_t) * cap);
     c->rows = si_xmalloc(p->row_bytes * cap + 1);
     c->msg = si_xmalloc(sizeof *c->msg * cap);
+    c->hash = si_xcalloc(cap ? cap : 1, sizeof(uint32_t));
     if (c->detect) c->n_dets = si_xmalloc(sizeof(uint32_t) * cap);
 }
 
@@ -27,6 +28,7 @@ void si_chunk_free(si_chunk *c) {
     free(c->status);
     free(c->rows);
     free(c->msg);
+    free(c->hash);
     free(c->n_dets);
     free(c->dets);
     memset(c, 0, sizeof *c);
@@ -41,6 +43,7 @@ void si_chunk_reset(si_chunk *c, uint64_t id, uint64_t first, uint32_t n, const 
     for (uint32_t j = 0; j < n; j++) {
         c->status[j] = SI_IMG_NOT_PROCESSED;
         c->msg[j][0] = 0;
+        c->hash[j] = 0;
         if (c->row_bytes) memcpy(c->rows + (size_t)j * c->row_bytes, empty, c->row_bytes);
         if (c->detect) c->n_dets[j] = 0;
     }
@@ -65,7 +68,7 @@ static size_t msg_len(const char *m) {
 }
 
 size_t si_chunk_tail_size(const si_chunk *c) {
-    size_t b = SI_TAIL_HEAD + ALIGN8(sizeof(int32_t) * c->n);
+    size_t b = SI_TAIL_HEAD + 2 * ALIGN8(sizeof(int32_t) * c->n);
     if (c->detect) b += ALIGN8(sizeof(uint32_t) * c->n) + sizeof(si_detection) * c->n_det_total;
     size_t e = 0;
     for (uint32_t j = 0; j < c->n; j++)
@@ -83,9 +86,13 @@ void si_chunk_tail_pack(const si_chunk *c, uint8_t *dst) {
     memcpy(p + 20, &n_err, 4);
     memcpy(p + 24, &c->n_det_total, 8);
     p += SI_TAIL_HEAD;
-    memcpy(p, c->status, sizeof(int32_t) * c->n);
-    memset(p + sizeof(int32_t) * c->n, 0, ALIGN8(sizeof(int32_t) * c->n) - sizeof(int32_t) * c->n);
-    p += ALIGN8(sizeof(int32_t) * c->n);
+    const size_t words = sizeof(int32_t) * c->n, pad = ALIGN8(words) - words;
+    memcpy(p, c->status, words);
+    memset(p + words, 0, pad);
+    p += words + pad;
+    memcpy(p, c->hash, words);
+    memset(p + words, 0, pad);
+    p += words + pad;
     if (c->detect) {
         memcpy(p, c->n_dets, sizeof(uint32_t) * c->n);
         memset(p + 4 * (size_t)c->n, 0, ALIGN8(4 * (size_t)c->n) - 4 * (size_t)c->n);

@@ -23,6 +23,7 @@ typedef struct {
     int32_t *status;         /* [cap] */
     uint8_t *rows;           /* [cap * row_bytes] */
     char (*msg)[SI_MSG_LEN]; /* [cap]: why an image failed ("" while it is fine) */
+    uint32_t *hash;          /* [cap]: each image's bytes as read, hashed (si_source_hash) */
     uint32_t *n_dets;        /* [cap] detect only */
     si_detection *dets;      /* [det_cap], grows to the largest chunk's and stays */
     uint64_t n_det_total, det_cap;

@@ -449,15 +449,15 @@ void si_decode_free(si_decode *d) {
     free(d);
 }
 
-/* The good rows into rowmap, in order; the others' failures logged (read errors were logged by
- * the reader). */
+/* The good rows into rowmap, in order; the decode's failures logged (the read's, read_error
+ * and too_large records, were logged by the reader). */
 static int good_rows(si_decode *d, const si_read_slot *sl, const int32_t *status,
                      char (*msgs)[SI_MSG_LEN], int32_t *rowmap) {
     int rows = 0;
     for (uint32_t j = 0; j < sl->n; j++) {
         if (status[j] == SI_IMG_OK) {
             rowmap[rows++] = (int32_t)j;
-        } else if (status[j] != SI_IMG_READ_ERROR) {
+        } else if (sl->status[j] == SI_IMG_OK) {
             si_faillog(d->set, sl->first + j, status[j], msgs[j]);
         }
     }

@@ -352,6 +352,7 @@ static void decode(si_pipe *R, feed *F, const si_read_slot *sl, size_t *packed) 
         status[j] = sl->status[j];
         if (status[j] != SI_IMG_OK) memcpy(msgs[j], sl->msg[j], SI_MSG_LEN);
     }
+    memcpy(cur->hash + (sl->first - cur->first), sl->hash, sizeof(uint32_t) * sl->n);
     f->b0 = sl->first;
     f->c = cur;
     f->last = sl->chunk_end;

@@ -13,6 +13,7 @@ void si_reader_init(si_pipe *R) {
         R->rs[k].off = si_xmalloc(sizeof(uint64_t) * (B + 1));
         R->rs[k].status = si_xmalloc(sizeof(int32_t) * B);
         R->rs[k].msg = si_xmalloc(sizeof(*R->rs[k].msg) * B);
+        R->rs[k].hash = si_xmalloc(sizeof(uint32_t) * B);
     }
 }
 
@@ -22,42 +23,22 @@ void si_reader_free(si_pipe *R) {
         free(R->rs[q].off);
         free(R->rs[q].status);
         free(R->rs[q].msg);
+        free(R->rs[q].hash);
     }
 }
 
-/* Reads a batch; if the one large read fails, reads image by image so that one bad record
- * costs only itself. SI_ERR_FAULT (message set) for a fault of the storage or the machine,
- * which no image is charged with. */
-static si_status read_batch(si_source *set, uint64_t b0, uint32_t n, si_bytes *buf, uint64_t *off,
-                            int32_t *status, char (*msg)[SI_MSG_LEN], si_bytes *one) {
-    si_status st = si_source_read(set, b0, n, buf, off);
-    if (st == SI_OK || st == SI_ERR_FAULT) return st;
-    si_log_warn("%s: batch read of images %llu..%llu failed (%s); reading them one by one",
-                si_source_spec(set), (unsigned long long)b0, (unsigned long long)(b0 + n - 1),
-                si_error_msg());
-    buf->len = 0;
-    off[0] = 0;
-    for (uint32_t j = 0; j < n; j++) {
-        uint64_t o[2];
-        off[j + 1] = off[j];
-        st = si_source_read(set, b0 + j, 1, one, o);
-        if (st == SI_ERR_FAULT) return st;
-        if (st == SI_OK && si_bytes_reserve(buf, off[j] + (o[1] - o[0])) != SI_OK) {
-            char why[512];
-            snprintf(why, sizeof why, "%s", si_error_msg());
-            return si_error(SI_ERR_FAULT, "out of memory reading image %llu: %s",
-                            (unsigned long long)(b0 + j), why);
-        }
-        if (st != SI_OK) {
-            status[j] = SI_IMG_READ_ERROR;
-            snprintf(msg[j], SI_MSG_LEN, "read error: %s", si_error_msg());
-            si_faillog(set, b0 + j, SI_IMG_READ_ERROR, msg[j]);
-            continue;
-        }
-        memcpy(buf->data + off[j], one->data + o[0], o[1] - o[0]);
-        off[j + 1] = off[j] + (o[1] - o[0]);
+/* Reads a batch (io/source.h: one read, image by image where it fails for an image's sake) and
+ * logs the images it could not read. SI_ERR_FAULT (message set) for a fault of the storage or
+ * the machine, which no image is charged with. */
+static si_status read_batch(si_source *set, uint64_t b0, uint32_t n, si_read_slot *sl) {
+    char(*msg)[SI_MSG_LEN] = sl->msg;
+    si_status st = si_source_read_batch(set, b0, n, &sl->buf, sl->off, sl->status, msg[0],
+                                        SI_MSG_LEN, sl->hash);
+    for (uint32_t j = 0; st == SI_OK && j < n; j++) {
+        if (sl->status[j] == SI_IMG_OK) continue;
+        si_faillog(set, b0 + j, sl->status[j], msg[j]);
     }
-    return SI_OK;
+    return st;
 }
 
 /* The next claimed chunk into *chunk; false when the claims are closed and taken, or at abort. */
@@ -76,7 +57,7 @@ static bool take_claim(si_pipe *R, uint64_t *chunk) {
 }
 
 /* Reads a chunk's batches into the ring (batch numbers from *k on); false at abort. */
-static bool read_chunk(si_pipe *R, uint64_t chunk, uint64_t *k, si_bytes *one) {
+static bool read_chunk(si_pipe *R, uint64_t chunk, uint64_t *k) {
     const int B = R->cfg->batch;
     const uint64_t first = chunk * R->cfg->chunk;
     const uint32_t len = si_chunk_len(chunk, R->n_images, R->cfg->chunk);
@@ -95,8 +76,7 @@ static bool read_chunk(si_pipe *R, uint64_t chunk, uint64_t *k, si_bytes *one) {
         for (uint32_t j = 0; j < sl->n; j++) sl->status[j] = SI_IMG_OK;
         si_trace_push("read");
         double t = si_now();
-        si_status st =
-            read_batch(R->set, sl->first, sl->n, &sl->buf, sl->off, sl->status, sl->msg, one);
+        si_status st = read_batch(R->set, sl->first, sl->n, sl);
         si_trace_pop();
         if (st != SI_OK) { /* the main thread stops the run; this batch is never handed on */
             pipe_lock(R);
@@ -121,14 +101,12 @@ static bool read_chunk(si_pipe *R, uint64_t chunk, uint64_t *k, si_bytes *one) {
 
 void *si_reader_main(void *arg) {
     si_pipe *R = arg;
-    si_bytes one = {0}; /* one record, when a batch read failed */
     uint64_t k = 0, chunk;
-    while (take_claim(R, &chunk) && read_chunk(R, chunk, &k, &one)) {
+    while (take_claim(R, &chunk) && read_chunk(R, chunk, &k)) {
     }
     pipe_lock(R);
     R->reader_done = true;
     pipe_signal(R);
     pipe_unlock(R);
-    si_bytes_free(&one);
     return NULL;
 }

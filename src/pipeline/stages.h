@@ -19,6 +19,7 @@ typedef struct {
     uint64_t *off;           /* [B+1] */
     int32_t *status;         /* [B]: SI_IMG_READ_ERROR for records that could not be read */
     char (*msg)[SI_MSG_LEN]; /* [B]: why, for those */
+    uint32_t *hash;          /* [B]: what was read, hashed (the journal keeps it: io/tail.h) */
     uint64_t chunk, first;   /* the batch's chunk and first image */
     uint32_t n;
     bool chunk_start, chunk_end;
