@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define ATTR_STR_MAX (1u << 20) /* bytes of a string attribute read back */
 
@@ -88,9 +89,13 @@ char *si_h5_attr_read_str(hid_t obj, const char *name) {
     bool ok = ft >= 0 && sp >= 0 && H5Tget_class(ft) == H5T_STRING &&
               H5Sget_simple_extent_npoints(sp) == 1;
     if (ok && H5Tis_variable_str(ft) > 0) {
-        uint64_t len = UINT64_MAX;
-        hid_t lt = si_h5_vlen_length_type();
-        ok = lt >= 0 && H5Aread(a, lt, &len) >= 0 && len <= ATTR_STR_MAX;
+        si_h5_vlen_ref ref = {UINT64_MAX, 0, 0};
+        hid_t rt = si_h5_vlen_ref_type();
+        bool good = false;
+        hid_t file = H5Iget_file_id(obj);
+        ok = rt >= 0 && H5Aread(a, rt, &ref) >= 0 && ref.len <= ATTR_STR_MAX && file >= 0 &&
+             si_h5_vlen_refs_check(file, &ref, 1, 1, &good) == 0;
+        if (file >= 0) H5Fclose(file);
     } else if (ok) {
         ok = H5Tget_size(ft) <= ATTR_STR_MAX;
     }
@@ -303,15 +308,21 @@ si_status si_h5_check_storage(hid_t d, const si_h5_guard *g, const char *file, c
     return st;
 }
 
-/* The declared lengths of variable-length records, from the records' headers in the file: a
- * conversion HDF5 calls with the file's representation of each record (a 4-byte little-endian
- * length, then the heap reference: the file format's, the same in HDF5 1.8 to 1.14), registered
- * for variable-length sources and the opaque type below only. */
-static const char vlen_length_tag[] = "shardinfer:vlen-declared-length";
-static hid_t vlen_length;
+/* The references of variable-length records, from the records' headers in the file: a
+ * conversion HDF5 calls with the file's representation of each element (a 4-byte little-endian
+ * length, an 8-byte heap collection address, a 4-byte object index: the file format's, the same
+ * in HDF5 1.8 to 1.14), registered for variable-length sources and the opaque type below only. */
+static const char vlen_ref_tag[] = "shardinfer:vlen-reference";
+static hid_t vlen_ref;
 
-static herr_t vlen_length_conv(hid_t src, hid_t dst, H5T_cdata_t *cd, size_t n, size_t stride,
-                               size_t bkg_stride, void *buf, void *bkg, hid_t dxpl) {
+static uint64_t le(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static herr_t vlen_ref_conv(hid_t src, hid_t dst, H5T_cdata_t *cd, size_t n, size_t stride,
+                            size_t bkg_stride, void *buf, void *bkg, hid_t dxpl) {
     (void)bkg_stride, (void)bkg, (void)dxpl;
     switch (cd->command) {
     case H5T_CONV_INIT: {
@@ -319,22 +330,21 @@ static herr_t vlen_length_conv(hid_t src, hid_t dst, H5T_cdata_t *cd, size_t n, 
                     (H5Tget_class(src) == H5T_STRING && H5Tis_variable_str(src) > 0);
         if (!vlen || H5Tget_class(dst) != H5T_OPAQUE) return -1;
         char *tag = H5Tget_tag(dst);
-        bool ours = tag && strcmp(tag, vlen_length_tag) == 0 && H5Tget_size(src) >= 4;
+        bool ours = tag && strcmp(tag, vlen_ref_tag) == 0 && H5Tget_size(src) >= 16;
         H5free_memory(tag);
         cd->need_bkg = H5T_BKG_NO;
         return ours ? 0 : -1;
     }
     case H5T_CONV_FREE: return 0;
     case H5T_CONV_CONV: {
-        /* in place, front to back: element i's 8 bytes go where the 16-byte sources of
-         * elements before it were, never over one not yet read */
-        size_t ss = stride ? stride : H5Tget_size(src), ds = stride ? stride : 8;
+        /* in place, back to front: element i's 24 bytes go over the 16-byte sources of the
+         * elements after it, all read already */
+        size_t ss = stride ? stride : H5Tget_size(src), ds = stride ? stride : 24;
         uint8_t *b = buf;
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = n; i-- > 0;) {
             const uint8_t *p = b + i * ss;
-            uint64_t len =
-                (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24;
-            memcpy(b + i * ds, &len, 8);
+            si_h5_vlen_ref r = {le(p, 4), le(p + 4, 8), le(p + 12, 4)};
+            memcpy(b + i * ds, &r, sizeof r);
         }
         return 0;
     }
@@ -342,27 +352,131 @@ static herr_t vlen_length_conv(hid_t src, hid_t dst, H5T_cdata_t *cd, size_t n, 
     }
 }
 
-static void make_vlen_length(void) {
-    hid_t t = H5Tcreate(H5T_OPAQUE, 8);
+static void make_vlen_ref(void) {
+    hid_t t = H5Tcreate(H5T_OPAQUE, sizeof(si_h5_vlen_ref));
     hid_t src = H5Tvlen_create(H5T_NATIVE_UINT8), str = H5Tcopy(H5T_C_S1);
     H5Tset_size(str, H5T_VARIABLE);
-    if (t >= 0 && src >= 0 && H5Tset_tag(t, vlen_length_tag) >= 0 &&
-        H5Tregister(H5T_PERS_SOFT, "shardinfer vlen length", src, t, vlen_length_conv) >= 0 &&
-        H5Tregister(H5T_PERS_SOFT, "shardinfer vstr length", str, t, vlen_length_conv) >= 0) {
-        vlen_length = t;
+    if (t >= 0 && src >= 0 && H5Tset_tag(t, vlen_ref_tag) >= 0 &&
+        H5Tregister(H5T_PERS_SOFT, "shardinfer vlen ref", src, t, vlen_ref_conv) >= 0 &&
+        H5Tregister(H5T_PERS_SOFT, "shardinfer vstr ref", str, t, vlen_ref_conv) >= 0) {
+        vlen_ref = t;
         t = H5I_INVALID_HID;
     } else {
-        vlen_length = H5I_INVALID_HID;
+        vlen_ref = H5I_INVALID_HID;
     }
     if (t >= 0) H5Tclose(t);
     if (src >= 0) H5Tclose(src);
     if (str >= 0) H5Tclose(str);
 }
 
-hid_t si_h5_vlen_length_type(void) {
+hid_t si_h5_vlen_ref_type(void) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, make_vlen_length);
-    return vlen_length;
+    pthread_once(&once, make_vlen_ref);
+    return vlen_ref;
+}
+
+/* Reads of a file through a 64 KiB window: a heap collection's object headers lie close together
+ * when its objects are small (ids), and one read serves many. */
+typedef struct {
+    int fd, err; /* err: the errno of a read that failed (not one that found the file's end) */
+    uint64_t at, len;
+    uint8_t b[1 << 16];
+} window;
+
+static bool window_read(window *w, uint64_t off, void *p, size_t len) {
+    if (off < w->at || off + len > w->at + w->len) {
+        ssize_t g = pread(w->fd, w->b, sizeof w->b, (off_t)off);
+        if (g < 0) w->err = errno;
+        if (g < (ssize_t)len) return false;
+        w->at = off;
+        w->len = (uint64_t)g;
+    }
+    memcpy(p, w->b + (off - w->at), len);
+    return true;
+}
+
+typedef struct {
+    uint64_t idx, size;
+} heap_obj;
+
+/* The objects of the global heap collection at addr (file format: "GCOL", version 1, 3 reserved
+ * bytes, the collection's size; then objects of a 2-byte index, a 2-byte reference count, 4
+ * reserved bytes, an 8-byte size and the data padded to 8; index 0 is the free space that ends
+ * them) into *objs (*n of them; grown, the caller frees), or false when it is not well formed. */
+static bool heap_objects(window *w, uint64_t eof, uint64_t addr, heap_obj **objs, size_t *n,
+                         size_t *cap) {
+    uint8_t h[16];
+    *n = 0;
+    if (addr > eof || eof - addr < 16 || !window_read(w, addr, h, 16) || memcmp(h, "GCOL", 4) ||
+        h[4] != 1)
+        return false;
+    uint64_t size = le(h + 8, 8);
+    if (size < 16 || size > eof - addr) return false;
+    for (uint64_t at = 16; size - at >= 16;) {
+        uint8_t o[16];
+        if (!window_read(w, addr + at, o, 16)) return false;
+        uint64_t oi = le(o, 2), os = le(o + 8, 8), padded = (os + 7) & ~(uint64_t)7;
+        if (oi == 0) break; /* the free space: no more objects */
+        if (os > size || padded > size - at - 16) return false;
+        if (*n == *cap) {
+            *cap = *cap ? 2 * *cap : 64;
+            *objs = si_xrealloc(*objs, *cap * sizeof **objs);
+        }
+        (*objs)[(*n)++] = (heap_obj){oi, os};
+        at += 16 + padded;
+    }
+    return true;
+}
+
+static int by_addr(const void *a, const void *b, void *r) {
+    const si_h5_vlen_ref *refs = r;
+    uint64_t x = refs[*(const size_t *)a].heap_addr, y = refs[*(const size_t *)b].heap_addr;
+    return x < y ? -1 : x > y;
+}
+
+size_t si_h5_vlen_refs_check(hid_t file, const si_h5_vlen_ref *r, size_t n, size_t elem_size,
+                             bool *ok) {
+    /* the bytes are read with pread on the file's descriptor: HDF5's default (sec2) driver, the
+     * one every file here is opened with */
+    int *fd = NULL;
+    struct stat sb;
+    hid_t fapl = H5Fget_access_plist(file);
+    bool sec2 = fapl >= 0 && H5Pget_driver(fapl) == H5FD_SEC2;
+    if (fapl >= 0) H5Pclose(fapl);
+    bool usable = sec2 && H5Fget_vfd_handle(file, H5P_DEFAULT, (void **)&fd) >= 0 && fd &&
+                  fstat(*fd, &sb) == 0;
+    size_t bad = 0, *order = si_xmalloc((n ? n : 1) * sizeof *order), m = 0;
+    for (size_t i = 0; i < n; i++) {
+        ok[i] = r[i].len == 0; /* nothing to follow */
+        if (!ok[i]) order[m++] = i;
+    }
+    /* each collection walked once, however many references it serves */
+    qsort_r(order, m, sizeof *order, by_addr, (void *)r);
+    window *w = usable ? si_xmalloc(sizeof *w) : NULL;
+    if (w) w->fd = *fd, w->err = 0, w->at = w->len = 0;
+    heap_obj *objs = NULL;
+    size_t nobj = 0, cap = 0;
+    bool well = false;
+    for (size_t k = 0; k < m; k++) {
+        const si_h5_vlen_ref *x = &r[order[k]];
+        if (w && (k == 0 || x->heap_addr != r[order[k - 1]].heap_addr))
+            well = heap_objects(w, (uint64_t)sb.st_size, x->heap_addr, &objs, &nobj, &cap);
+        bool found = false;
+        for (size_t j = 0; w && well && j < nobj && !found; j++)
+            found = objs[j].idx == x->heap_idx && x->len <= UINT64_MAX / elem_size &&
+                    objs[j].size == x->len * elem_size;
+        ok[order[k]] = found;
+        bad += !found;
+    }
+    int err = w ? w->err : 0;
+    free(objs);
+    free(w);
+    free(order);
+    if (err) { /* the storage's fault, not the references' */
+        errno = err;
+        return SIZE_MAX;
+    }
+    return bad;
 }
 
 void si_h5_init(void) {

@@ -63,11 +63,26 @@ si_status si_h5_guard_dir(si_h5_guard *g, const char *path);
  * UNSUPPORTED naming the file, the dataset and what it points to otherwise. */
 si_status si_h5_check_storage(hid_t d, const si_h5_guard *g, const char *file, const char *name);
 
-/* A memory type that reads a variable-length dataset as each record's declared length (uint64)
- * without reading the records: sizes are checked before anything of that size is allocated
- * (HDF5 converting a record allocates and clears its declared size first). Made once per
- * process; do not close it. Negative when HDF5 refuses. */
-hid_t si_h5_vlen_length_type(void);
+/* A variable-length record (or string) as the file holds it: its declared length, and where
+ * its bytes are (an object's index in the global heap collection at an address). */
+typedef struct {
+    uint64_t len, heap_addr, heap_idx;
+} si_h5_vlen_ref;
+/* A memory type that reads a variable-length dataset (or a variable-length string dataset or
+ * attribute) as each element's si_h5_vlen_ref, without reading the records: sizes are checked
+ * before anything of that size is allocated (HDF5 converting a record allocates and clears its
+ * declared size first), and references before HDF5 follows them. Made once per process; do not
+ * close it. Negative when HDF5 refuses. */
+hid_t si_h5_vlen_ref_type(void);
+/* Checks each of the n references against the HDF5 file open as `file`: ok[i] tells whether
+ * reference i names an object of exactly its length (times elem_size, the bytes of one
+ * element) in a well-formed global heap collection (one of length 0 needs none). HDF5 1.10
+ * follows a reference without these checks: a crafted index reads out of bounds, an object
+ * longer than declared overflows the buffer sized by the declared length. Returns how many are
+ * not, or SIZE_MAX (errno set) when reading the file failed (EIO: no answer about the
+ * references). Each collection is walked once. */
+size_t si_h5_vlen_refs_check(hid_t file, const si_h5_vlen_ref *r, size_t n, size_t elem_size,
+                             bool *ok);
 
 /* Before any other HDF5 call (the CLI's main): no HDF5 exit handler. HDF5 1.10 keeps a file
  * whose H5Fclose failed (a full disk) half closed, and its exit handler then crashes closing it

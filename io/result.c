@@ -81,6 +81,7 @@ static hid_t col_file_type(const si_result *r, si_result_type t) {
 static void gather_column(const si_result_schema *s, int c, const uint8_t *rows, uint32_t n,
                           void *dst) {
     const si_result_col *col = &s->cols[c];
+    if (col->bytes == 0) return;
     uint8_t *d = dst;
     for (uint32_t j = 0; j < n; j++)
         memcpy(d + col->bytes * j, rows + s->row_bytes * j + col->offset, col->bytes);
@@ -289,9 +290,13 @@ void si_result_key_difference(const char *a, const char *b, char *out, size_t ca
 static int next_record(si_result *r, off_t *pos, si_bytes *b, si_tail *t) {
     uint32_t rh[2];
     uint64_t len;
+    struct stat sb;
     if (pread(r->jfd, rh, 8, *pos) != 8 || pread(r->jfd, &len, 8, *pos + 8) != 8 ||
-        rh[0] != RECORD_MAGIC || len > RECORD_MAX)
+        rh[0] != RECORD_MAGIC || len > RECORD_MAX || fstat(r->jfd, &sb) != 0)
         return 0;
+    /* no more bytes are allocated than the journal holds after the record's head: a damaged
+     * length is a torn record, not 2 GiB of memory */
+    if (sb.st_size < *pos + 16 || len > (uint64_t)(sb.st_size - *pos - 16)) return 0;
     if (si_bytes_reserve(b, len + 1) != SI_OK) return -1;
     if (pread(r->jfd, b->data, len, *pos + 16) != (ssize_t)len ||
         crc32(0, b->data, (uInt)len) != rh[1] ||
@@ -365,16 +370,41 @@ static si_status read_journal(si_result *r, const si_result_meta *meta) {
 
 /* The partial file's columns, each of the type this run writes: the resume key already holds
  * what decides the types, so a mismatch here is a file changed by hand. */
+/* A fixed-size dataset of the partial file as this run made it: n rows of the per-image dims,
+ * contiguous and allocated in the file itself (rows are written at its byte offsets, by MPI-IO
+ * with --writer parallel). A file changed by hand is refused, never written wherever it points. */
+static si_status check_fixed(const si_result *r, hid_t ds, const char *name, int ndim,
+                             const int64_t *dims) {
+    hid_t sp = H5Dget_space(ds), dcpl = H5Dget_create_plist(ds);
+    int rank = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
+    hsize_t d[SI_RESULT_MAX_DIMS + 1] = {0};
+    bool ok = rank == ndim + 1 && H5Sget_simple_extent_dims(sp, d, NULL) == rank && d[0] == r->n;
+    for (int i = 0; ok && i < ndim; i++) ok = d[i + 1] == (hsize_t)dims[i];
+    ok = ok && dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CONTIGUOUS &&
+         H5Pget_external_count(dcpl) == 0 && (r->n == 0 || H5Dget_offset(ds) != HADDR_UNDEF);
+    if (sp >= 0) H5Sclose(sp);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (ok) return SI_OK;
+    return si_error(SI_ERR_FORMAT,
+                    "--resume: %s: %s is not the contiguous dataset of %llu rows this run made "
+                    "(changed by hand?); start again with --overwrite instead of --resume",
+                    r->partial, name, (unsigned long long)r->n);
+}
+
 static si_status open_columns(si_result *r) {
     static const char *const type_names[] = {[SI_RESULT_I32] = "int32",
                                              [SI_RESULT_F32] = "float32",
                                              [SI_RESULT_F64] = "float64",
                                              [SI_RESULT_F16] = "float16"};
+    si_status st = check_fixed(r, r->status_ds, "status", 0, NULL);
+    if (st != SI_OK) return st;
     for (int c = 0; c < r->schema.n_cols; c++) {
         const si_result_col *col = &r->schema.cols[c];
         r->col_ds[c] = H5Dopen2(r->file, col->name, H5P_DEFAULT);
         if (r->col_ds[c] < 0)
             return si_error(SI_ERR_FORMAT, "--resume: %s has no dataset %s", r->partial, col->name);
+        if ((st = check_fixed(r, r->col_ds[c], col->name, col->ndim, col->dims)) != SI_OK)
+            return st;
         hid_t t = H5Dget_type(r->col_ds[c]);
         htri_t same = t >= 0 ? H5Tequal(t, col_file_type(r, col->type)) : -1;
         if (t >= 0) H5Tclose(t);

@@ -357,6 +357,46 @@ si_status src_open_handles(si_source *s, src_file *f, int layout, uint64_t n_exp
     return SI_OK;
 }
 
+/* HDF5's allocator for variable-length data: each buffer is noted in s->live until freed. */
+static void *vl_alloc(size_t size, void *info) {
+    si_source *s = info;
+    if (s->live.n == s->live.cap) {
+        size_t cap = s->live.cap ? 2 * s->live.cap : 256;
+        void **p = realloc(s->live.p, cap * sizeof *p);
+        if (!p) return NULL;
+        s->live.p = p;
+        s->live.cap = cap;
+    }
+    void *b = malloc(size ? size : 1);
+    if (b) s->live.p[s->live.n++] = b;
+    return b;
+}
+
+static void vl_free(void *b, void *info) {
+    si_source *s = info;
+    if (!b) return;
+    for (size_t i = s->live.n; i-- > 0;) {
+        if (s->live.p[i] != b) continue;
+        s->live.p[i] = s->live.p[--s->live.n];
+        break;
+    }
+    free(b);
+}
+
+hid_t src_vl_dxpl(si_source *s) {
+    hid_t x = H5Pcreate(H5P_DATASET_XFER);
+    if (x >= 0 && H5Pset_vlen_mem_manager(x, vl_alloc, s, vl_free, s) < 0) {
+        H5Pclose(x);
+        return H5I_INVALID_HID;
+    }
+    return x;
+}
+
+void src_vl_done(si_source *s, bool keep) {
+    for (size_t i = 0; !keep && i < s->live.n; i++) free(s->live.p[i]);
+    s->live.n = 0;
+}
+
 bool src_fault(si_source *s) {
     bool fault = si_h5_storage_fault(s->fault, sizeof s->fault);
     if (!fault) s->fault[0] = '\0';
@@ -510,11 +550,10 @@ si_status si_source_open(const char *spec, const si_source_opts *opts, si_source
     s->guard.allow = o->allow_external;
     s->files = si_xcalloc((size_t)l.n, sizeof *s->files);
     s->vlen_u8 = H5Tvlen_create(H5T_NATIVE_UINT8);
-    s->vlen_len = si_h5_vlen_length_type();
-    s->ids_dxpl = H5Pcreate(H5P_DATASET_XFER);
+    s->vlen_ref = si_h5_vlen_ref_type();
+    s->vl_dxpl = src_vl_dxpl(s);
     s->dapl = si_h5_guarded_access(&s->guard);
-    if (s->vlen_u8 < 0 || s->vlen_len < 0 || s->ids_dxpl < 0 || s->dapl < 0 ||
-        si_h5_malloc_vlen(s->ids_dxpl) < 0) {
+    if (s->vlen_u8 < 0 || s->vlen_ref < 0 || s->vl_dxpl < 0 || s->dapl < 0) {
         st = si_error(SI_ERR_INTERNAL, "%s: cannot set up HDF5 types", spec);
         goto fail;
     }
@@ -562,10 +601,14 @@ void si_source_close(si_source *s) {
     }
     free(s->files);
     if (s->vlen_u8 >= 0) H5Tclose(s->vlen_u8);
-    if (s->ids_dxpl >= 0) H5Pclose(s->ids_dxpl);
+    src_vl_done(s, false);
+    free(s->live.p);
+    if (s->vl_dxpl >= 0) H5Pclose(s->vl_dxpl);
     if (s->dapl >= 0) H5Pclose(s->dapl);
     free(s->vl);
     free(s->big);
+    free(s->refs);
+    free(s->fine);
     si_bytes_free(&s->scratch);
     si_bytes_free(&s->one);
     free(s->spec);

@@ -29,12 +29,6 @@
 #define INDEX_CACHE_BYTES ((size_t)64 << 20) /* offsets and ids: a batch's worth is small */
 #define READ_RETRIES      3 /* a read that meets an I/O error is retried on a reopened file */
 
-#if H5_VERSION_GE(1, 12, 0)
-#define vlen_reclaim(t, sp, dxpl, buf) H5Treclaim(t, sp, dxpl, buf)
-#else
-#define vlen_reclaim(t, sp, dxpl, buf) H5Dvlen_reclaim(t, sp, dxpl, buf)
-#endif
-
 enum { IDS_INDEX = 0, IDS_VSTR, IDS_FSTR, IDS_INT };
 enum { DENSE_UNDECIDED = -1 }; /* a 4-D dataset found, the order of its axes not yet known */
 
@@ -74,16 +68,25 @@ struct si_source {
     uint64_t max_record; /* bytes: a record declaring more is not read (too_large) */
     bool allow_external; /* external storage inside a file's own directory is followed */
     hid_t vlen_u8;       /* memory type of one encoded record */
-    hid_t vlen_len; /* memory type of a vlen record's declared length, not its bytes (h5util.h) */
-    si_h5_guard guard; /* asked before an external link is followed (h5util.h) */
-    char fault[256];   /* the system's words for an I/O error met while opening (src_fault) */
-    hid_t dapl;        /* every dataset and link access goes through it: carries the guard */
-    hid_t ids_dxpl;    /* malloc/free for variable-length id strings the caller frees */
-    hvl_t *vl;         /* per-read scratch, reused: the per-batch path allocates nothing */
+    hid_t vlen_ref;      /* memory type of a vlen record's reference, not its bytes (h5util.h) */
+    si_h5_guard guard;   /* asked before an external link is followed (h5util.h) */
+    char fault[256];     /* the system's words for an I/O error met while opening (src_fault) */
+    hid_t dapl;          /* every dataset and link access goes through it: carries the guard */
+    /* variable-length reads (records, id strings) allocate through `live`, which holds every
+     * buffer HDF5 made and has not freed, so that what a failed read left is freed, never
+     * leaked nor freed twice */
+    hid_t vl_dxpl;
+    struct {
+        void **p;
+        size_t n, cap;
+    } live;
+    hvl_t *vl; /* per-read scratch, reused: the per-batch path allocates nothing */
     size_t vl_cap;
-    si_bytes scratch; /* NCHW transposes, fixed-length ids */
-    si_bytes one;     /* one record, when a batch read failed and images are read one by one */
-    uint64_t *big;    /* [big_cap]: declared sizes of records over the cap, per image */
+    si_bytes scratch;     /* NCHW transposes, fixed-length ids */
+    si_bytes one;         /* one record, when a batch read failed and images are read one by one */
+    uint64_t *big;        /* [big_cap]: declared sizes of records over the cap, per image */
+    si_h5_vlen_ref *refs; /* [big_cap]: vlen records' and ids' references */
+    bool *fine;           /* [big_cap]: which of them lead to their bytes */
     uint32_t big_cap;
     /* held by si_source_read and si_source_read_ids: the reader thread reads images while the
      * main thread reads a failed image's id for its message, and both use scratch, vl and the
@@ -128,6 +131,11 @@ si_status src_open_dataset(si_source *s, const src_file *f, const char *name, si
  * error, not a file that "has no dataset". */
 bool src_fault(si_source *s);
 si_status src_io_error(const si_source *s, const src_file *f, const char *what);
+/* The transfer list of variable-length reads (s->vl_dxpl) and the end of one: frees every buffer
+ * HDF5 handed out (keep false: after a failure or once copied), or keeps them as the caller's
+ * (the id strings of a read that worked). */
+hid_t src_vl_dxpl(si_source *s);
+void src_vl_done(si_source *s, bool keep);
 /* Points the source's guard at f's directory (every access to f goes through it). */
 si_status src_guard_file(si_source *s, const src_file *f);
 void src_mark_open(si_source *s, src_file *f);

@@ -2,6 +2,7 @@
  * ids, across the files of a source, reopening evicted files as they are met. */
 #include "io/source_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,27 +137,53 @@ static si_status read_packed(si_source *s, src_file *f, uint64_t lo, uint32_t m,
     return SI_OK;
 }
 
-/* vlen, record [lo + j] alone into *vl (reclaimed by the caller with a one-element space). */
-static si_status read_one_vlen(si_source *s, src_file *f, uint64_t i, hvl_t *vl) {
-    return read_rows(f, f->data, 1, s->vlen_u8, H5P_DEFAULT, i, 1, vl, f->data_name);
+/* si_h5_vlen_refs_check of the references of dataset d: in the file that holds d, which an
+ * external link (with --allow-external) makes another than f's. */
+static size_t check_refs(const src_file *f, hid_t d, const si_h5_vlen_ref *ref, uint32_t m,
+                         bool *fine) {
+    hid_t file = H5Iget_file_id(d);
+    size_t bad = si_h5_vlen_refs_check(file >= 0 ? file : f->file, ref, m, 1, fine);
+    int err = errno;
+    if (file >= 0) H5Fclose(file);
+    errno = err;
+    return bad;
 }
 
 /* vlen: the records' declared lengths first (their headers, not their bytes), then one H5Dread
- * of the range into hvl_t records, copied out and reclaimed; a range with a record over the cap
- * reads the others one by one. Appended at buf->len. */
+ * of the range into hvl_t records, copied out; a range with a record over the cap reads the
+ * others one by one. The buffers HDF5 made are freed after (src_vl_done), also after a read
+ * that failed half way. Appended at buf->len. */
 static si_status read_vlen(si_source *s, src_file *f, uint64_t lo, uint32_t m, si_bytes *buf,
                            uint64_t *off, uint64_t *big) {
-    si_status st = read_rows(f, f->data, 1, s->vlen_len, H5P_DEFAULT, lo, m, big, f->data_name);
+    si_h5_vlen_ref *ref = s->refs;
+    si_status st = read_rows(f, f->data, 1, s->vlen_ref, H5P_DEFAULT, lo, m, ref, f->data_name);
     if (st != SI_OK) return st;
     uint64_t want = 0;
     bool any_big = false;
     for (uint32_t j = 0; j < m; j++) {
-        if (big[j] > s->max_record) {
+        big[j] = ref[j].len > s->max_record ? ref[j].len : 0;
+        if (big[j]) {
             any_big = true;
+            ref[j].len = 0; /* not read: its reference is not followed */
         } else {
-            want += big[j];
-            big[j] = 0;
+            want += ref[j].len;
         }
+    }
+    size_t bad = 0;
+    bool *fine = s->fine;
+    size_t n_bad = check_refs(f, f->data, ref, m, fine);
+    if (n_bad == SIZE_MAX)
+        return si_error(SI_ERR_FAULT, "%s: I/O error reading the bytes of %s[%llu..%llu]: %s",
+                        f->path, f->data_name, (unsigned long long)lo,
+                        (unsigned long long)(lo + m - 1), strerror(errno));
+    if (n_bad > 0) {
+        while (fine[bad]) bad++;
+        return si_error(SI_ERR_FORMAT,
+                        "%s: record %llu of %s has a damaged reference to its bytes (heap object "
+                        "%llu at %llu is not a record of %llu bytes)",
+                        f->path, (unsigned long long)(f->start + lo + bad), f->data_name,
+                        (unsigned long long)ref[bad].heap_idx,
+                        (unsigned long long)ref[bad].heap_addr, (unsigned long long)ref[bad].len);
     }
     if (want > SIZE_MAX - buf->len)
         return si_error(SI_ERR_NOMEM, "%s: %llu bytes", f->path, (unsigned long long)want);
@@ -167,31 +194,24 @@ static si_status read_vlen(si_source *s, src_file *f, uint64_t lo, uint32_t m, s
         s->vl_cap = m;
     }
     memset(s->vl, 0, (size_t)m * sizeof *s->vl);
-    hsize_t one = 1, mm = m;
-    hid_t space = H5Screate_simple(1, any_big ? &one : &mm, NULL);
-    if (!any_big) {
-        /* what a failed read left allocated is unknown: leak rather than risk a double free */
-        if ((st = read_rows(f, f->data, 1, s->vlen_u8, H5P_DEFAULT, lo, m, s->vl, f->data_name)) !=
-            SI_OK) {
-            H5Sclose(space);
-            return st;
-        }
-    }
+    if (!any_big) st = read_rows(f, f->data, 1, s->vlen_u8, s->vl_dxpl, lo, m, s->vl, f->data_name);
+    for (uint32_t j = 0; any_big && j < m && st == SI_OK; j++)
+        if (!big[j])
+            st = read_rows(f, f->data, 1, s->vlen_u8, s->vl_dxpl, lo + j, 1, &s->vl[j],
+                           f->data_name);
     size_t pos = buf->len;
     for (uint32_t j = 0; j < m && st == SI_OK; j++) {
         off[j] = pos;
-        hvl_t *v = &s->vl[j];
-        if (any_big && !big[j]) st = read_one_vlen(s, f, lo + j, v);
+        const hvl_t *v = &s->vl[j];
         /* the record as read, bounded by what its header declared */
-        if (st == SI_OK && v->len > (size_t)want - (pos - buf->len))
+        if (v->len > (size_t)want - (pos - buf->len))
             st = si_error(SI_ERR_FORMAT, "%s: record %llu of %s grew while read", f->path,
                           (unsigned long long)(f->start + lo + j), f->data_name);
-        if (st == SI_OK && v->len) memcpy(buf->data + pos, v->p, v->len);
-        if (st == SI_OK) pos += v->len;
-        if (any_big && v->p) vlen_reclaim(s->vlen_u8, space, H5P_DEFAULT, v);
+        else if (v->len)
+            memcpy(buf->data + pos, v->p, v->len);
+        pos += v->len;
     }
-    if (!any_big) vlen_reclaim(s->vlen_u8, space, H5P_DEFAULT, s->vl);
-    H5Sclose(space);
+    src_vl_done(s, false);
     if (st != SI_OK) return st;
     off[m] = pos;
     buf->len = pos;
@@ -311,7 +331,11 @@ static si_status read_locked(si_source *s, uint64_t first, uint32_t n, si_bytes 
 static void big_reserve(si_source *s, uint32_t n) {
     if (n <= s->big_cap) return;
     free(s->big);
+    free(s->refs);
+    free(s->fine);
     s->big = si_xmalloc(sizeof *s->big * n);
+    s->refs = si_xmalloc(sizeof *s->refs * n);
+    s->fine = si_xmalloc(sizeof *s->fine * n);
     s->big_cap = n;
 }
 
@@ -320,7 +344,7 @@ si_status si_source_read(si_source *s, uint64_t first, uint32_t n, si_bytes *buf
                          uint64_t *big) {
     pthread_mutex_lock(&s->mu);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* HDF5's error printing is per thread */
-    if (!big) big_reserve(s, n);
+    big_reserve(s, n);                     /* the vlen references too */
     si_status st = read_locked(s, first, n, buf, off, big ? big : s->big);
     for (uint32_t j = 0; st == SI_OK && !big && j < n; j++)
         if (s->big[j])
@@ -425,29 +449,53 @@ si_status si_source_read_batch(si_source *s, uint64_t first, uint32_t n, si_byte
  * with an id over MAX_ID_BYTES each of the others alone. */
 static si_status read_vstr_ids(si_source *s, src_file *f, uint64_t lo, uint32_t m, char **ids) {
     big_reserve(s, m);
-    si_status st = read_rows(f, f->ids, 1, s->vlen_len, H5P_DEFAULT, lo, m, s->big, f->ids_name);
+    si_h5_vlen_ref *ref = s->refs;
+    si_status st = read_rows(f, f->ids, 1, s->vlen_ref, H5P_DEFAULT, lo, m, ref, f->ids_name);
     if (st != SI_OK) return st;
+    /* an id over the bound, or whose reference is damaged, is not read: a stand-in names it
+     * (the run must still finish: a result holds every image, and its id) */
     bool any_long = false;
-    for (uint32_t j = 0; j < m; j++) any_long |= s->big[j] > MAX_ID_BYTES;
+    for (uint32_t j = 0; j < m; j++) {
+        s->big[j] = ref[j].len > MAX_ID_BYTES ? ref[j].len : 0;
+        if (s->big[j]) ref[j].len = 0; /* not followed: not read */
+    }
+    if (check_refs(f, f->ids, ref, m, s->fine) == SIZE_MAX)
+        return si_error(SI_ERR_FAULT, "%s: I/O error reading %s[%llu..%llu]: %s", f->path,
+                        f->ids_name, (unsigned long long)lo, (unsigned long long)(lo + m - 1),
+                        strerror(errno));
+    for (uint32_t j = 0; j < m; j++) {
+        if (!s->big[j] && !s->fine[j]) s->big[j] = UINT64_MAX;
+        any_long |= s->big[j] != 0;
+    }
+
     hid_t mt = H5Tcopy(H5T_C_S1);
     H5Tset_size(mt, H5T_VARIABLE);
     H5Tset_cset(mt, f->ids_cset);
-    if (!any_long) st = read_rows(f, f->ids, 1, mt, s->ids_dxpl, lo, m, ids, f->ids_name);
+    for (uint32_t j = 0; j < m; j++) ids[j] = NULL;
+    if (!any_long) st = read_rows(f, f->ids, 1, mt, s->vl_dxpl, lo, m, ids, f->ids_name);
     for (uint32_t j = 0; any_long && j < m && st == SI_OK; j++) {
-        if (s->big[j] <= MAX_ID_BYTES) {
-            st = read_rows(f, f->ids, 1, mt, s->ids_dxpl, lo + j, 1, ids + j, f->ids_name);
+        if (s->big[j] == 0) {
+            st = read_rows(f, f->ids, 1, mt, s->vl_dxpl, lo + j, 1, ids + j, f->ids_name);
             continue;
         }
         char b[96];
-        snprintf(b, sizeof b, "(id of %llu bytes, not read: over %d)",
-                 (unsigned long long)s->big[j], MAX_ID_BYTES);
+        if (s->big[j] == UINT64_MAX)
+            snprintf(b, sizeof b, "(id not read: its reference in the file is damaged)");
+        else
+            snprintf(b, sizeof b, "(id of %llu bytes, not read: over %d)",
+                     (unsigned long long)s->big[j], MAX_ID_BYTES);
         ids[j] = si_xstrdup(b);
     }
     H5Tclose(mt);
     if (st != SI_OK) {
-        for (uint32_t j = 0; j < m; j++) ids[j] = NULL; /* unknown state: leak, not free */
+        /* HDF5's strings freed through the tracker; the stand-ins made here freed after */
+        for (uint32_t j = 0; any_long && j < m; j++)
+            if (s->big[j]) free(ids[j]);
+        for (uint32_t j = 0; j < m; j++) ids[j] = NULL;
+        src_vl_done(s, false);
         return st;
     }
+    src_vl_done(s, true); /* the strings are the caller's now */
     for (uint32_t j = 0; j < m; j++)
         if (!ids[j]) ids[j] = si_xstrdup("");
     return SI_OK;

@@ -8,7 +8,8 @@ pkgs=(build-essential cmake pkg-config git libopenmpi-dev openmpi-bin libhdf5-de
       libopenblas-openmp-dev libssl-dev python3-skimage python3-venv
       munge slurmctld slurmd slurm-client # a one-node Slurm for the slurm-labelled test
       iproute2 # network namespaces: the multi-node test
-      libopenblas0-pthread) # the pthreads OpenBLAS, for the test of the CPU backend's guard
+      libopenblas0-pthread # the pthreads OpenBLAS, for the test of the CPU backend's guard
+      clang libclang-rt-14-dev) # libFuzzer and the sanitizers: scripts/fuzz.sh, the fuzz stage
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

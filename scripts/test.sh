@@ -19,3 +19,7 @@ fi
 SI_BUILD_DIR="$root/build-asan" "$root/scripts/build.sh" -DSI_SANITIZE=ON -DSI_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=Debug
 (cd "$root/build-asan" && ctest --output-on-failure -L unit)
+# Fuzzing: every target of scripts/fuzz.sh (one per kind of file the program reads) under ASan and
+# UBSan, two at a time, SI_FUZZ_SECONDS each (default 100: about 6 minutes on 2 cores). A crash,
+# leak, timeout or allocation past 2 GB fails the stage; each finding's reproducer is named.
+SI_FUZZ_SEED=${SI_FUZZ_SEED:-1} "$root/scripts/fuzz.sh" -j 2 all "${SI_FUZZ_SECONDS:-100}"
