@@ -1,15 +1,13 @@
 /* `shardinfer merge --output RESULT.h5 PART.h5...`: joins the results of a job array's parts into
  * one result (io/merge.c does the work). */
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
-/* glibc's <signal.h> defines si_status (a siginfo_t field), which would rename our type */
-#undef si_status
 
 #include "cli.h"
 #include "base/common.h"
 #include "io/merge.h"
+#include "job/signals.h"
 
 static const char merge_usage[] =
     "usage: shardinfer merge --output RESULT.h5 [--overwrite] PART.h5 [PART.h5 ...]\n"
@@ -18,28 +16,6 @@ static const char merge_usage[] =
     "  in the order of the parts, /index renumbered. The parts must share model,\n"
     "  preprocessing, --post and --batch. Bit for bit the file of one run when every part but\n"
     "  the last holds a multiple of the batch size (docs/user-guide.md, Merge).\n";
-
-/* The signal that stops the merge: it finishes the block it copies, removes its temporary and
- * exits with SI_EXIT_INTERRUPTED, instead of dying with the temporary left beside the output. */
-static volatile sig_atomic_t stop_signal;
-
-static void on_signal(int sig) {
-    stop_signal = sig;
-}
-
-static int stop_requested(void) {
-    return stop_signal;
-}
-
-static void catch_signals(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-}
 
 int si_cli_merge(int argc, char **argv) {
     static const struct option opts[] = {{"output", required_argument, 0, 'o'},
@@ -71,12 +47,15 @@ int si_cli_merge(int argc, char **argv) {
         return SI_EXIT_USAGE;
     }
     double t = si_now();
-    catch_signals();
+    /* SIGINT/SIGTERM/SIGHUP: the merge finishes the block it copies, removes its temporary and
+     * exits 6, instead of dying with the temporary beside the output */
+    si_signals_install(300, SI_EXIT_INTERRUPTED,
+                       "(a read hangs?) its temporary RESULT.h5.tmp.XXXXXX may be left: remove it");
     si_merge_config cfg = {.output = output,
                            .parts = argv + optind,
                            .n_parts = argc - optind,
                            .overwrite = overwrite,
-                           .stop = stop_requested};
+                           .stop = si_signals_stop};
     si_status st = si_result_merge(&cfg);
     if (st != SI_OK) {
         si_log_error("%s", si_error_msg());

@@ -72,7 +72,9 @@ int si_cli_pack(int argc, char **argv) {
     /* SIGINT/SIGTERM: pack stops at the next file or block, removes its temporary and exits 6;
      * a second signal ends it at once. The watchdog's bound is generous: a stop is seen within
      * one 16 MiB block, so it fires only if a read hangs (a dead network file system). */
-    si_signals_install(300, SI_EXIT_INTERRUPTED);
+    si_signals_install(
+        300, SI_EXIT_INTERRUPTED,
+        "(a read hangs?) its temporary OUTPUT.PID-RANDOM.tmp may be left: remove it");
     o.stop = si_signals_stop;
     si_pack_stats st;
     si_status s = si_pack(&o, &st);

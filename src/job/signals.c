@@ -11,6 +11,7 @@
 static volatile sig_atomic_t stop_signal;
 static double timeout_s;
 static int exit_code;
+static const char *late_hint;
 
 /* A second Ctrl-C is a user who wants out now: the default action. A repeated SIGTERM or SIGUSR1
  * is a launcher's second notice, not impatience (at a Slurm time limit the tasks get SIGTERM
@@ -30,19 +31,18 @@ static void *watchdog(void *arg) {
     while (!stop_signal) nanosleep(&tick, NULL);
     for (double waited = 0; waited < timeout_s; waited += 0.1) nanosleep(&tick, NULL);
     char msg[256];
-    int n = snprintf(msg, sizeof msg,
-                     "shardinfer: still draining %.0f s after %s (a peer is gone?): exiting; what "
-                     "was flushed stays, finish with --resume\n",
-                     timeout_s, strsignal(stop_signal));
+    int n = snprintf(msg, sizeof msg, "shardinfer: still stopping %.0f s after %s: exiting; %s\n",
+                     timeout_s, strsignal(stop_signal), late_hint);
     if (write(2, msg, (size_t)n) < 0) {
     }
     _exit(exit_code);
     return NULL;
 }
 
-void si_signals_install(double drain_timeout, int code) {
+void si_signals_install(double drain_timeout, int code, const char *late) {
     timeout_s = drain_timeout;
     exit_code = code;
+    late_hint = late;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -50,6 +50,7 @@ void si_signals_install(double drain_timeout, int code) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL); /* the terminal closed: as SIGTERM */
     pthread_t t;
     pthread_attr_t at;
     pthread_attr_init(&at);

@@ -10,7 +10,9 @@
 #ifndef SI_SIGNALS_H
 #define SI_SIGNALS_H
 
-void si_signals_install(double drain_timeout, int code);
+/* For `run`, `pack` and `merge` alike (SIGHUP counts as SIGTERM). `late` ends the watchdog's
+ * line: what is left behind and what to do (borrowed for the process's life). */
+void si_signals_install(double drain_timeout, int code, const char *late);
 /* The signal that asked for a stop, or 0. */
 int si_signals_stop(void);
 /* "Terminated", "User defined signal 1", ... */

@@ -122,7 +122,8 @@ static si_status hook_pump(void *ctx, const si_rank_stats *s) {
 /* Signals, the gather, and on rank 0 the tables of every rank's times and the progress line. */
 static void start_streaming(si_job_state *J) {
     const si_job_config *cfg = J->cfg;
-    si_signals_install(cfg->drain_timeout, SI_EXIT_INTERRUPTED);
+    si_signals_install(cfg->drain_timeout, SI_EXIT_INTERRUPTED,
+                       "(a peer is gone?) what was flushed stays, finish with --resume");
     J->gather = si_gather_create(J->m);
     if (J->m->rank != 0) return;
     J->busy = si_xcalloc((size_t)J->m->size, sizeof *J->busy);
