@@ -31,7 +31,7 @@ static void *watchdog(void *arg) {
     while (!stop_signal) nanosleep(&tick, NULL);
     for (double waited = 0; waited < timeout_s; waited += 0.1) nanosleep(&tick, NULL);
     char msg[256];
-    int n = snprintf(msg, sizeof msg, "shardinfer: still stopping %.0f s after %s: exiting; %s\n",
+    int n = snprintf(msg, sizeof msg, "shardinfer: still draining %.0f s after %s: exiting; %s\n",
                      timeout_s, strsignal(stop_signal), late_hint);
     if (write(2, msg, (size_t)n) < 0) {
     }
