@@ -83,17 +83,45 @@ si_status src_h5_open(const char *path, hid_t *fid) {
     return SI_OK;
 }
 
-/* Bytes of one chunk of d (0 when it is not chunked), saturating. */
-static uint64_t chunk_bytes(hid_t d) {
-    hid_t dcpl = H5Dget_create_plist(d), t = H5Dget_type(d);
-    uint64_t bytes = 0;
-    if (dcpl >= 0 && t >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED) {
-        hsize_t ch[H5S_MAX_RANK];
+static uint64_t mul_sat(uint64_t a, uint64_t b) {
+    return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+/* The bytes d declares (its extent times its type's size), saturating; 0 for a dataset whose
+ * storage is not in its own file (external raw storage, virtual: HDF5 counts none there). */
+static uint64_t declared_bytes(hid_t d) {
+    hid_t dcpl = H5Dget_create_plist(d);
+    bool own = dcpl >= 0 && H5Pget_external_count(dcpl) == 0 && H5Pget_layout(dcpl) != H5D_VIRTUAL;
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (!own) return 0;
+    hid_t t = H5Dget_type(d), sp = H5Dget_space(d);
+    hsize_t dims[H5S_MAX_RANK];
+    int r = sp >= 0 ? H5Sget_simple_extent_dims(sp, dims, NULL) : -1;
+    size_t es = t >= 0 ? H5Tget_size(t) : 0;
+    uint64_t bytes = r >= 0 ? es : 0;
+    for (int i = 0; i < r; i++) bytes = mul_sat(bytes, dims[i]);
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+    return bytes;
+}
+
+/* Bytes of one chunk of d (0 when it is not chunked), saturating; *span: the bytes of the chunks
+ * one row of d (one image: its index along the first dimension) lies in. */
+static uint64_t chunk_bytes(hid_t d, uint64_t *span) {
+    hid_t dcpl = H5Dget_create_plist(d), t = H5Dget_type(d), sp = H5Dget_space(d);
+    uint64_t bytes = 0, per_row = 1;
+    if (dcpl >= 0 && t >= 0 && sp >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED) {
+        hsize_t ch[H5S_MAX_RANK], dims[H5S_MAX_RANK];
         int r = H5Pget_chunk(dcpl, H5S_MAX_RANK, ch);
+        int rd = H5Sget_simple_extent_dims(sp, dims, NULL);
         bytes = H5Tget_size(t);
-        for (int i = 0; i < r; i++)
-            bytes = ch[i] && bytes > UINT64_MAX / ch[i] ? UINT64_MAX : bytes * ch[i];
+        for (int i = 0; i < r; i++) {
+            bytes = mul_sat(bytes, ch[i]);
+            if (i > 0 && i < rd && ch[i]) per_row = mul_sat(per_row, (dims[i] + ch[i] - 1) / ch[i]);
+        }
     }
+    *span = mul_sat(bytes, per_row);
+    if (sp >= 0) H5Sclose(sp);
     if (t >= 0) H5Tclose(t);
     if (dcpl >= 0) H5Pclose(dcpl);
     return bytes;
@@ -111,25 +139,41 @@ si_status src_open_dataset(si_source *s, const src_file *f, const char *name, si
                         f->path, name, s->guard.refused);
     if (*d < 0) return si_error(SI_ERR_FORMAT, "%s: %s is not a dataset", f->path, name);
     si_status st = si_h5_check_storage(*d, &s->guard, f->path, name);
-    uint64_t chunk = st == SI_OK ? chunk_bytes(*d) : 0;
+    uint64_t span = 0, chunk = st == SI_OK ? chunk_bytes(*d, &span) : 0;
     if (chunk > MAX_CHUNK_BYTES)
         st = si_error(SI_ERR_UNSUPPORTED,
                       "%s: %s is stored in chunks of %.1f MiB (uncompressed), and reading one "
                       "image decompresses a whole chunk: at most %zu MiB are read; rewrite it in "
                       "smaller chunks (h5repack -l %s:CHUNK=...)",
                       f->path, name, (double)chunk / 1048576.0, MAX_CHUNK_BYTES >> 20, name);
+    /* A dataset that declares far more than it stores was mostly never written: HDF5 would make
+     * up each unwritten element from the fill value, as images and ids, at the cost of whole
+     * chunks per image (a set declaring 4 trillion images in 63 KB: 60 MiB of fill for each).
+     * gzip, the most any HDF5 filter here compresses, stays under 1:1100. */
+    uint64_t declared = st == SI_OK ? declared_bytes(*d) : 0, stored = H5Dget_storage_size(*d);
+    if (st == SI_OK && declared > ((uint64_t)64 << 20) && declared / 4096 > stored)
+        st = si_error(SI_ERR_FORMAT,
+                      "%s: %s declares %.3g bytes and stores %llu: most of it was never written "
+                      "(an export cut short, or a file made to look larger)",
+                      f->path, name, (double)declared, (unsigned long long)stored);
     if (st != SI_OK) {
         H5Dclose(*d);
         *d = H5I_INVALID_HID;
         return st;
     }
     /* HDF5's default cache (1 MiB) keeps no bigger chunk, and a chunk that straddles two
-     * batches would be decompressed twice: room for two, within the bound */
-    if (chunk <= (1u << 19)) return SI_OK;
+     * batches would be decompressed twice: room for two; and where an image lies in several
+     * chunks (dense sets chunked across the pixels: h5py's default for 224x224 photos is
+     * (3125, 7, 14, 1)), room for all of them up to MAX_CHUNK_BYTES, so that the next image's
+     * read finds them (a read image by image otherwise reads them all again each time). */
+    if (chunk <= (1u << 19) && span <= (1u << 20)) return SI_OK;
     size_t want = 2 * (size_t)chunk;
+    if (span > want)
+        want = span < MAX_CHUNK_BYTES ? (size_t)span : MAX_CHUNK_BYTES;
+    else if (want > cache_bytes)
+        want = cache_bytes;
     hid_t dapl = H5Pcopy(s->dapl);
-    if (dapl >= 0 &&
-        H5Pset_chunk_cache(dapl, 521, want < cache_bytes ? want : cache_bytes, 0.75) >= 0) {
+    if (dapl >= 0 && H5Pset_chunk_cache(dapl, 12503, want, 0.75) >= 0) {
         hid_t d2 = H5Dopen2(f->file, name, dapl);
         if (d2 >= 0) {
             H5Dclose(*d);

@@ -592,28 +592,38 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
+/* Image i's bytes as the fingerprint takes them (read alone): its bytes, its declared size over
+ * the cap, or the message of its own read error. */
+static si_status fingerprint_one(si_source *s, uint64_t i, si_bytes *buf, uint64_t *h) {
+    uint64_t off[2], big = 0;
+    si_status st = si_source_read(s, i, 1, buf, off, &big);
+    if (st == SI_OK)
+        *h = big               ? fnv1a(*h, &big, sizeof big)
+             : off[1] > off[0] ? fnv1a(*h, buf->data + off[0], (size_t)(off[1] - off[0]))
+                               : *h;
+    else if (st != SI_ERR_FAULT) /* a record's own fault is part of the content; the storage's
+                                    is not, and stops */
+        *h = fnv1a(*h, si_error_msg(), strlen(si_error_msg()));
+    return st == SI_ERR_FAULT ? st : SI_OK;
+}
+
 si_status si_source_fingerprint(si_source *s, uint64_t *fp) {
     uint64_t n = si_source_count(s), h = fnv1a(0xcbf29ce484222325ULL, &n, sizeof n);
-    const uint64_t samples = n < 64 ? n : 64;
-    si_bytes buf = {0};
+    const uint32_t samples = n < 64 ? (uint32_t)n : 64;
     si_status st = SI_OK;
-    for (uint64_t k = 0; k < samples && st != SI_ERR_FAULT; k++) {
-        uint64_t i = samples > 1 ? k * (n - 1) / (samples - 1) : 0, off[2], big = 0;
+    for (uint32_t k = 0; k < samples && st != SI_ERR_FAULT; k++) {
+        uint64_t i = samples > 1 ? k * (n - 1) / (samples - 1) : 0;
         char *id = NULL;
         st = si_source_read_ids(s, i, 1, &id);
         if (st == SI_OK && id) h = fnv1a(h, id, strlen(id) + 1);
         si_source_free_ids(&id, 1);
-        if (st == SI_ERR_FAULT) break;
-        st = si_source_read(s, i, 1, &buf, off, &big);
-        /* a record's own fault is part of the content (the same file reads the same); the
-         * storage's is not, and stops */
-        if (st == SI_OK)
-            h = big               ? fnv1a(h, &big, sizeof big)
-                : off[1] > off[0] ? fnv1a(h, buf.data + off[0], (size_t)(off[1] - off[0]))
-                                  : h;
-        else if (st != SI_ERR_FAULT)
-            h = fnv1a(h, si_error_msg(), strlen(si_error_msg()));
     }
+    if (st == SI_ERR_FAULT) return st;
+    st = SI_OK;
+    /* one image at a time: a read holds at most one record (up to the cap) in memory, and the
+     * next image finds the chunks they share in the chunk cache (src_open_dataset sizes it) */
+    si_bytes buf = {0};
+    for (uint32_t j = 0; j < samples && st == SI_OK; j++) st = fingerprint_one(s, j, &buf, &h);
     si_bytes_free(&buf);
     *fp = h;
     return st == SI_ERR_FAULT ? st : SI_OK;

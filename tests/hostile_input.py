@@ -866,6 +866,37 @@ def chunk_bomb(a):
               f"{base_rss_kb() // 1024} MiB plus 64)")
 
 
+def never_written(a):
+    """Found by the input fuzzer: a dense set declaring 2^40 images of 60 bytes, chunked (2^20, 1,
+    1, 1), two of them written. HDF5 makes each unwritten image up from the fill value, 60 chunks
+    of 1 MiB for each: refused at once. A dense set chunked by h5py's defaults and written whole
+    still runs, its results those of the same pixels unchunked."""
+    d = fresh("never_written")
+    s = os.path.join(d, "declared.h5")
+    with h5py.File(s, "w") as f:
+        ds = f.create_dataset("images", shape=(1 << 40, 4, 5, 3), dtype=np.uint8,
+                              chunks=(1 << 20, 1, 1, 1), compression="gzip")
+        ds[:2] = np.arange(120, dtype=np.uint8).reshape(2, 4, 5, 3)
+    out = os.path.join(d, "r.h5")
+    clean(out)
+    r = run(tiny(), s, out, timeout=60)
+    refused(r, "a dense set declaring 2^40 images, 2 written", s, "never written")
+    check(r.seconds < 20, f"declared, never written: answered in {r.seconds:.1f} s (< 20)")
+    rng = np.random.default_rng(7)
+    px = rng.integers(0, 256, size=(300, 32, 32, 3), dtype=np.uint8)
+    sets = {}
+    for name, kw in (("auto", {"chunks": True, "compression": "gzip"}), ("plain", {})):
+        sets[name] = os.path.join(d, f"dense_{name}.h5")
+        with h5py.File(sets[name], "w") as f:
+            f.create_dataset("images", data=px, **kw)
+    outs = {}
+    for name, path in sets.items():
+        outs[name] = os.path.join(d, f"r_{name}.h5")
+        clean(outs[name])
+        succeeded(run(tiny(), path, outs[name]), f"a dense set, {name} chunks")
+    same_result(outs["auto"], outs["plain"], "h5py's default chunks vs none")
+
+
 # --- 14. records declaring 3 GiB -----------------------------------------------------------------
 
 
@@ -1003,7 +1034,8 @@ def corrupt_chunk(a):
 CASES = {"prepare": prepare, "eio": eio, "resume-changed": resume_changed,
          "output-clash": output_clash, "resume-foreign": resume_foreign,
          "empty-dims": empty_dims, "external": external, "planted-links": planted_links,
-         "chunk-bomb": chunk_bomb, "big-record": big_record, "corrupt-chunk": corrupt_chunk}
+         "chunk-bomb": chunk_bomb, "big-record": big_record, "corrupt-chunk": corrupt_chunk,
+         "never-written": never_written}
 
 
 def main():

@@ -879,10 +879,21 @@ static void check_offsets(const si_bytes *buf, const uint64_t *off, uint32_t m, 
     if (off[m] != buf->len) fail("last offset is not the length read", first + m);
 }
 
+/* Whether p holds the whole marker: a plain loop, not memmem, whose arguments libFuzzer would
+ * take into its dictionary and write into the recipes' own ids and records. */
+static bool has_marker(const uint8_t *p, size_t len) {
+    const size_t m = sizeof marker - 1;
+    for (size_t i = 0; i + m <= len; i++) {
+        size_t k = 0;
+        while (k < m && p[i + k] == (uint8_t)marker[k]) k++;
+        if (k == m) return true;
+    }
+    return false;
+}
+
 /* Bytes that came from outside the set's directory. */
 static void check_inside(const uint8_t *p, size_t len, uint64_t i) {
-    if (len >= 8 && memmem(p, len, marker, 8))
-        fail("bytes of a file outside the set's directory were read", i);
+    if (has_marker(p, len)) fail("bytes of a file outside the set's directory were read", i);
 }
 
 /* The bytes at o of b (NULL while b holds nothing: no arithmetic on a null pointer). */
@@ -896,10 +907,10 @@ static bool same(const uint8_t *a, uint64_t alen, const uint8_t *b, uint64_t ble
 
 /* Reads images [0, lim) in batches of `batch` as the program does: si_source_read (with or
  * without the record cap's report), si_source_read_batch (a run's read, image by image where
- * the batch fails), and each image alone. A batch that reads gives each image's bytes as it
- * reads alone; read_batch's statuses, messages and hashes agree with the reads alone; a record
- * over the cap has no bytes; a flawless file reads back as written; nothing comes from outside
- * the set. */
+ * the batch fails), and images alone (each batch's first and last, all of a failed batch). A batch
+ * that reads gives each image's bytes as it reads alone; read_batch's statuses, messages and hashes
+ * agree with the reads alone; a record over the cap has no bytes; a flawless file reads back as
+ * written; nothing comes from outside the set. */
 static void read_all(si_source *s, uint64_t lim, uint32_t batch, bool with_big, uint64_t cap,
                      written *const *files, int nfiles) {
     enum { MSG = 128 };
@@ -927,12 +938,26 @@ static void read_all(si_source *s, uint64_t lim, uint32_t batch, bool with_big, 
         if (run_ok) check_offsets(&run, roff, m, first);
         for (uint32_t j = 0; j < m; j++) {
             uint64_t i = first + j;
-            big1[0] = 0;
-            si_status st = si_source_read(s, i, 1, &one, off1, big1);
-            const uint8_t *p1 = one.data;
-            if (st == SI_OK) {
-                check_offsets(&one, off1, 1, i);
-                check_inside(p1, off1[1], i);
+            /* alone: the batch's first and last image, and every image of a batch that failed
+             * (a run then reads them so); the others are the batch's bytes. A read image by
+             * image can cost a whole chunk row each (a dense set chunked across its pixels,
+             * its chunks never written: HDF5 fills each anew), bounded but slow, and what it
+             * checks is the same for every image of a batch */
+            big1[0] = batch_ok && with_big ? big[j] : 0;
+            si_status st = SI_OK;
+            const uint8_t *p1;
+            if (!batch_ok || !run_ok || j == 0 || j + 1 == m) {
+                big1[0] = 0;
+                st = si_source_read(s, i, 1, &one, off1, big1);
+                p1 = one.data;
+                if (st == SI_OK) {
+                    check_offsets(&one, off1, 1, i);
+                    check_inside(p1, off1[1], i);
+                }
+            } else {
+                p1 = at(&buf, off[j]);
+                off1[0] = 0;
+                off1[1] = off[j + 1] - off[j];
             }
             if (batch_ok && st != SI_OK) fail("an image of a batch that reads does not", i);
             if (batch_ok && (!same(p1, off1[1], at(&buf, off[j]), off[j + 1] - off[j]) ||
@@ -1045,7 +1070,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     const char *dir = fz_tmpdir("input");
     if (chdir(dir) != 0) abort(); /* relative paths in lists and links resolve here */
-    fz_recipe rr = {data, size}, *r = &rr;
+    /* the recipe never spells the marker itself (into an id, say): only files outside the set
+     * hold it */
+    static uint8_t own[1 << 16];
+    size = size < sizeof own ? size : sizeof own;
+    memcpy(own, data, size);
+    for (size_t i = 0; i + 8 <= size; i++)
+        if (!memcmp(own + i, "SI-FUZZ-", 8)) own[i] = 's';
+    fz_recipe rr = {own, size}, *r = &rr;
     fz_h5_counts before;
     fz_h5_count(&before);
     mkdir(fz_path(0, "set"), 0755);
