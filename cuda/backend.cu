@@ -253,7 +253,7 @@ static si_status init_nodes(si_engine *e, cuda_state *cs) {
     cs->lt_timed = !(lt_env && strcmp(lt_env, "0") == 0);
     // SI_CUDNN_SDPA=0: our attention kernel everywhere; 1: cuDNN's wherever it runs (tests)
     const char *sdpa_env = getenv("SI_CUDNN_SDPA");
-    int sdpa = !sdpa_env || !*sdpa_env       ? SI_SDPA_TIMED
+    int sdpa = !sdpa_env || !*sdpa_env      ? SI_SDPA_TIMED
                : strcmp(sdpa_env, "0") == 0 ? SI_SDPA_NEVER
                                             : SI_SDPA_ALWAYS;
     for (int j = 0; j < g->n_nodes && st == SI_OK; j++) {
@@ -388,7 +388,9 @@ static si_status init_steps(si_engine *e, cuda_state *cs) {
     if (st == SI_OK && e->opts.gpu_decode_per_image) {
         if (!cs->plan.dec_cap)
             return si_error(SI_ERR_ARG, "--decode gpu needs the GPU resize (--resize-on gpu)");
-        if (!(cs->jpeg = si_cuda_jpeg_create(slots, e->max_batch, e->opts.gpu_decode_exact))) return SI_ERR_UNSUPPORTED;
+        cs->jpeg = si_cuda_jpeg_create(slots, e->max_batch, e->opts.gpu_decode_exact,
+                                       e->opts.gpu_decode_parts);
+        if (!cs->jpeg) return SI_ERR_UNSUPPORTED;
     }
     STEP(2);
     if (st == SI_OK) st = init_nodes(e, cs);
@@ -510,8 +512,8 @@ static si_status cuda_submit(si_engine *e, int slot, int rows, size_t packed) {
                             sl->pack_h ? cs->plan.pack_cap : 0);
         const si_value *in = &e->g->values[e->g->inputs[0]];
         if (packed)
-            ce = cudaMemcpyAsync(sl->pack_d, sl->pack_h, packed, cudaMemcpyHostToDevice,
-                                 sl->stream);
+            ce =
+                cudaMemcpyAsync(sl->pack_d, sl->pack_h, packed, cudaMemcpyHostToDevice, sl->stream);
         if (ce == cudaSuccess)
             ce = cudaMemcpyAsync(sl->items_d, sl->items_h, sizeof(si_rs_item) * (size_t)rows,
                                  cudaMemcpyHostToDevice, sl->stream);

@@ -132,20 +132,24 @@ extern "C" bool si_cuda_hw_jpeg(char *why, size_t cap) {
 #ifndef SI_HAVE_NVJPEG_H
 
 bool si_cuda_jpeg_available(char *why, size_t cap) {
-    snprintf(why, cap, "this build has no nvJPEG (nvjpeg.h was not found when it was configured; "
-                       "scripts/setup.sh installs it)");
+    snprintf(why, cap,
+             "this build has no nvJPEG (nvjpeg.h was not found when it was configured; "
+             "scripts/setup.sh installs it)");
     return false;
 }
 extern "C" bool si_cuda_hw_jpeg_expected(int) {
     return false;
 }
-si_cuda_jpeg *si_cuda_jpeg_create(int, int, bool) {
+si_cuda_jpeg *si_cuda_jpeg_create(int, int, bool, int) {
     char why[256];
     si_cuda_jpeg_available(why, sizeof why);
     si_error(SI_ERR_UNSUPPORTED, "--decode gpu: %s", why);
     return NULL;
 }
 void si_cuda_jpeg_free(si_cuda_jpeg *) {}
+int si_cuda_jpeg_parts(const si_cuda_jpeg *) {
+    return 0;
+}
 si_status si_cuda_jpeg_ready(si_cuda_jpeg *) {
     return SI_OK;
 }
@@ -177,23 +181,39 @@ static struct {
 
 struct si_cuda_jpeg {
     nvjpegHandle_t hw; // made or taken from the probe by make_states
-    int device; // the engine's: the calls may come from a thread that has not chosen it
+    int device;        // the engine's: the calls may come from a thread that has not chosen it
     int slots, max_batch;
+    int parts;  // host threads making one batch's calls, a contiguous part of its images each
     bool exact; // planes converted by k_yuv_rgb, else the hardware's RGB with its chroma recovered
-    nvjpegJpegState_t *state; // [slots]
+    nvjpegJpegState_t *state; // [slots * parts]: slot k's part p at k * parts + p
+    cudaStream_t *pstream;    // [slots * parts] (parts > 1): where each part's decode is queued
+    cudaEvent_t *pdone;       // [slots * parts] (parts > 1): each part's end on its stream
+    cudaEvent_t *pstart;      // [slots] (parts > 1): the slot's stream up to the decode
     si_jpeg_jobs *jobs;       // [slots], their arrays carved from `arrays`
     void *arrays;
-    const unsigned char **data; // [max_batch]: one call's arguments
+    const unsigned char **data; // [max_batch]: one batch's arguments, part p's a range of them
     size_t *lens;
     nvjpegImage_t *dst;
     yuv_job *conv_h, *conv_d; // [slots * max_batch], the conversions' arguments
     // the handle and the decode states are made on a thread of their own while the engine sets
-    // up and the run starts; states[0, ready) are usable (atomic), `made` is final once `done`
+    // up and the run starts; slots [0, ready) are usable (atomic), `made` is final once `done`
     pthread_t maker;
     bool making;
     int ready, done;
     int made; // nvJPEG's status (0: made; MADE_NONE: no hardware decoder, why says why)
     char why[256];
+    // parts 1..parts-1 run on helper threads (part 0 on the caller's): a batch is handed out by
+    // bumping `gen`; each helper makes its part's call and counts `left` down
+    pthread_t *helper;
+    int n_helpers;
+    pthread_mutex_t mu;
+    pthread_cond_t go, finished;
+    unsigned gen;
+    int left;
+    bool quit;
+    int cur_slot, cur_n;       // the batch handed out: its slot and its images
+    int *part_status;          // [parts]: nvJPEG's status of each part's call
+    si_cuda_jpeg **helper_arg; // [parts - 1]: each helper's part is its place here, plus 1
 };
 #define MADE_NONE (-2)
 
@@ -207,7 +227,7 @@ static bool load_api(void) {
     }
 #define SYM(field, name)                                                                           \
     if (!(*(void **)&api.field = dlsym(lib, name))) {                                              \
-        snprintf(api.why, sizeof api.why, "libnvjpeg.so.13 has no %s", name);                     \
+        snprintf(api.why, sizeof api.why, "libnvjpeg.so.13 has no %s", name);                      \
         return false;                                                                              \
     }
     SYM(create, "nvjpegCreateEx");
@@ -294,11 +314,11 @@ extern "C" bool si_cuda_hw_jpeg_expected(int dev) {
 }
 
 // The handle (the probe's, else a new one) and the slots' decode states, in slot order, each
-// usable as soon as it is made (the first about 0.35 s, the others 0.1 s on an H200; nvJPEG makes
-// them one at a time even from several threads). The probe may still be running on the GPU's
-// set-up thread (si_cuda_prewarm_start): this waits for it, not the engine. A shared handle with
-// a state per thread is what nvJPEG's thread-safety rules ask for: slot 0 may decode on its
-// state while the next ones are made here.
+// slot usable as soon as its parts' states are made (the first about 0.35 s, the others 0.1 s
+// on an H200; nvJPEG makes them one at a time even from several threads). The probe may still
+// be running on the GPU's set-up thread (si_cuda_prewarm_start): this waits for it, not the
+// engine. A shared handle with a state per thread is what nvJPEG's thread-safety rules ask for:
+// slot 0 may decode on its states while the next ones are made here.
 static void *make_states(void *arg) {
     si_cuda_jpeg *j = (si_cuda_jpeg *)arg;
     si_cuda_prewarm_join();
@@ -316,23 +336,64 @@ static void *make_states(void *arg) {
         }
     }
     for (int k = 0; k < j->slots && j->made == 0; k++) {
-        j->made = (int)api.state_create(j->hw, &j->state[k]);
+        for (int p = 0; p < j->parts && j->made == 0; p++)
+            j->made = (int)api.state_create(j->hw, &j->state[k * j->parts + p]);
         if (j->made == 0) __atomic_store_n(&j->ready, k + 1, __ATOMIC_RELEASE);
     }
     if (j->made != 0 && j->made != MADE_NONE)
-        snprintf(j->why, sizeof j->why, "its decode states could not be made (status %d)",
-                 j->made);
+        snprintf(j->why, sizeof j->why, "its decode states could not be made (status %d)", j->made);
     __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
-si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact) {
+// Part p of the batch handed out: its contiguous range of the images, on its own state, queued
+// on its own stream after the slot's stream has come to the decode (one part: on that stream).
+static int decode_part(si_cuda_jpeg *j, int p, cudaStream_t s) {
+    const int k = j->cur_slot, n = j->cur_n;
+    const int lo = (int)((long)n * p / j->parts), hi = (int)((long)n * (p + 1) / j->parts);
+    if (hi == lo) return 0;
+    cudaStream_t ps = s;
+    if (j->parts > 1) {
+        ps = j->pstream[k * j->parts + p];
+        if (cudaStreamWaitEvent(ps, j->pstart[k], 0) != cudaSuccess) return -1;
+    }
+    nvjpegJpegState_t st = j->state[k * j->parts + p];
+    int r = (int)api.batch_init(j->hw, st, hi - lo, 1,
+                                j->exact ? NVJPEG_OUTPUT_YUV : NVJPEG_OUTPUT_RGBI);
+    if (r == 0) r = (int)api.batch_decode(j->hw, st, j->data + lo, j->lens + lo, j->dst + lo, ps);
+    if (r == 0 && j->parts > 1 && cudaEventRecord(j->pdone[k * j->parts + p], ps) != cudaSuccess)
+        r = -1;
+    return r;
+}
+
+static void *helper_main(void *arg) {
+    si_cuda_jpeg *j = *(si_cuda_jpeg **)arg;
+    const int p = (int)((si_cuda_jpeg **)arg - (si_cuda_jpeg **)j->helper_arg) + 1;
+    cudaSetDevice(j->device);
+    unsigned seen = 0;
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        while (j->gen == seen && !j->quit) pthread_cond_wait(&j->go, &j->mu);
+        if (j->quit) break;
+        seen = j->gen;
+        pthread_mutex_unlock(&j->mu);
+        int r = decode_part(j, p, NULL);
+        pthread_mutex_lock(&j->mu);
+        j->part_status[p] = r;
+        if (--j->left == 0) pthread_cond_signal(&j->finished);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact, int parts) {
     si_cuda_jpeg *j = (si_cuda_jpeg *)si_xcalloc(1, sizeof *j);
     j->slots = slots;
     j->max_batch = max_batch;
     j->exact = exact;
+    j->parts = parts < 1 ? 1 : parts > max_batch ? max_batch : parts;
     if (cudaGetDevice(&j->device) != cudaSuccess) j->device = 0;
-    j->state = (nvjpegJpegState_t *)si_xcalloc((size_t)slots, sizeof *j->state);
+    j->state = (nvjpegJpegState_t *)si_xcalloc((size_t)slots * j->parts, sizeof *j->state);
     // per slot: src, len, dst (uint64) and w, h, sub (int32), max_batch each
     size_t per = (size_t)max_batch * (3 * sizeof(uint64_t) + 3 * sizeof(int32_t));
     uint8_t *a = (uint8_t *)si_xcalloc((size_t)slots, per);
@@ -350,12 +411,45 @@ si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact) {
     j->data = (const unsigned char **)si_xcalloc((size_t)max_batch, sizeof *j->data);
     j->lens = (size_t *)si_xcalloc((size_t)max_batch, sizeof *j->lens);
     j->dst = (nvjpegImage_t *)si_xcalloc((size_t)max_batch, sizeof *j->dst);
+    j->part_status = (int *)si_xcalloc((size_t)j->parts, sizeof *j->part_status);
     size_t conv = (size_t)slots * (size_t)max_batch * sizeof(yuv_job);
     if (cudaHostAlloc((void **)&j->conv_h, conv, cudaHostAllocDefault) != cudaSuccess ||
         cudaMalloc((void **)&j->conv_d, conv) != cudaSuccess) {
         si_error(SI_ERR_NOMEM, "--decode gpu: cannot allocate %zu bytes", conv);
         si_cuda_jpeg_free(j);
         return NULL;
+    }
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->go, NULL);
+    pthread_cond_init(&j->finished, NULL);
+    if (j->parts > 1) {
+        const int n = slots * j->parts;
+        j->pstream = (cudaStream_t *)si_xcalloc((size_t)n, sizeof *j->pstream);
+        j->pdone = (cudaEvent_t *)si_xcalloc((size_t)n, sizeof *j->pdone);
+        j->pstart = (cudaEvent_t *)si_xcalloc((size_t)slots, sizeof *j->pstart);
+        bool made = true;
+        for (int i = 0; i < n; i++)
+            made =
+                made &&
+                cudaStreamCreateWithFlags(&j->pstream[i], cudaStreamNonBlocking) == cudaSuccess &&
+                cudaEventCreateWithFlags(&j->pdone[i], cudaEventDisableTiming) == cudaSuccess;
+        for (int k = 0; k < slots; k++)
+            made = made &&
+                   cudaEventCreateWithFlags(&j->pstart[k], cudaEventDisableTiming) == cudaSuccess;
+        if (!made) {
+            si_error(SI_ERR_NOMEM, "--decode gpu: cannot create the decoder's streams: %s",
+                     cudaGetErrorString(cudaGetLastError()));
+            si_cuda_jpeg_free(j);
+            return NULL;
+        }
+        j->helper = (pthread_t *)si_xcalloc((size_t)j->parts - 1, sizeof *j->helper);
+        j->helper_arg = (si_cuda_jpeg **)si_xcalloc((size_t)j->parts - 1, sizeof *j->helper_arg);
+        for (int p = 1; p < j->parts; p++) {
+            j->helper_arg[p - 1] = j;
+            if (pthread_create(&j->helper[p - 1], NULL, helper_main, &j->helper_arg[p - 1]) != 0)
+                si_fatal(__FILE__, __LINE__, "pthread_create", "a decoder's helper thread");
+            j->n_helpers++;
+        }
     }
     j->making = pthread_create(&j->maker, NULL, make_states, j) == 0;
     if (!j->making) make_states(j);
@@ -375,12 +469,38 @@ int si_cuda_jpeg_usable(si_cuda_jpeg *j, int k) {
     return __atomic_load_n(&j->done, __ATOMIC_ACQUIRE) ? -1 : 0;
 }
 
+int si_cuda_jpeg_parts(const si_cuda_jpeg *j) {
+    return j ? j->parts : 0;
+}
+
 void si_cuda_jpeg_free(si_cuda_jpeg *j) {
     if (!j) return;
     if (j->making) pthread_join(j->maker, NULL);
-    for (int k = 0; j->state && k < j->slots; k++)
-        if (j->state[k]) api.state_destroy(j->state[k]);
+    if (j->n_helpers) {
+        pthread_mutex_lock(&j->mu);
+        j->quit = true;
+        pthread_cond_broadcast(&j->go);
+        pthread_mutex_unlock(&j->mu);
+        for (int p = 0; p < j->n_helpers; p++) pthread_join(j->helper[p], NULL);
+    }
+    for (int i = 0; j->state && i < j->slots * j->parts; i++)
+        if (j->state[i]) api.state_destroy(j->state[i]);
     if (j->hw) api.destroy(j->hw);
+    for (int i = 0; j->pstream && i < j->slots * j->parts; i++) {
+        if (j->pstream[i]) cudaStreamDestroy(j->pstream[i]);
+        if (j->pdone[i]) cudaEventDestroy(j->pdone[i]);
+    }
+    for (int k = 0; j->pstart && k < j->slots; k++)
+        if (j->pstart[k]) cudaEventDestroy(j->pstart[k]);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->go);
+    pthread_cond_destroy(&j->finished);
+    free(j->helper);
+    free(j->helper_arg);
+    free(j->pstream);
+    free(j->pdone);
+    free(j->pstart);
+    free(j->part_status);
     free(j->state);
     free(j->jobs);
     free(j->arrays);
@@ -397,18 +517,28 @@ si_jpeg_jobs *si_cuda_jpeg_jobs(si_cuda_jpeg *j, int k) {
     return &j->jobs[k];
 }
 
-// After a call nvJPEG failed with status r: whatever it left queued finishes before the caller
-// reuses the buffers, and the slot gets a fresh state (a failed batch leaves it unusable).
-static si_status rejected(si_cuda_jpeg *j, int k, cudaStream_t s, int r) {
+// After a call nvJPEG failed (part p's status r): whatever the parts left queued finishes before
+// the caller reuses the buffers, and each failed part's state is made again (a failed batch
+// leaves it unusable).
+static si_status rejected(si_cuda_jpeg *j, int k, cudaStream_t s) {
     cudaCheck(cudaStreamSynchronize(s));
-    api.state_destroy(j->state[k]);
-    j->state[k] = NULL;
-    int r2 = (int)api.state_create(j->hw, &j->state[k]);
-    if (r2 != 0)
-        return si_error(SI_ERR_INTERNAL, "nvjpegJpegStateCreate failed (status %d) after a batch "
-                                         "the decoder rejected", r2);
+    int first = 0;
+    for (int p = 0; p < j->parts; p++) {
+        if (j->parts > 1) cudaCheck(cudaStreamSynchronize(j->pstream[k * j->parts + p]));
+        if (j->part_status[p] == 0) continue;
+        if (!first) first = j->part_status[p];
+        nvjpegJpegState_t *st = &j->state[k * j->parts + p];
+        api.state_destroy(*st);
+        *st = NULL;
+        int r2 = (int)api.state_create(j->hw, st);
+        if (r2 != 0)
+            return si_error(SI_ERR_INTERNAL,
+                            "nvjpegJpegStateCreate failed (status %d) after a "
+                            "batch the decoder rejected",
+                            r2);
+    }
     return si_error(SI_ERR_FORMAT, "nvJPEG rejected the batch of %d images (status %d)",
-                    j->jobs[k].n, r);
+                    j->jobs[k].n, first);
 }
 
 si_status si_cuda_jpeg_decode(si_cuda_jpeg *j, int k, const uint8_t *pack_h, uint8_t *pack_d,
@@ -450,10 +580,32 @@ si_status si_cuda_jpeg_decode(si_cuda_jpeg *j, int k, const uint8_t *pack_h, uin
         j->dst[i].channel[2] = planes + luma + cw * (size_t)si_yuv_ch(&sh);
         j->dst[i].pitch[2] = cw;
     }
-    int r = (int)api.batch_init(j->hw, j->state[k], q->n, 1,
-                                j->exact ? NVJPEG_OUTPUT_YUV : NVJPEG_OUTPUT_RGBI);
-    if (r == 0) r = (int)api.batch_decode(j->hw, j->state[k], j->data, j->lens, j->dst, s);
-    if (r != 0) return rejected(j, k, s, r);
+    // the parts' calls: part 0 here, the others on the helpers at the same time (the calls'
+    // host work, the bitstreams' parsing, is what limits one thread to ~20,000 images/s)
+    j->cur_slot = k;
+    j->cur_n = q->n;
+    if (j->parts > 1) {
+        cudaCheck(cudaEventRecord(j->pstart[k], s));
+        pthread_mutex_lock(&j->mu);
+        j->left = j->parts - 1;
+        j->gen++;
+        pthread_cond_broadcast(&j->go);
+        pthread_mutex_unlock(&j->mu);
+    }
+    j->part_status[0] = decode_part(j, 0, s);
+    bool failed = j->part_status[0] != 0;
+    if (j->parts > 1) {
+        pthread_mutex_lock(&j->mu);
+        while (j->left > 0) pthread_cond_wait(&j->finished, &j->mu);
+        pthread_mutex_unlock(&j->mu);
+        for (int p = 1; p < j->parts; p++) failed |= j->part_status[p] != 0;
+        for (int p = 0; p < j->parts && !failed; p++) {
+            const int lo = (int)((long)q->n * p / j->parts);
+            const int hi = (int)((long)q->n * (p + 1) / j->parts);
+            if (hi > lo) cudaCheck(cudaStreamWaitEvent(s, j->pdone[k * j->parts + p], 0));
+        }
+    }
+    if (failed) return rejected(j, k, s);
     if (n_conv > 0) { // to libjpeg-turbo's RGB, on the same stream
         yuv_job *conv_d = j->conv_d + (size_t)k * (size_t)j->max_batch;
         cudaCheck(cudaMemcpyAsync(conv_d, conv, sizeof(yuv_job) * (size_t)n_conv,

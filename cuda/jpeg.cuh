@@ -1,8 +1,10 @@
 // The GPU's hardware JPEG decoder for --decode gpu: nvJPEG's HARDWARE backend (the NVJPG engines
 // of A100, H100 and H200), loaded at run time from libnvjpeg.so.13 so that a build with its
-// header still runs where the library or the engines are missing (the CPU decodes then). One
-// decode state per slot, so that a slot's decode never shares buffers with another batch still in
-// flight; a slot's state is reused only after its previous batch was collected.
+// header still runs where the library or the engines are missing (the CPU decodes then). A
+// batch's images are split into `parts` contiguous parts whose calls are made at once from as
+// many host threads (the calls' host work, not the engines, limits one thread), each part with
+// its decode state and stream per slot, so that a slot's decode never shares buffers with another
+// batch still in flight; a slot's states are reused only after its previous batch was collected.
 #ifndef SI_CUDA_JPEG_CUH
 #define SI_CUDA_JPEG_CUH
 
@@ -20,11 +22,14 @@ typedef struct si_cuda_jpeg si_cuda_jpeg;
 bool si_cuda_jpeg_available(char *why, size_t cap);
 
 // A decoder for `slots` slots of up to max_batch images each, to the hardware's RGB with its
-// chroma recovered or (exact) to planes converted as libjpeg-turbo does (si_jpeg_jobs); NULL
-// with the message set when its buffers cannot be allocated. Free with si_cuda_jpeg_free
-// (accepts NULL).
-si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact);
+// chroma recovered or (exact) to planes converted as libjpeg-turbo does (si_jpeg_jobs), making
+// each batch's calls from `parts` host threads (the caller's and parts - 1 of its own; clamped
+// to [1, max_batch]); NULL with the message set when its buffers cannot be allocated. Free with
+// si_cuda_jpeg_free (accepts NULL).
+si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact, int parts);
 void si_cuda_jpeg_free(si_cuda_jpeg *j);
+// The parts a batch is split into (0 for NULL).
+int si_cuda_jpeg_parts(const si_cuda_jpeg *j);
 
 // The decoder's handle (the GPU's set-up thread may still be making it: its probe's, see
 // si_cuda_prewarm_start) and its states are made on a thread of their own from

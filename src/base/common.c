@@ -245,6 +245,12 @@ double si_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double si_thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 si_status si_sha256_file(const char *path, char out[65]) {
     FILE *f = fopen(path, "rb");
     if (!f) return si_error(SI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));

@@ -102,6 +102,7 @@ si_status si_bytes_reserve(si_bytes *b, size_t n);
 void si_bytes_free(si_bytes *b);
 
 double si_now(void); /* monotonic seconds */
+double si_thread_cpu(void); /* the calling thread's CPU seconds */
 
 /* Fault tests' hook: with SI_TEST_KILL_AT=NAME in the environment, the process kills itself
  * (SIGKILL: nothing is cleaned up, as with the OOM killer or a node failure) on reaching the

@@ -70,6 +70,8 @@ typedef struct {
                                     as libjpeg-turbo does (si_jpeg_jobs), not to the hardware's
                                     RGB with its chroma recovered (faster; libjpeg-turbo's pixels
                                     but where a whole block was clamped) */
+    int gpu_decode_parts;        /* with gpu_decode_per_image: host threads making each
+                                    batch's decoder calls, a part of its images each (0: 1) */
     bool verbose;             /* GPU: print each conv's algorithm choice */
     const char *autotune_dir; /* GPU: the autotune cache's folder (cuda/autotune.cuh); NULL: the
                                  default under $XDG_CACHE_HOME or ~/.cache; "off": none */

@@ -101,6 +101,17 @@ static void print_rates(const si_rank_stats *ranks, int size) {
                "the decode stage in nvJPEG's host calls\n",
                (unsigned long long)on_gpu, (unsigned long long)(all - on_gpu),
                (unsigned long long)retried, call);
+    /* where each rank's reader and decode stage spend their time, and how much of it on a CPU
+     * (the rest waiting: for a core, the storage, the GPU's decoder) */
+    for (int r = 0; r < size; r++) {
+        const si_rank_stats *s = &ranks[r];
+        printf("  rank %d: reads %.2f s (%.2f s on a CPU)", r, s->busy[SI_STAGE_READ],
+               s->read_cpu_s);
+        if (s->gpu_decoded || s->gpu_retried)
+            printf("; decoder calls %.2f s (%.2f s on a CPU), before them %.2f s", s->gpu_call_s,
+                   s->gpu_call_cpu_s, s->gpu_plan_s);
+        printf("\n");
+    }
     for (int r = 0; r < size; r++) {
         const si_rank_stats *s = &ranks[r];
         if (s->gpu < 0) continue;

@@ -48,14 +48,16 @@ struct si_decode {
     uint64_t spilled;   /* with packed: this batch's images resized here */
     /* --decode gpu */
     bool gpu_decode;
-    gpu_job *gj;          /* [B] */
-    int slot;             /* the engine slot being filled */
-    uint64_t gpu_decoded; /* this batch's images decoded by the GPU */
-    uint64_t gpu_retried; /* this batch's images the GPU rejected, decoded here instead */
-    double gpu_call_s;    /* this batch's seconds in the decoder's host call */
-    double cpu_share;     /* of the images the hardware could take, the part the CPU decodes */
-    bool share_fixed;     /* SI_DECODE_CPU_SHARE set it */
-    long reject_every;    /* SI_TEST_GPU_DECODE_REJECT=K: every K-th call fails (tests) */
+    gpu_job *gj;           /* [B] */
+    int slot;              /* the engine slot being filled */
+    uint64_t gpu_decoded;  /* this batch's images decoded by the GPU */
+    uint64_t gpu_retried;  /* this batch's images the GPU rejected, decoded here instead */
+    double gpu_call_s;     /* this batch's seconds in the decoder's host call */
+    double gpu_call_cpu_s; /* of them, the calling thread's CPU time */
+    double gpu_plan_s;     /* this batch's seconds before the call */
+    double cpu_share;      /* of the images the hardware could take, the part the CPU decodes */
+    bool share_fixed;      /* SI_DECODE_CPU_SHARE set it */
+    long reject_every;     /* SI_TEST_GPU_DECODE_REJECT=K: every K-th call fails (tests) */
     long calls;
     /* the slot being filled */
     uint8_t *px, *pool;
@@ -200,19 +202,20 @@ typedef struct {
     si_decode *d;
     const si_read_slot *sl;
     si_status st;
-    double seconds;
+    double seconds, cpu_seconds;
     char msg[512];
 } gpu_call;
 
 static void gpu_call_main(gpu_call *c) {
     si_decode *d = c->d;
-    double t = si_now();
+    double t = si_now(), c0 = si_thread_cpu();
     if (d->reject_every > 0 && ++d->calls % d->reject_every == 0)
         c->st = si_error(SI_ERR_FORMAT, "the decoder's call failed (SI_TEST_GPU_DECODE_REJECT)");
     else
         c->st = si_engine_jpeg_decode(d->e, d->slot);
     if (c->st != SI_OK) snprintf(c->msg, sizeof c->msg, "%s", si_error_msg());
     c->seconds = si_now() - t;
+    c->cpu_seconds = si_thread_cpu() - c0;
 }
 
 /* --decode gpu, phase 1 for image j: the header checks (a failure is the image's status) and
@@ -258,8 +261,9 @@ static int split_batch(si_decode *d, const si_read_slot *sl, bool hw, uint32_t *
             acc += d->cpu_share;
             if (acc >= 1.0) {
                 acc -= 1.0;
-            } else if (pack_take_gpu(&d->pk, g->len, si_jpeg_area_bytes(g->w, g->h, g->hs, g->vs,
-                                                                     d->e->opts.gpu_decode_exact),
+            } else if (pack_take_gpu(&d->pk, g->len,
+                                     si_jpeg_area_bytes(g->w, g->h, g->hs, g->vs,
+                                                        d->e->opts.gpu_decode_exact),
                                      &g->src, &g->dst)) {
                 g->on_gpu = true;
                 d->jitems[j].off = g->dst;
@@ -309,6 +313,7 @@ static void decode_for_gpu_decode(si_decode *d, const si_read_slot *sl, int32_t 
                                   char (*msgs)[SI_MSG_LEN]) {
     si_jpeg_jobs *q = si_engine_jpeg_jobs(d->e, d->slot);
     SI_ASSERT(q);
+    const double t_plan = si_now();
     d->pk.bits = d->pk.dec_used = 0;
     d->pk.dec_base = q->dst_base;
     d->pk.dec_cap = q->dst_cap;
@@ -320,8 +325,8 @@ static void decode_for_gpu_decode(si_decode *d, const si_read_slot *sl, int32_t 
             continue;
         }
         msgs[j][0] = 0;
-        status[j] = (int32_t)plan_one(d, sl->buf.data + sl->off[j], sl->off[j + 1] - sl->off[j],
-                                      j, msgs[j]);
+        status[j] = (int32_t)plan_one(d, sl->buf.data + sl->off[j], sl->off[j + 1] - sl->off[j], j,
+                                      msgs[j]);
         if (status[j] != SI_IMG_OK) pack_drop(&d->pk);
     }
     uint32_t n_cpu;
@@ -350,6 +355,7 @@ static void decode_for_gpu_decode(si_decode *d, const si_read_slot *sl, int32_t 
      * allocator failures, status 5, on the H100). */
     gpu_call call = {.d = d, .sl = sl, .st = SI_OK};
     double t = si_now(), t_cpu = 0;
+    d->gpu_plan_s = t - t_plan;
     uint64_t spilled = 0;
 #pragma omp parallel reduction(+ : spilled) reduction(max : t_cpu)
     {
@@ -359,16 +365,17 @@ static void decode_for_gpu_decode(si_decode *d, const si_read_slot *sl, int32_t 
 #pragma omp for schedule(dynamic, 1) nowait
         for (uint32_t j = 0; j < sl->n; j++) {
             if (!d->gj[j].kind || d->gj[j].on_gpu) continue;
-            status[j] = (int32_t)decode_packed(
-                d->dec[omp_get_thread_num()], sl->buf.data + sl->off[j], sl->off[j + 1] - sl->off[j],
-                &d->cfg->pre, &d->pk, d->pool, &d->jitems[j], &spilled, msgs[j], SI_MSG_LEN);
+            status[j] =
+                (int32_t)decode_packed(d->dec[omp_get_thread_num()], sl->buf.data + sl->off[j],
+                                       sl->off[j + 1] - sl->off[j], &d->cfg->pre, &d->pk, d->pool,
+                                       &d->jitems[j], &spilled, msgs[j], SI_MSG_LEN);
         }
         /* the CPU side's time: the other threads' (thread 0 only helps once its call is done),
          * or thread 0's own loop when it is alone */
-        if (me != 0 || omp_get_num_threads() == 1)
-            t_cpu = si_now() - (me == 0 ? t0 : t);
+        if (me != 0 || omp_get_num_threads() == 1) t_cpu = si_now() - (me == 0 ? t0 : t);
     }
     d->gpu_call_s = call.seconds;
+    d->gpu_call_cpu_s = call.cpu_seconds;
     balance(d, n_cpu, n_gpu, t_cpu, call.seconds);
     if (call.st == SI_OK) {
         pack_gpu_done(&d->pk, (uint32_t)n_gpu, true);
@@ -421,17 +428,27 @@ si_decode *si_decode_create(const si_pipeline_config *cfg, si_engine *e, si_sour
     pthread_mutex_init(&d->pk.mu, NULL);
     d->jitems = si_xmalloc(sizeof(si_rs_item) * B);
     d->gj = si_xcalloc(B, sizeof *d->gj);
-    /* the CPU's first share; balance() moves it to what the measured rates call for.
-     * SI_DECODE_CPU_SHARE=F fixes it (0: the hardware decodes everything it can) */
-    d->cpu_share = 0.3;
+    /* The hardware decodes every image it can take; the CPU only the others (and a slot's
+     * batches until its decoder is up). A CPU share of the hardware's images, balanced batch by
+     * batch, looked cheaper to one rank than it is to a node: the CPU decodes an image in ~2 ms
+     * of a core against ~50 us of host work on the hardware path, and on a node whose ranks
+     * share the cores (and their hyper-thread siblings) that time comes out of every rank's
+     * reader and decoder calls. On 4 H100s of one node, ResNet-50: 4 ranks 61,155-63,002
+     * images/s steady with the balanced share, 69,146-71,387 without; 1 rank 17,677-19,457
+     * against 19,111-19,209 (docs/performance.md). SI_DECODE_CPU_SHARE=F fixes a share, =auto
+     * balances it from 0.3 (measurements). */
+    d->cpu_share = 0;
+    d->share_fixed = true;
     const char *share = getenv("SI_DECODE_CPU_SHARE");
-    if (share && *share) {
+    if (share && !strcmp(share, "auto")) {
+        d->cpu_share = 0.3;
+        d->share_fixed = false;
+    } else if (share && *share) {
         d->cpu_share = atof(share);
-        d->share_fixed = true;
     }
     const char *reject = getenv("SI_TEST_GPU_DECODE_REJECT");
     if (reject && *reject) d->reject_every = atol(reject);
-    d->run = pixels_in        ? decode_from_pixels
+    d->run = pixels_in       ? decode_from_pixels
              : d->gpu_decode ? decode_for_gpu_decode
              : d->packed     ? decode_for_gpu_resize
                              : decode_crops;
@@ -465,13 +482,11 @@ static int good_rows(si_decode *d, const si_read_slot *sl, const int32_t *status
 }
 
 int si_decode_batch(si_decode *d, int slot, const si_read_slot *sl, int32_t *status,
-                    char (*msgs)[SI_MSG_LEN], int32_t *rowmap, size_t *packed,
-                    uint64_t *cpu_resized, uint64_t *gpu_decoded, uint64_t *gpu_retried,
-                    double *gpu_call_s) {
+                    char (*msgs)[SI_MSG_LEN], int32_t *rowmap, size_t *packed, si_rank_stats *st) {
     d->px = si_engine_pixels(d->e, slot);
     d->slot = slot;
     d->gpu_decoded = d->gpu_retried = 0;
-    d->gpu_call_s = 0;
+    d->gpu_call_s = d->gpu_call_cpu_s = d->gpu_plan_s = 0;
     if (d->packed) {
         d->pool = si_engine_pack(d->e, slot, &d->items, &d->pk.cap);
         d->pk.used = 0;
@@ -484,10 +499,12 @@ int si_decode_batch(si_decode *d, int slot, const si_read_slot *sl, int32_t *sta
     *packed = d->packed ? d->pk.used : 0;
     if (d->packed) { /* the good rows' items to the front; the pixels stay where they are */
         for (int r = 0; r < rows; r++) d->items[r] = d->jitems[rowmap[r]];
-        *cpu_resized += d->spilled;
-        *gpu_decoded += d->gpu_decoded;
-        *gpu_retried += d->gpu_retried;
-        *gpu_call_s += d->gpu_call_s;
+        st->cpu_resized += d->spilled;
+        st->gpu_decoded += d->gpu_decoded;
+        st->gpu_retried += d->gpu_retried;
+        st->gpu_call_s += d->gpu_call_s;
+        st->gpu_call_cpu_s += d->gpu_call_cpu_s;
+        st->gpu_plan_s += d->gpu_plan_s;
     } else { /* the good rows' crops to the front of the slot's input, as decoded */
         for (int r = 0; r < rows; r++)
             if (rowmap[r] != r)

@@ -360,8 +360,7 @@ static void decode(si_pipe *R, feed *F, const si_read_slot *sl, size_t *packed) 
     si_trace_push("decode");
     double t = si_now();
     f->rows =
-        si_decode_batch(F->dec, slot, sl, status, msgs, f->rowmap, packed, &R->st.cpu_resized,
-                        &R->st.gpu_decoded, &R->st.gpu_retried, &R->st.gpu_call_s);
+        si_decode_batch(F->dec, slot, sl, status, msgs, f->rowmap, packed, &R->st);
     double t1 = si_now();
     R->st.busy[SI_STAGE_DECODE] += t1 - t;
     si_trace_pop();

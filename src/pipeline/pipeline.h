@@ -59,6 +59,11 @@ typedef struct {
     uint64_t gpu_decoded; /* --decode gpu: images the GPU's hardware decoder decoded */
     uint64_t gpu_retried; /* --decode gpu: images of batches it rejected, decoded here instead */
     double gpu_call_s;    /* --decode gpu: seconds of the decode stage in the decoder's host call */
+    double gpu_call_cpu_s; /* --decode gpu: of them, the calling thread's CPU time */
+    double gpu_plan_s;     /* --decode gpu: seconds of the decode stage before the call (the
+                              headers, the split, the bitstreams' copy) */
+    double read_cpu_s;     /* the reader thread's CPU time in its reads (busy[SI_STAGE_READ]
+                              is their wall time: the difference is waiting) */
 } si_rank_stats;
 
 typedef struct {

@@ -75,8 +75,9 @@ static bool read_chunk(si_pipe *R, uint64_t chunk, uint64_t *k) {
         sl->chunk_end = done + sl->n == len;
         for (uint32_t j = 0; j < sl->n; j++) sl->status[j] = SI_IMG_OK;
         si_trace_push("read");
-        double t = si_now();
+        double t = si_now(), c0 = si_thread_cpu();
         si_status st = read_batch(R->set, sl->first, sl->n, sl);
+        double cpu = si_thread_cpu() - c0;
         si_trace_pop();
         if (st != SI_OK) { /* the main thread stops the run; this batch is never handed on */
             pipe_lock(R);
@@ -91,6 +92,7 @@ static bool read_chunk(si_pipe *R, uint64_t chunk, uint64_t *k) {
         done += sl->n;
         pipe_lock(R);
         R->st.busy[SI_STAGE_READ] += t1 - t;
+        R->st.read_cpu_s += cpu;
         R->st.bytes_read += sl->off[sl->n] - sl->off[0];
         R->r_filled++;
         pipe_signal(R);

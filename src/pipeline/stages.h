@@ -114,13 +114,11 @@ void si_decode_free(si_decode *d); /* accepts NULL */
  * come in with the read's verdicts and leave with the decode's (failures logged). The good
  * rows go to the front, in order: rowmap[r] is row r's position in the batch. Returns the
  * number of rows; *packed = the packed bytes to submit (0: the rows are crops in the slot's
- * pixels); *cpu_resized counts images resized here although the GPU was to; with the GPU's JPEG
- * decoder (the engine's jpeg_jobs), *gpu_decoded the images it decodes (queued on the slot's
- * stream), *gpu_retried those of batches it rejected, decoded here instead, and *gpu_call_s
- * the seconds its host calls took. */
+ * pixels). Adds to st: cpu_resized (images resized here although the GPU was to) and, with the
+ * GPU's JPEG decoder (the engine's jpeg_jobs), gpu_decoded (the images it decodes, queued on the
+ * slot's stream), gpu_retried (those of batches it rejected, decoded here instead), gpu_call_s,
+ * gpu_call_cpu_s and gpu_plan_s. */
 int si_decode_batch(si_decode *d, int slot, const si_read_slot *sl, int32_t *status,
-                    char (*msgs)[SI_MSG_LEN], int32_t *rowmap, size_t *packed,
-                    uint64_t *cpu_resized, uint64_t *gpu_decoded, uint64_t *gpu_retried,
-                    double *gpu_call_s);
+                    char (*msgs)[SI_MSG_LEN], int32_t *rowmap, size_t *packed, si_rank_stats *st);
 
 #endif
