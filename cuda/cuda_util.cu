@@ -3,14 +3,87 @@
 #include "cuda/check.cuh"
 #include "cuda/cuda.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 extern "C" void si_cuda_set_work_queues(void) {
     char n[16];
     snprintf(n, sizeof n, "%d", SI_CUDA_WORK_QUEUES);
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", n, 0);
+}
+
+// The GPUs of this node as NVML counts them (it needs no CUDA context: ~10 ms), 0 where NVML is
+// missing or a GPU is in MIG mode (CUDA then sees instances, named otherwise).
+static int nvml_gpu_count(void) {
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return 0;
+    typedef int (*init_fn)(void);
+    typedef int (*count_fn)(unsigned *);
+    typedef int (*handle_fn)(unsigned, void **);
+    typedef int (*mig_fn)(void *, unsigned *, unsigned *);
+    init_fn init = (init_fn)dlsym(lib, "nvmlInit_v2"),
+            shutdown = (init_fn)dlsym(lib, "nvmlShutdown");
+    count_fn count = (count_fn)dlsym(lib, "nvmlDeviceGetCount_v2");
+    handle_fn handle = (handle_fn)dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
+    mig_fn mig = (mig_fn)dlsym(lib, "nvmlDeviceGetMigMode");
+    unsigned n = 0;
+    if (init && shutdown && count && handle && init() == 0) { // NVML_SUCCESS
+        if (count(&n) != 0) n = 0;
+        for (unsigned i = 0; i < n; i++) {
+            void *h = NULL;
+            unsigned cur = 0, pending = 0;
+            if (handle(i, &h) != 0)
+                n = 0;
+            else if (mig && mig(h, &cur, &pending) == 0 && cur == 1)
+                n = 0; // NVML_DEVICE_MIG_ENABLE
+        }
+        shutdown();
+    }
+    dlclose(lib);
+    return (int)n;
+}
+
+static int pinned_gpu = -1, node_gpus = 0;
+
+extern "C" int si_cuda_pin_local_gpu(void) {
+    const char *lr = getenv("SLURM_LOCALID"); // the order launcher_local_rank (src/job) reads
+    if (!lr) lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!lr) lr = getenv("MPI_LOCALRANKID"); // MPICH's Hydra
+    if (!lr || atoi(lr) < 0) return -1;
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    char v[256];
+    if (vis) { // a list (Slurm's allocation, the user's): its entry local % its length
+        int n = 1;
+        for (const char *c = vis; *c; c++) n += *c == ',';
+        if (!*vis || n < 2 || strlen(vis) >= sizeof v) return -1;
+        int k = atoi(lr) % n;
+        const char *at = vis;
+        for (int i = 0; i < k; i++) at = strchr(at, ',') + 1;
+        size_t len = strchr(at, ',') ? (size_t)(strchr(at, ',') - at) : strlen(at);
+        snprintf(v, sizeof v, "%.*s", (int)len, at);
+        node_gpus = n;
+        pinned_gpu = k;
+    } else {
+        int n = nvml_gpu_count();
+        if (n <= 0) return -1;
+        node_gpus = n;
+        pinned_gpu = atoi(lr) % n;
+        snprintf(v, sizeof v, "%d", pinned_gpu);
+    }
+    setenv("CUDA_VISIBLE_DEVICES", v, 1);
+    return pinned_gpu;
+}
+
+extern "C" int si_cuda_node_gpu(int dev, int *node_count) {
+    if (pinned_gpu < 0) {
+        if (node_count) *node_count = si_cuda_device_count();
+        return dev;
+    }
+    if (node_count) *node_count = node_gpus;
+    return pinned_gpu;
 }
 
 extern "C" int si_cuda_device_count(void) {
@@ -84,7 +157,8 @@ static void *libs_main(void *) {
         cublasLtMatmulPreference_t pref = NULL;
         cublasLtMatmulHeuristicResult_t res[4];
         int got = 0;
-        if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+        if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ==
+                CUBLAS_STATUS_SUCCESS &&
             cublasLtMatrixLayoutCreate(&a, CUDA_R_16F, 256, 256, 256) == CUBLAS_STATUS_SUCCESS &&
             cublasLtMatrixLayoutCreate(&b, CUDA_R_16F, 256, 256, 256) == CUBLAS_STATUS_SUCCESS &&
             cublasLtMatrixLayoutCreate(&d, CUDA_R_16F, 256, 256, 256) == CUBLAS_STATUS_SUCCESS &&
@@ -112,7 +186,8 @@ static void prewarm_reach(int stage) {
 
 static void *prewarm_main(void *) {
     int n = si_cuda_device_count();
-    bool up = n > 0 && cudaSetDevice(prewarm.local % n) == cudaSuccess && cudaFree(0) == cudaSuccess;
+    bool up =
+        n > 0 && cudaSetDevice(prewarm.local % n) == cudaSuccess && cudaFree(0) == cudaSuccess;
     if (!up) cudaGetLastError(); // the main thread meets and reports the same failure itself
     if (up) prewarm.libs_started = pthread_create(&prewarm.libs, NULL, libs_main, NULL) == 0;
     prewarm_reach(2);

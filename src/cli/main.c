@@ -70,6 +70,7 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
 #ifdef SI_HAVE_CUDA
     si_cuda_set_work_queues(); /* before anything can start CUDA */
+    si_cuda_pin_local_gpu();
 #endif
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {

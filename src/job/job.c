@@ -430,12 +430,12 @@ static si_status select_gpu(si_job_state *J) {
     int local = launcher_local_rank(m->local_rank);
     char info[256] = "";
     si_status st = si_cuda_select_device(local, &J->gpu, info, sizeof info);
+    int node_gpus = 0;
     if (st == SI_OK)
         si_log_info("rank %d (host %s, node-local rank %d): GPU %d, %s", m->rank, J->host, local,
-                    J->gpu, info);
-    if (st == SI_OK && local >= si_cuda_device_count() && m->rank == 0)
-        si_log_warn("more ranks on a node than visible GPUs (%d): ranks share GPUs",
-                    si_cuda_device_count());
+                    si_cuda_node_gpu(J->gpu, &node_gpus), info);
+    if (st == SI_OK && local >= node_gpus && m->rank == 0)
+        si_log_warn("more ranks on a node than visible GPUs (%d): ranks share GPUs", node_gpus);
     if ((st = si_mpi_agree(m, st)) != SI_OK) return st;
     if (J->pc.gpu_resize) {
         long pack_kb = J->cfg->pack_kb;
