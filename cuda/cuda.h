@@ -22,15 +22,15 @@ extern "C" {
  * thread (the process's first call). */
 void si_cuda_set_work_queues(void);
 
-/* A rank that a launcher started (its node-local rank in OMPI_COMM_WORLD_LOCAL_RANK,
- * SLURM_LOCALID or MPI_LOCALRANKID) gets CUDA_VISIBLE_DEVICES set to the one GPU it will use,
- * the one cudaSetDevice(local rank % count) would pick: without the variable, local rank % the
- * node's GPUs (counted by NVML, which needs no CUDA; nothing where NVML is missing or a GPU is
- * in MIG mode); with a list of several (Slurm's allocation, the user's), its entry local rank %
+/* A rank that a launcher started (local_rank >= 0: its node-local rank; visible: the
+ * CUDA_VISIBLE_DEVICES it started with, or NULL) gets CUDA_VISIBLE_DEVICES set to the one GPU it
+ * will use, the one cudaSetDevice(local rank % count) would pick: without the variable, local rank
+ * % the node's GPUs (counted by NVML, which needs no CUDA; nothing where NVML is missing or a GPU
+ * is in MIG mode); with a list of several (Slurm's allocation, the user's), its entry local rank %
  * its length; a single entry stays. Its CUDA start then sets up that device alone, not every GPU
  * of the node for each rank. The GPU's index among the node's (or the list's), or -1.
  * Only before anything can start CUDA (main, beside si_cuda_set_work_queues). */
-int si_cuda_pin_local_gpu(void);
+int si_cuda_pin_local_gpu(int local_rank, const char *visible);
 /* CUDA device dev's index among the node's GPUs (dev itself unless pinned), and their count
  * in *node_count (may be NULL): what logs and summaries name. */
 int si_cuda_node_gpu(int dev, int *node_count);

@@ -48,18 +48,14 @@ static int nvml_gpu_count(void) {
 
 static int pinned_gpu = -1, node_gpus = 0;
 
-extern "C" int si_cuda_pin_local_gpu(void) {
-    const char *lr = getenv("SLURM_LOCALID"); // the order launcher_local_rank (src/job) reads
-    if (!lr) lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    if (!lr) lr = getenv("MPI_LOCALRANKID"); // MPICH's Hydra
-    if (!lr || atoi(lr) < 0) return -1;
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+extern "C" int si_cuda_pin_local_gpu(int local_rank, const char *vis) {
+    if (local_rank < 0) return -1;
     char v[256];
     if (vis) { // a list (Slurm's allocation, the user's): its entry local % its length
         int n = 1;
         for (const char *c = vis; *c; c++) n += *c == ',';
         if (!*vis || n < 2 || strlen(vis) >= sizeof v) return -1;
-        int k = atoi(lr) % n;
+        int k = local_rank % n;
         const char *at = vis;
         for (int i = 0; i < k; i++) at = strchr(at, ',') + 1;
         size_t len = strchr(at, ',') ? (size_t)(strchr(at, ',') - at) : strlen(at);
@@ -70,7 +66,7 @@ extern "C" int si_cuda_pin_local_gpu(void) {
         int n = nvml_gpu_count();
         if (n <= 0) return -1;
         node_gpus = n;
-        pinned_gpu = atoi(lr) % n;
+        pinned_gpu = local_rank % n;
         snprintf(v, sizeof v, "%d", pinned_gpu);
     }
     setenv("CUDA_VISIBLE_DEVICES", v, 1);

@@ -7,6 +7,13 @@
 
 #include "base/common.h"
 
+int si_cli_launcher_local_rank(void) {
+    const char *lr = getenv("SLURM_LOCALID");
+    if (!lr) lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!lr) lr = getenv("MPI_LOCALRANKID");
+    return lr && atoi(lr) >= 0 ? atoi(lr) : -1;
+}
+
 /* "shardinfer run --model ..." as typed (argv here starts at the subcommand). */
 char *si_cli_join_args(int argc, char **argv) {
     size_t n = sizeof "shardinfer";

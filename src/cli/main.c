@@ -1,6 +1,7 @@
 /* shardinfer: batch image inference over HDF5 image sets. Dispatches the subcommands by the table
  * below, which also gives the usage text. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -70,7 +71,7 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
 #ifdef SI_HAVE_CUDA
     si_cuda_set_work_queues(); /* before anything can start CUDA */
-    si_cuda_pin_local_gpu();
+    si_cuda_pin_local_gpu(si_cli_launcher_local_rank(), getenv("CUDA_VISIBLE_DEVICES"));
 #endif
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {

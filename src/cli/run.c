@@ -595,6 +595,10 @@ int si_cli_run(int argc, char **argv) {
     double t_start = si_now();
     si_mpi_init(&argc, &argv, &m);
     run_args a = {.job = si_job_config_default(), .m = &m, .resize_on = -1};
+    a.job.launcher_local_rank = si_cli_launcher_local_rank();
+    /* measurements only (docs/user-guide.md): the threads making the decoder's calls */
+    const char *parts = getenv("SI_DECODE_PARTS");
+    if (parts && *parts) a.job.decode_parts = atoi(parts);
     a.job.backend = "auto"; /* the library's default is the CPU; the command's is the GPU if any */
     char buf[512];
     const char *problem = parse_run(argc, argv, &a, buf, sizeof buf);

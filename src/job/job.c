@@ -29,6 +29,7 @@ si_job_config si_job_config_default(void) {
                        .schedule = SI_SCHED_DYNAMIC,
                        .drain_timeout = 60,
                        .slow_rank = -1,
+                       .launcher_local_rank = -1,
                        .eo = {.precision = SI_PREC_FP32},
                        .pc = {.batch = 32,
                               .pre = {.max_pixels = 100000000},
@@ -365,13 +366,8 @@ static si_status choose_decoder(si_job_state *J) {
         return SI_OK;
     }
     J->eo.gpu_decode_exact = mode == SI_DECODE_GPU_EXACT;
-    /* Each batch's decoder calls from 2 host threads: the calls' host work (~50 us an image)
-     * limits one thread to about 20,000 images/s, less on a node whose ranks share the cores.
-     * 4 H100s, ResNet-50, all on the hardware: 1 part 59,334, 2 parts 70,283, 4 parts 53,937
-     * images/s steady at 4 ranks (more parts: more decode states, made one at a time, and
-     * nvJPEG's own locks). SI_DECODE_PARTS=N for measurements. */
-    const char *parts = getenv("SI_DECODE_PARTS");
-    J->eo.gpu_decode_parts = parts && *parts ? atoi(parts) : 2;
+    J->eo.gpu_decode_parts =
+        J->cfg->decode_parts > 0 ? J->cfg->decode_parts : SI_DECODE_PARTS_DEFAULT;
     if (si_mpi_all(J->m, si_cuda_hw_jpeg_expected(J->gpu))) {
         J->decode_expected = true;
         J->eo.gpu_decode_per_image = SI_GPU_DECODE_PER_IMAGE;
@@ -397,12 +393,12 @@ static si_status confirm_decoder(si_job_state *J) {
 }
 #endif
 
-/* The launcher's node-local rank of this process (Slurm's, OpenMPI's), else `fallback`. */
-static int launcher_local_rank(int fallback) {
-    const char *lr = getenv("SLURM_LOCALID");
-    if (!lr) lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    return lr ? atoi(lr) : fallback;
+#ifdef SI_HAVE_CUDA
+/* The launcher's node-local rank of this process, else MPI's shared-memory rank. */
+static int local_rank(const si_job_state *J) {
+    return J->cfg->launcher_local_rank >= 0 ? J->cfg->launcher_local_rank : J->m->local_rank;
 }
+#endif
 
 /* --backend cuda: the GPU select_gpu will pick gets its CUDA context and, where the run may
  * decode on it, its hardware JPEG decoder's handle (0.5-0.8 s on an H100) on a thread of their
@@ -413,8 +409,7 @@ static int launcher_local_rank(int fallback) {
 static void prewarm_gpu(si_job_state *J) {
 #ifdef SI_HAVE_CUDA
     if (strcmp(J->cfg->backend, "cuda")) return;
-    si_cuda_prewarm_start(launcher_local_rank(J->m->local_rank),
-                          J->pc.gpu_resize && J->cfg->decode != SI_DECODE_CPU);
+    si_cuda_prewarm_start(local_rank(J), J->pc.gpu_resize && J->cfg->decode != SI_DECODE_CPU);
 #else
     (void)J;
 #endif
@@ -427,7 +422,7 @@ static si_status select_gpu(si_job_state *J) {
     const si_mpi *m = J->m;
     si_cuda_prewarm_context(); /* this rank's, made meanwhile; the decoder's handle may follow */
     if (strcmp(J->cfg->backend, "cuda")) return SI_OK;
-    int local = launcher_local_rank(m->local_rank);
+    int local = local_rank(J);
     char info[256] = "";
     si_status st = si_cuda_select_device(local, &J->gpu, info, sizeof info);
     int node_gpus = 0;
