@@ -11,7 +11,7 @@ the model's input size under --post raw, mean 0 and std 1, so the raw output is 
 Prints statuses equal, top-1 agreement, top-5 sets equal, top-1 within the other's top-5, and
 the crops' mean and max |diff| (in 0..255 units), per-image median and worst mean |diff|, and
 the share of values that are equal. Both runs fix the CPU's share of the hardware's images at
-0 (SI_DECODE_CPU_SHARE=0): every image the hardware can take is decoded there.
+0 (--decode-cpu-share 0): every image the hardware can take is decoded there.
 """
 
 import argparse
@@ -32,10 +32,10 @@ def sh(cmd, env=None):
 
 
 def run(a, model, sset, out, dec, extra):
-    env = dict(os.environ, SI_DECODE_CPU_SHARE="0")
+    hw = [] if dec == "cpu" else ["--decode-cpu-share", "0"]
     p = sh([a.shardinfer, "run", "--model", model, "--input", sset, "--output", out,
             "--overwrite", "--backend", "cuda", "--decode", dec, "--progress", "none",
-            "--batch", "64"] + extra, env)
+            "--batch", "64"] + extra + hw)
     on_gpu = [ln for ln in p.stdout.splitlines() if "decoded by the GPU" in ln]
     return on_gpu[0].strip() if on_gpu else ""
 

@@ -246,7 +246,7 @@ run1() { # tag, model, extra args: one 1-GPU run of the set; the whole command t
   row "run $tag" "rc=$rc whole $(wall $t0 $(date +%s.%N)), steady $(grep -o 'steady state [0-9.]*' $OUT/run_$tag.log | cut -d' ' -f3) $(grep -o '[0-9]* images decoded by the GPU' $OUT/run_$tag.log)"
 }
 run1 r50_gpu resnet50 --decode gpu
-SI_DECODE_CPU_SHARE=0 run1 r50_gpu_share0 resnet50 --decode gpu
+run1 r50_gpu_share0 resnet50 --decode gpu --decode-cpu-share 0
 run1 r50_gpu_exact resnet50 --decode gpu-exact
 run1 r50_cpu resnet50 --decode cpu
 run1 mnv2_gpu mobilenet_v2 --decode gpu

@@ -3,13 +3,14 @@
 # (host_probe: which CPUs share a core, all-core rate, memory bandwidth), the CPU decoder's rate
 # per thread at 16, 32 and 64 threads in one process, then `shardinfer run` (ResNet-50 FP16,
 # batch 256, --decode gpu) alone on one GPU and its cores, and as 4 ranks of one mpirun, for each
-# count of host threads making the hardware decoder's calls (SI_DECODE_PARTS), in one command:
+# count of host threads making the hardware decoder's calls (--decode-parts), in one command:
 #   . .devrt/env.sh && bench/rank_contention.sh BIN_DIR SET.h5 OUT_DIR
 # BIN_DIR holds shardinfer and host_probe (cc -O2 -fopenmp -pthread bench/host_probe.c); SET.h5
 # a small packed set of photos repeated into the sets measured (bench/repeat_set.py). Env:
 #   SI_PARTS   the part counts measured (1 2 4 8)    SI_IMAGES  images per rank (48000)
 #   SI_RANKS   the rank counts (1 4)                 SI_EXTRA   more runs: "NAME:RANKS:ENV=V,..:ARGS;..."
 #   SI_ENV     VAR=V ... for every run               SI_PROBES  0: skip the host probes and CPU decoder
+#   SI_ARGS    run options for every run (--decode-wait: every batch splits alike)
 set -u
 BIN=$(realpath "$1")
 SET_SRC=$(realpath "$2")
@@ -83,7 +84,7 @@ run() {
     timeout 200 mpirun -np "$r" --map-by "slot:PE=$C" --bind-to core ${env[@]+"${env[@]}"} \
         -x OMP_NUM_THREADS="$C" "$BIN/shardinfer" run --model "$ONNX" --input "$in" \
         --output "$W/$name.h5" --overwrite --backend cuda --precision fp16 --batch 256 \
-        --threads "$C" --progress none --decode gpu ${args[@]+"${args[@]}"} >"$log" 2>&1
+        --threads "$C" --progress none --decode gpu ${SI_ARGS:-} ${args[@]+"${args[@]}"} >"$log" 2>&1
     local rc=$?
     printf '%-14s ranks=%s rc=%s %3ss %s | %s | hw %s | calls %s\n' "$name" "$r" "$rc" \
         $((SECONDS - t0)) "$(grep -m1 -oE 'in [0-9.]+ s: [0-9.]+ images/s' "$log")" \
@@ -93,10 +94,10 @@ run() {
 }
 
 echo "== warm-up (autotune cache)"
-run warm 1 SI_DECODE_PARTS=1 -- >/dev/null
+run warm 1 -- --decode-parts 1 >/dev/null
 echo "== runs"
 for r in $RANKS; do
-    for p in $PARTS; do run "r${r}_p$p" "$r" SI_DECODE_PARTS="$p" --; done
+    for p in $PARTS; do run "r${r}_p$p" "$r" -- --decode-parts "$p"; done
 done
 IFS=';' read -r -a extra <<<"${SI_EXTRA:-}"
 for e in ${extra[@]+"${extra[@]}"}; do

@@ -373,7 +373,7 @@ static si_status init_steps(si_engine *e, cuda_state *cs) {
     probe_batch_rows(e, cs);
     int slots = e->opts.slots;
     st = si_devplan_build(e->g, e->max_batch, si_gtype_size(cs->t), slots, e->opts.workspace_bytes,
-                          e->opts.pixels, e->opts.pack_per_image, e->opts.gpu_decode_per_image,
+                          e->opts.pixels, e->opts.pack_per_image, e->opts.device_area_per_image,
                           &cs->plan);
     if (st == SI_OK) st = check_nodes(e, cs);
     double *step = e->mem.init_step, t = si_now();
@@ -385,25 +385,10 @@ static si_status init_steps(si_engine *e, cuda_state *cs) {
     cs->slots = (slot_x *)si_xcalloc((size_t)slots, sizeof(slot_x));
     e->n_slots = slots;
     for (int k = 0; k < slots && st == SI_OK; k++) st = slot_create(cs, k);
-    if (st == SI_OK && e->opts.gpu_decode_per_image) {
-        if (!cs->plan.dec_cap)
-            return si_error(SI_ERR_ARG, "--decode gpu needs the GPU resize (--resize-on gpu)");
-        cs->jpeg = si_cuda_jpeg_create(slots, e->max_batch, e->opts.gpu_decode_exact,
-                                       e->opts.gpu_decode_parts);
-        if (!cs->jpeg) return SI_ERR_UNSUPPORTED;
-    }
     STEP(2);
     if (st == SI_OK) st = init_nodes(e, cs);
     STEP(3);
     if (st == SI_OK) st = warm_up(e, cs);
-    // the decoder's states are still being made (si_cuda_jpeg_create): each slot decodes on the
-    // GPU from when its own is made, on the CPU until then (si_jpeg_jobs.ready), unless
-    // SI_DECODE_WAIT=1 asks for them now, so that every batch of a run splits alike (tests,
-    // measurements); a failure is said at the first batch
-    const char *wait = getenv("SI_DECODE_WAIT");
-    if (st == SI_OK && cs->jpeg && wait && !strcmp(wait, "1") &&
-        si_cuda_jpeg_ready(cs->jpeg) != SI_OK)
-        si_error_clear();
     STEP(4);
     if (st == SI_OK && !e->opts.no_graphs) st = capture_graphs(e, cs);
     STEP(5);
@@ -454,43 +439,21 @@ static uint8_t *cuda_pixels(si_engine *e, int slot) {
     return cs->slots[slot].in_h;
 }
 
-static uint8_t *cuda_pack(si_engine *e, int slot, si_rs_item **items, size_t *cap) {
+static bool cuda_pack(si_engine *e, int slot, si_slot_pack *p) {
     cuda_state *cs = (cuda_state *)e->state;
-    *items = cs->slots[slot].items_h;
-    *cap = (size_t)e->max_batch * e->opts.pack_per_image;
-    return cs->slots[slot].pack_h;
+    const slot_x *sl = &cs->slots[slot];
+    if (!sl->pack_h) return false;
+    p->host = sl->pack_h;
+    p->cap = (size_t)e->max_batch * e->opts.pack_per_image;
+    p->items = sl->items_h;
+    p->device = sl->pack_d;
+    p->area_off = cs->plan.area_cap ? cs->plan.dev.area - cs->plan.dev.pack : 0;
+    p->area_cap = cs->plan.area_cap;
+    p->stream = (void *)sl->stream;
+    return true;
 }
 
-static si_jpeg_jobs *cuda_jpeg_jobs(si_engine *e, int slot) {
-    cuda_state *cs = (cuda_state *)e->state;
-    if (!cs->jpeg) return NULL;
-    si_jpeg_jobs *q = si_cuda_jpeg_jobs(cs->jpeg, slot);
-    q->dst_base = cs->plan.dev.dec - cs->plan.dev.pack;
-    q->dst_cap = cs->plan.dec_cap;
-    int usable = si_cuda_jpeg_usable(cs->jpeg, slot);
-    q->ready = usable == 1;
-    if (usable < 0 && !__atomic_exchange_n(&cs->jpeg_failed, true, __ATOMIC_RELAXED)) {
-        // the hardware decoder did not come up after all: the CPU decodes (the job checked
-        // that the GPU has one; what failed here is nvJPEG's set-up)
-        si_cuda_jpeg_ready(cs->jpeg);
-        si_log_warn("%s; the CPU decodes every image instead", si_error_msg());
-        si_error_clear();
-    }
-    return q;
-}
-
-static si_status cuda_jpeg_decode(si_engine *e, int slot) {
-    cuda_state *cs = (cuda_state *)e->state;
-    slot_x *sl = &cs->slots[slot];
-    SI_ASSERT(cs->jpeg && sl->pack_h);
-    nvtxRangePushA("jpeg");
-    si_status st = si_cuda_jpeg_decode(cs->jpeg, slot, sl->pack_h, sl->pack_d, sl->stream);
-    sl->jpeg_queued = st == SI_OK;
-    nvtxRangePop();
-    return st;
-}
-
-static si_status cuda_submit(si_engine *e, int slot, int rows, size_t packed) {
+static si_status cuda_submit(si_engine *e, int slot, int rows, bool packed, size_t upload) {
     cuda_state *cs = (cuda_state *)e->state;
     if (!e->opts.pixels) return si_error(SI_ERR_INTERNAL, "cuda: submit without the pixel path");
     if (!cs->batch_rows && rows != e->max_batch)
@@ -502,18 +465,17 @@ static si_status cuda_submit(si_engine *e, int slot, int rows, size_t packed) {
     int64_t px = (int64_t)rows * cs->in_pixels;
     nvtxRangePushA("upload");
     cudaError_t ce = cudaSuccess;
-    // the packed path: images decoded here (packed bytes of them) or by the hardware decoder
-    // (already in pack_d: a batch it decoded whole has packed == 0)
-    bool resize = packed || sl->jpeg_queued;
-    sl->jpeg_queued = false;
-    if (resize) { // the decoded images as they are, resized here into the crops in_d holds
-        if (!sl->pack_h || packed > cs->plan.pack_cap)
-            return si_error(SI_ERR_INTERNAL, "cuda: %zu packed bytes, planned for %zu", packed,
+    // the packed path: images decoded on the host (the first `upload` bytes) or written on the
+    // device by work queued on the slot's stream (a hardware decoder's: a batch it decoded whole
+    // uploads nothing)
+    if (packed) { // the decoded images as they are, resized here into the crops in_d holds
+        if (!sl->pack_h || upload > cs->plan.pack_cap)
+            return si_error(SI_ERR_INTERNAL, "cuda: %zu packed bytes, planned for %zu", upload,
                             sl->pack_h ? cs->plan.pack_cap : 0);
         const si_value *in = &e->g->values[e->g->inputs[0]];
-        if (packed)
+        if (upload)
             ce =
-                cudaMemcpyAsync(sl->pack_d, sl->pack_h, packed, cudaMemcpyHostToDevice, sl->stream);
+                cudaMemcpyAsync(sl->pack_d, sl->pack_h, upload, cudaMemcpyHostToDevice, sl->stream);
         if (ce == cudaSuccess)
             ce = cudaMemcpyAsync(sl->items_d, sl->items_h, sizeof(si_rs_item) * (size_t)rows,
                                  cudaMemcpyHostToDevice, sl->stream);
@@ -591,7 +553,6 @@ static void cuda_release(si_engine *e) {
             if (sl->stream) cudaStreamDestroy(sl->stream);
         }
     }
-    si_cuda_jpeg_free(cs->jpeg);
     for (int j = 0; cs->conv && j < g->n_nodes; j++) si_cuda_conv_release(&cs->conv[j]);
     for (int j = 0; cs->gemm && j < g->n_nodes; j++) si_cuda_gemm_release(&cs->gemm[j]);
     for (int j = 0; cs->attn && j < g->n_nodes; j++) si_cuda_attn_release(&cs->attn[j]);
@@ -633,8 +594,6 @@ extern "C" const si_backend si_cuda_backend = {
     .pixels = cuda_pixels,
     .pack = cuda_pack,
     .submit = cuda_submit,
-    .jpeg_jobs = cuda_jpeg_jobs,
-    .jpeg_decode = cuda_jpeg_decode,
     .collect = cuda_collect,
     .times = cuda_times,
     .run_compute = cuda_run_compute,

@@ -12,12 +12,11 @@
 
 #include "cuda/attention.cuh"
 #include "cuda/check.cuh"
-#include "cuda/jpeg.cuh"
 #include "cuda/kernels.cuh"
 #include "cuda/linear90.cuh"
 extern "C" {
 #include "engine/devplan.h"
-#include "engine/engine.h"
+#include "engine/backend.h"
 }
 
 // a node's name in messages
@@ -78,7 +77,6 @@ typedef struct {
     si_rs_item *items_d, *items_h;                // and their items
     cudaGraphExec_t exec;
     int rows; // of the batch in flight
-    bool jpeg_queued; // --decode gpu: the hardware decoder wrote images of this batch into pack_d
 } slot_x;
 
 typedef struct {
@@ -97,12 +95,11 @@ typedef struct {
     int64_t in_pixels; // H * W of the pixel input
     bool dw_cudnn;     // SI_CUDNN_DEPTHWISE=1: cuDNN runs depthwise convs, no prologue fusion
     float pscale[3], pshift[3];
-    si_cuda_jpeg *jpeg; // --decode gpu: the hardware JPEG decoder (NULL: none)
-    bool jpeg_failed;   // its set-up failed after all (said once; the CPU decodes)
-    bool linear90;      // Linear + bias + GELU may run as one Hopper GEMM (SI_LINEAR90=0: never)
-    bool lt_timed;      // cuBLASLt's candidates for a large matmul are timed (SI_LT_TIME=0: never)
-    double lt_heur_s;   // seconds in cuBLASLt's heuristic queries at init (--verbose says them)
-    bool host_mapped;   // the page-locked block is si_pages_alloc's, registered (else cudaHostAlloc's)
+    bool linear90;    // Linear + bias + GELU may run as one Hopper GEMM (SI_LINEAR90=0: never)
+    bool lt_timed;    // cuBLASLt's candidates for a large matmul are timed (SI_LT_TIME=0: never)
+    double lt_heur_s; // seconds in cuBLASLt's heuristic queries at init (--verbose says them)
+    bool
+        host_mapped; // the page-locked block is si_pages_alloc's, registered (else cudaHostAlloc's)
     cudaEvent_t t_ref; // a timed event and the host clock when it completed: the GPU's times on
     double t_ref_host; // the host's clock (--timeline)
 } cuda_state;

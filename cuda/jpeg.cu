@@ -1,13 +1,13 @@
-// nvJPEG's hardware backend behind cuda/jpeg.cuh. Measured on an H100 (docs/performance.md):
-// batches of 256 ImageNet-sized photos at about 20,000 images/s from one host thread; decode-time
-// scaling through nvjpegDecodeBatchedEx gave wrong pixels there (mean |diff| ~60 against
-// libjpeg-turbo at the same scale), so images decode at full size and the resize scales them.
-// The hardware's planes are libjpeg-turbo's bit for bit, its RGB output is not: it replicates
-// chroma where libjpeg-turbo interpolates. --decode gpu takes the RGB (the planar outputs run at a
-// third of its speed) and k_unreplicate + k_refancy recover the chroma planes from it and convert
-// again with libjpeg-turbo's upsampling (io/yuv.h): its pixels wherever no whole block of the
-// image was clamped. --decode gpu-exact decodes to planes and k_yuv_rgb converts them: --decode
-// cpu's pixels everywhere.
+// nvJPEG's hardware backend behind src/decode/hwjpeg.h (and cuda/jpeg.cuh's probe). Measured on an
+// H100 (docs/performance.md): batches of 256 ImageNet-sized photos at about 20,000 images/s from
+// one host thread; decode-time scaling through nvjpegDecodeBatchedEx gave wrong pixels there (mean
+// |diff| ~60 against libjpeg-turbo at the same scale), so images decode at full size and the resize
+// scales them. The hardware's planes are libjpeg-turbo's bit for bit, its RGB output is not: it
+// replicates chroma where libjpeg-turbo interpolates. --decode gpu takes the RGB (the planar
+// outputs run at a third of its speed) and k_unreplicate + k_refancy recover the chroma planes from
+// it and convert again with libjpeg-turbo's upsampling (io/yuv.h): its pixels wherever no whole
+// block of the image was clamped. --decode gpu-exact decodes to planes and k_yuv_rgb converts them:
+// --decode cpu's pixels everywhere.
 #include <dlfcn.h>
 #include <pthread.h>
 #include <string.h>
@@ -17,6 +17,10 @@
 #include "cuda/check.cuh"
 #include "cuda/cuda.h"
 #include "cuda/jpeg.cuh"
+
+extern "C" {
+#include "decode/hwjpeg.h"
+}
 
 // One image's conversion between its planes and its RGB, offsets into the slot's device buffer.
 typedef struct {
@@ -140,26 +144,29 @@ bool si_cuda_jpeg_available(char *why, size_t cap) {
 extern "C" bool si_cuda_hw_jpeg_expected(int) {
     return false;
 }
-si_cuda_jpeg *si_cuda_jpeg_create(int, int, bool, int) {
+extern "C" si_hwjpeg *si_hwjpeg_create(int, int, bool, int) {
     char why[256];
     si_cuda_jpeg_available(why, sizeof why);
     si_error(SI_ERR_UNSUPPORTED, "--decode gpu: %s", why);
     return NULL;
 }
-void si_cuda_jpeg_free(si_cuda_jpeg *) {}
-int si_cuda_jpeg_parts(const si_cuda_jpeg *) {
+extern "C" void si_hwjpeg_free(si_hwjpeg *) {}
+extern "C" bool si_hwjpeg_exact(const si_hwjpeg *) {
+    return false;
+}
+extern "C" int si_hwjpeg_parts(const si_hwjpeg *) {
     return 0;
 }
-si_status si_cuda_jpeg_ready(si_cuda_jpeg *) {
-    return SI_OK;
+extern "C" si_status si_hwjpeg_ready(si_hwjpeg *) {
+    return si_error(SI_ERR_UNSUPPORTED, "no nvJPEG in this build");
 }
-int si_cuda_jpeg_usable(si_cuda_jpeg *, int) {
+extern "C" int si_hwjpeg_usable(si_hwjpeg *, int) {
     return -1;
 }
-si_jpeg_jobs *si_cuda_jpeg_jobs(si_cuda_jpeg *, int) {
+extern "C" si_jpeg_jobs *si_hwjpeg_jobs(si_hwjpeg *, int) {
     return NULL;
 }
-si_status si_cuda_jpeg_decode(si_cuda_jpeg *, int, const uint8_t *, uint8_t *, cudaStream_t) {
+extern "C" si_status si_hwjpeg_decode(si_hwjpeg *, int, const si_slot_pack *) {
     return si_error(SI_ERR_INTERNAL, "no nvJPEG in this build");
 }
 #else
@@ -179,7 +186,7 @@ static struct {
     char why[256];
 } api;
 
-struct si_cuda_jpeg {
+struct si_hwjpeg {
     nvjpegHandle_t hw; // made or taken from the probe by make_states
     int device;        // the engine's: the calls may come from a thread that has not chosen it
     int slots, max_batch;
@@ -211,9 +218,9 @@ struct si_cuda_jpeg {
     unsigned gen;
     int left;
     bool quit;
-    int cur_slot, cur_n;       // the batch handed out: its slot and its images
-    int *part_status;          // [parts]: nvJPEG's status of each part's call
-    si_cuda_jpeg **helper_arg; // [parts - 1]: each helper's part is its place here, plus 1
+    int cur_slot, cur_n;    // the batch handed out: its slot and its images
+    int *part_status;       // [parts]: nvJPEG's status of each part's call
+    si_hwjpeg **helper_arg; // [parts - 1]: each helper's part is its place here, plus 1
 };
 #define MADE_NONE (-2)
 
@@ -320,7 +327,7 @@ extern "C" bool si_cuda_hw_jpeg_expected(int dev) {
 // engine. A shared handle with a state per thread is what nvJPEG's thread-safety rules ask for:
 // slot 0 may decode on its states while the next ones are made here.
 static void *make_states(void *arg) {
-    si_cuda_jpeg *j = (si_cuda_jpeg *)arg;
+    si_hwjpeg *j = (si_hwjpeg *)arg;
     si_cuda_prewarm_join();
     j->made = cudaSetDevice(j->device) == cudaSuccess ? 0 : -1;
     if (j->made == 0 && !si_cuda_jpeg_available(j->why, sizeof j->why)) j->made = MADE_NONE;
@@ -348,7 +355,7 @@ static void *make_states(void *arg) {
 
 // Part p of the batch handed out: its contiguous range of the images, on its own state, queued
 // on its own stream after the slot's stream has come to the decode (one part: on that stream).
-static int decode_part(si_cuda_jpeg *j, int p, cudaStream_t s) {
+static int decode_part(si_hwjpeg *j, int p, cudaStream_t s) {
     const int k = j->cur_slot, n = j->cur_n;
     const int lo = (int)((long)n * p / j->parts), hi = (int)((long)n * (p + 1) / j->parts);
     if (hi == lo) return 0;
@@ -367,8 +374,8 @@ static int decode_part(si_cuda_jpeg *j, int p, cudaStream_t s) {
 }
 
 static void *helper_main(void *arg) {
-    si_cuda_jpeg *j = *(si_cuda_jpeg **)arg;
-    const int p = (int)((si_cuda_jpeg **)arg - (si_cuda_jpeg **)j->helper_arg) + 1;
+    si_hwjpeg *j = *(si_hwjpeg **)arg;
+    const int p = (int)((si_hwjpeg **)arg - (si_hwjpeg **)j->helper_arg) + 1;
     cudaSetDevice(j->device);
     unsigned seen = 0;
     pthread_mutex_lock(&j->mu);
@@ -386,8 +393,8 @@ static void *helper_main(void *arg) {
     return NULL;
 }
 
-si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact, int parts) {
-    si_cuda_jpeg *j = (si_cuda_jpeg *)si_xcalloc(1, sizeof *j);
+extern "C" si_hwjpeg *si_hwjpeg_create(int slots, int max_batch, bool exact, int parts) {
+    si_hwjpeg *j = (si_hwjpeg *)si_xcalloc(1, sizeof *j);
     j->slots = slots;
     j->max_batch = max_batch;
     j->exact = exact;
@@ -416,7 +423,7 @@ si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact, int part
     if (cudaHostAlloc((void **)&j->conv_h, conv, cudaHostAllocDefault) != cudaSuccess ||
         cudaMalloc((void **)&j->conv_d, conv) != cudaSuccess) {
         si_error(SI_ERR_NOMEM, "--decode gpu: cannot allocate %zu bytes", conv);
-        si_cuda_jpeg_free(j);
+        si_hwjpeg_free(j);
         return NULL;
     }
     pthread_mutex_init(&j->mu, NULL);
@@ -439,11 +446,11 @@ si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact, int part
         if (!made) {
             si_error(SI_ERR_NOMEM, "--decode gpu: cannot create the decoder's streams: %s",
                      cudaGetErrorString(cudaGetLastError()));
-            si_cuda_jpeg_free(j);
+            si_hwjpeg_free(j);
             return NULL;
         }
         j->helper = (pthread_t *)si_xcalloc((size_t)j->parts - 1, sizeof *j->helper);
-        j->helper_arg = (si_cuda_jpeg **)si_xcalloc((size_t)j->parts - 1, sizeof *j->helper_arg);
+        j->helper_arg = (si_hwjpeg **)si_xcalloc((size_t)j->parts - 1, sizeof *j->helper_arg);
         for (int p = 1; p < j->parts; p++) {
             j->helper_arg[p - 1] = j;
             if (pthread_create(&j->helper[p - 1], NULL, helper_main, &j->helper_arg[p - 1]) != 0)
@@ -456,7 +463,7 @@ si_cuda_jpeg *si_cuda_jpeg_create(int slots, int max_batch, bool exact, int part
     return j;
 }
 
-si_status si_cuda_jpeg_ready(si_cuda_jpeg *j) {
+extern "C" si_status si_hwjpeg_ready(si_hwjpeg *j) {
     if (j->making) pthread_join(j->maker, NULL);
     j->making = false;
     if (j->made == MADE_NONE) return si_error(SI_ERR_UNSUPPORTED, "--decode gpu: %s", j->why);
@@ -464,16 +471,20 @@ si_status si_cuda_jpeg_ready(si_cuda_jpeg *j) {
     return SI_OK;
 }
 
-int si_cuda_jpeg_usable(si_cuda_jpeg *j, int k) {
+extern "C" int si_hwjpeg_usable(si_hwjpeg *j, int k) {
     if (k < __atomic_load_n(&j->ready, __ATOMIC_ACQUIRE)) return 1;
     return __atomic_load_n(&j->done, __ATOMIC_ACQUIRE) ? -1 : 0;
 }
 
-int si_cuda_jpeg_parts(const si_cuda_jpeg *j) {
+extern "C" bool si_hwjpeg_exact(const si_hwjpeg *j) {
+    return j && j->exact;
+}
+
+extern "C" int si_hwjpeg_parts(const si_hwjpeg *j) {
     return j ? j->parts : 0;
 }
 
-void si_cuda_jpeg_free(si_cuda_jpeg *j) {
+extern "C" void si_hwjpeg_free(si_hwjpeg *j) {
     if (!j) return;
     if (j->making) pthread_join(j->maker, NULL);
     if (j->n_helpers) {
@@ -512,7 +523,7 @@ void si_cuda_jpeg_free(si_cuda_jpeg *j) {
     free(j);
 }
 
-si_jpeg_jobs *si_cuda_jpeg_jobs(si_cuda_jpeg *j, int k) {
+extern "C" si_jpeg_jobs *si_hwjpeg_jobs(si_hwjpeg *j, int k) {
     j->jobs[k].n = 0;
     return &j->jobs[k];
 }
@@ -520,7 +531,7 @@ si_jpeg_jobs *si_cuda_jpeg_jobs(si_cuda_jpeg *j, int k) {
 // After a call nvJPEG failed (part p's status r): whatever the parts left queued finishes before
 // the caller reuses the buffers, and each failed part's state is made again (a failed batch
 // leaves it unusable).
-static si_status rejected(si_cuda_jpeg *j, int k, cudaStream_t s) {
+static si_status rejected(si_hwjpeg *j, int k, cudaStream_t s) {
     cudaCheck(cudaStreamSynchronize(s));
     int first = 0;
     for (int p = 0; p < j->parts; p++) {
@@ -541,13 +552,15 @@ static si_status rejected(si_cuda_jpeg *j, int k, cudaStream_t s) {
                     j->jobs[k].n, first);
 }
 
-si_status si_cuda_jpeg_decode(si_cuda_jpeg *j, int k, const uint8_t *pack_h, uint8_t *pack_d,
-                              cudaStream_t s) {
+extern "C" si_status si_hwjpeg_decode(si_hwjpeg *j, int k, const si_slot_pack *pk) {
     const si_jpeg_jobs *q = &j->jobs[k];
+    const uint8_t *pack_h = pk->host;
+    uint8_t *pack_d = pk->device;
+    cudaStream_t s = (cudaStream_t)pk->stream;
     if (q->n == 0) return SI_OK;
     SI_ASSERT(q->n <= j->max_batch);
-    if (si_cuda_jpeg_usable(j, k) != 1) { // a caller that did not ask (tests) waits for it
-        si_status st = si_cuda_jpeg_ready(j);
+    if (si_hwjpeg_usable(j, k) != 1) { // a caller that did not ask (tests) waits for it
+        si_status st = si_hwjpeg_ready(j);
         if (st != SI_OK) return st;
     }
     cudaCheck(cudaSetDevice(j->device));

@@ -165,6 +165,30 @@ bool si_result_started(const char *path) {
     return started;
 }
 
+int si_result_batch_of(const char *path, bool partial) {
+    char *name = partial ? si_result_partial_path(path) : strdup(path);
+    long batch = 0;
+    struct stat sb;
+    if (name && lstat(name, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+        hid_t fapl = file_access();
+        hid_t f = H5Fis_hdf5(name) > 0 ? H5Fopen(name, H5F_ACC_RDONLY, fapl) : H5I_INVALID_HID;
+        H5Pclose(fapl);
+        /* the resume key's last field (the batch_size attribute comes with the final step) */
+        char *key = f >= 0 ? si_h5_attr_read_str(f, "resume_key") : NULL;
+        const char *at = key ? strstr(key, ";batch=") : NULL;
+        if (at) {
+            char *end;
+            batch = strtol(at + 7, &end, 10);
+            if (*end) batch = 0;
+        }
+        free(key);
+        if (f >= 0) H5Fclose(f);
+    }
+    free(name);
+    return batch > 0 && batch <= 65536 ? (int)batch : 0;
+}
+
 /* The partial file's HDF5 state on disk: flushed and synced. */
 static si_status sync_partial(si_result *r) {
     void *h = NULL;

@@ -77,6 +77,10 @@ si_status si_result_create(const char *path, const si_result_schema *schema, uin
 /* Whether a run at PATH got as far as its journal's header: before that (killed while creating
  * PATH.partial) nothing can have been journaled, and a resume starts afresh. */
 bool si_result_started(const char *path);
+/* The batch size the run that wrote PATH (partial: PATH.partial) used, from its resume key; 0 when
+ * there is no such file or it says none (a run that resumes it without --batch takes this one:
+ * the batch is part of the resume key). Never follows a symlink for the partial. */
+int si_result_batch_of(const char *path, bool partial);
 /* Opens the partial run at PATH to continue it: the resume key, image count and column layout
  * must match (SI_ERR_ARG naming what differs otherwise). When input's files are not the ones
  * the run read (meta->input_identity differs from the partial file's), every image the journal

@@ -406,7 +406,7 @@ def skip_without_hw_decoder(a, model):
 
 def gpu_decode_crops(a):
     """The crops themselves (an Identity model, --post raw) from batches the hardware decodes
-    whole (SI_DECODE_CPU_SHARE=0, plain baseline photos in 4:2:0, 4:2:2 and 4:4:4 only, so no
+    whole (--decode-cpu-share 0, plain baseline photos in 4:2:0, 4:2:2 and 4:4:4 only, so no
     image is left to the CPU), with --exact-preprocess so that the CPU decodes them at full size
     too rather than at a DCT scale: --decode gpu-exact gives libjpeg-turbo's crops to the bit
     (the hardware's planes converted as libjpeg-turbo does, io/yuv.h), and so does --decode gpu
@@ -438,17 +438,16 @@ def gpu_decode_crops(a):
     px = {}
     for dec in ("cpu", "gpu", "gpu-exact"):
         out = os.path.join(d, f"{dec}.h5")
-        env = dict(os.environ, SI_DECODE_CPU_SHARE="0")
+        hw = [] if dec == "cpu" else ["--decode-cpu-share", "0", "--decode-wait"]
         p = subprocess.run([a.shardinfer, "run", "--model", model, "--input", sset, "--output",
                             out, "--batch", "8", "--backend", "cuda", "--precision", "fp32",
                             "--post", "raw", "--mean", "0,0,0", "--std", "1,1,1", "--decode",
-                            dec, "--progress", "none", "--exact-preprocess"], env=env,
-                           capture_output=True, text=True,
-                           timeout=120)
+                            dec, "--progress", "none", "--exact-preprocess"] + hw,
+                           capture_output=True, text=True, timeout=120)
         if p.returncode != 0:
             sys.exit(f"FAIL: --decode {dec}: exit {p.returncode}\n{p.stderr}")
         if dec != "cpu" and "40 images decoded by the GPU" not in p.stdout:
-            sys.exit(f"FAIL: with SI_DECODE_CPU_SHARE=0 not every photo went to the GPU:\n"
+            sys.exit(f"FAIL: with --decode-cpu-share 0 not every photo went to the GPU:\n"
                      f"{p.stdout}")
         with h5py.File(out, "r") as f:
             px[dec] = f["raw/pixels"][()] * 255.0
@@ -481,9 +480,6 @@ def gpu_decode(a):
     from check_results import read_result
     model = os.path.join(a.dir, "tiny.onnx")
     skip_without_hw_decoder(a, model)
-    # the decoder set up before the first batch (a run's first batches go to the CPU while it
-    # comes up otherwise): these short runs all reach the hardware, and split alike every time
-    os.environ["SI_DECODE_WAIT"] = "1"
     gpu_decode_crops(a)
     sets = [os.path.join(a.dir, "set.h5"), os.path.join(a.dir, "hostile", "set.h5")]
     # the hostile set repeated: many batches through the slots
@@ -491,11 +487,15 @@ def gpu_decode(a):
     sh([PY, os.path.join(HERE, "..", "bench", "repeat_set.py"), sets[1], big, "--count", "800"])
     sets.append(big)
     for k, sset in enumerate(sets):
-        def go(tag, extra, np_=1):
+        def go(tag, extra, np_=1, wait=True):
+            # the decoder set up before the first batch (a run's first batches go to the CPU
+            # while it comes up otherwise): these short runs all reach the hardware, and split
+            # alike every time
+            hw = ["--decode-wait"] if wait and "cpu" not in extra else []
             out = os.path.join(a.dir, f"gpu_decode_{k}_{tag}.h5")
             p = sh(["mpirun", "-np", str(np_), a.shardinfer, "run", "--model", model, "--input",
                     sset, "--output", out, "--batch", "8", "--overwrite", "--backend", "cuda",
-                    "--precision", "fp32"] + extra)
+                    "--precision", "fp32"] + extra + hw)
             return out, p
         cpu, _ = go("cpu", ["--decode", "cpu"])
         gpu, p = go("gpu", ["--decode", "gpu"])
@@ -547,11 +547,11 @@ def gpu_decode(a):
             # hardware, and half of them on the CPU
             ones = {}
             for share in ("0", "0.5"):
-                os.environ["SI_DECODE_CPU_SHARE"] = share
-                one, _ = go(f"slots1_{share}", ["--decode", "gpu", "--slots", "1"])
+                fixed = ["--decode", "gpu", "--decode-cpu-share", share]
+                one, _ = go(f"slots1_{share}", fixed + ["--slots", "1"])
                 ones[share] = one
                 for rep in range(2):
-                    three, _ = go(f"slots3_{share}_{rep}", ["--decode", "gpu", "--slots", "3"])
+                    three, _ = go(f"slots3_{share}_{rep}", fixed + ["--slots", "3"])
                     with h5py.File(one) as f1, h5py.File(three) as f3:
                         for name in ("status", "topk_class", "topk_prob"):
                             if not np.array_equal(f1[name][()], f3[name][()]):
@@ -559,9 +559,7 @@ def gpu_decode(a):
                                          f"(CPU share {share})")
             # 2 ranks: other batches, so the same images only with the split fixed at "all the
             # hardware can take" (a share splits each batch's images by their place in it)
-            os.environ["SI_DECODE_CPU_SHARE"] = "0"
-            two, _ = go("np2", ["--decode", "gpu"], np_=2)
-            del os.environ["SI_DECODE_CPU_SHARE"]
+            two, _ = go("np2", ["--decode", "gpu", "--decode-cpu-share", "0"], np_=2)
             sh([PY, os.path.join(HERE, "check_results.py"), "compare", ones["0"], two])
             # batches the decoder rejects as a whole are decoded on the CPU after all: every
             # call failed in a pool of one crop per image (no room to spare for the bitstreams
@@ -588,9 +586,7 @@ def gpu_decode(a):
         if sset == big:
             # as a run goes by default: its first batches on the CPU while the decoder comes up,
             # then the hardware; the same statuses, every image counted once
-            del os.environ["SI_DECODE_WAIT"]
-            lazy, p = go("lazy", ["--decode", "gpu"])
-            os.environ["SI_DECODE_WAIT"] = "1"
+            lazy, p = go("lazy", ["--decode", "gpu"], wait=False)
             m = re.search(r"--decode gpu: (\d+) images decoded by the GPU's JPEG decoder, the other "
                           r"(\d+) on the CPU", p.stdout)
             sl, sc = read_result(lazy)["status"], rc["status"]
@@ -600,7 +596,6 @@ def gpu_decode(a):
                          f"from --decode cpu, or the images are not all counted:\n{p.stdout}")
             print(f"gpu-decode: decoder set up during the run: "
                   f"{m.group(1) if m else 0} of {len(sc)} on the GPU, statuses equal")
-    del os.environ["SI_DECODE_WAIT"]
     gpu_decode_absent(a, model, sets[0])
     print("gpu-decode: OK")
 
@@ -646,7 +641,6 @@ def gpu_decode_fuzz(a):
     if cuda_devices() == 0:
         print("no CUDA device: skipped")
         sys.exit(77)
-    os.environ["SI_DECODE_WAIT"] = "1"  # every batch within the hardware's reach goes to it
     seeds = []
     for sset in (os.path.join(a.dir, "set.h5"), os.path.join(a.dir, "hostile", "set.h5")):
         with h5py.File(sset, "r") as f:
@@ -709,7 +703,9 @@ def gpu_decode_fuzz(a):
             mode = dec if dec == "cpu" or rounds % 2 == 0 else "gpu-exact"
             sh([a.shardinfer, "run", "--model", model, "--input", sset, "--output", out,
                 "--batch", "64", "--backend", "cuda", "--precision", "fp32", "--decode", mode,
-                "--progress", "none"])
+                "--progress", "none"] +
+               # every batch within the hardware's reach goes to it
+               ([] if mode == "cpu" else ["--decode-wait"]))
             res[dec] = read_result(out)
         rc, rg = res["cpu"], res["gpu"]
         for x, y in zip(rc["status"].tolist(), rg["status"].tolist()):

@@ -116,7 +116,9 @@ def case_options():
            ("--iou-threshold", "nan"), ("--iou-threshold", "-0.1"),
            ("--flush-interval", "nan"), ("--flush-interval", "0"), ("--flush-interval", "inf"),
            ("--drain-timeout", "nan"), ("--drain-timeout", "-1"), ("--drain-timeout", "inf"),
-           ("--progress-interval", "nan"), ("--crop", "0" * 70 + "32")]
+           ("--progress-interval", "nan"), ("--crop", "0" * 70 + "32"),
+           ("--decode-parts", "0"), ("--decode-parts", "65"), ("--decode-cpu-share", "1.5"),
+           ("--decode-cpu-share", "nan"), ("--decode-cpu-share", "-0.1")]
     for opt, val in bad:
         out = os.path.join(d, "out.h5")
         rc, _, err = run(*common, "--output", out, opt, val)
@@ -132,6 +134,54 @@ def case_options():
     if rc != 0:
         fail(f"valid --std 1/255 and --mean: exit {rc}: {err[-3:]}")
     print(f"options: OK: {len(bad)} bad values refused, each with one line naming it")
+
+
+def case_default_batch():
+    """Without --batch: a model whose batch dimension is fixed runs at it (not refused for the
+    default's sake); --resume of an interrupted run takes that run's batch (part of its resume
+    key) and finishes to the file of an uninterrupted run; --resume of the finished file is
+    "complete already". Each line says where the batch came from."""
+    import onnx
+    d = fresh("default_batch")
+    base, photos = base_data()
+    sset = os.path.join(d, "set.h5")
+    write_set(sset, photos[:20], [f"p{i}" for i in range(20)])
+    fixed = os.path.join(d, "fixed4.onnx")
+    m = onnx.load(os.path.join(base, "tiny.onnx"))
+    dim = m.graph.input[0].type.tensor_type.shape.dim[0]
+    dim.ClearField("dim_param")
+    dim.dim_value = 4
+    for o in m.graph.output:
+        od = o.type.tensor_type.shape.dim
+        if od and od[0].dim_param:
+            od[0].ClearField("dim_param")
+            od[0].dim_value = 4
+    onnx.save(m, fixed)
+    out = os.path.join(d, "fixed.h5")
+    rc, _, err = run("--model", fixed, "--input", sset, "--output", out, "--backend", "cpu",
+                     "--progress", "none")
+    if rc != 0 or not any("batch 4 (the model's fixed batch)" in l for l in err):
+        fail(f"a model fixed at batch 4, no --batch: exit {rc}: {err[-3:]}")
+    model = os.path.join(base, "tiny.onnx")
+    common = ["--model", model, "--input", sset, "--backend", "cpu", "--progress", "none"]
+    ref = os.path.join(d, "ref.h5")
+    rc, _, err = run(*common, "--output", ref, "--batch", "4", "--quiet")
+    if rc != 0:
+        fail(f"the reference run: exit {rc}: {err[-3:]}")
+    out = os.path.join(d, "resumed.h5")
+    cmd = [BIN, "run", *common, "--output", out, "--batch", "4"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT,
+                       env=dict(env(), SI_TEST_KILL_AT="finish:begin"))
+    if p.returncode == 0 or not os.path.exists(out + ".partial"):
+        fail(f"SI_TEST_KILL_AT=finish:begin: exit {p.returncode}, no partial result")
+    rc, _, err = run(*common, "--output", out, "--resume")
+    if rc != 0 or not any("batch 4 (the interrupted run's)" in l for l in err):
+        fail(f"--resume without --batch: exit {rc}: {err[-3:]}")
+    cluster.same_files(ref, out)
+    rc, _, err = run(*common, "--output", out, "--resume")
+    if rc != 0 or not any("complete already" in l for l in err):
+        fail(f"--resume of the finished run without --batch: exit {rc}: {err[-3:]}")
+    print("default-batch: OK: a fixed batch taken from the model, a resumed run's from its file")
 
 
 def with_metadata(src, dst, props):
@@ -446,6 +496,7 @@ def case_double_sigterm():
 
 CASES = {"options": case_options, "metadata": case_metadata, "log-forging": case_log_forging,
          "too-large": case_too_large, "failure-lines": case_failure_lines,
+         "default-batch": case_default_batch,
          "mpirun-sigterm": case_mpirun_sigterm, "mpirun-sigusr1": case_mpirun_sigusr1,
          "double-sigterm": case_double_sigterm}
 

@@ -80,7 +80,7 @@ static int parity(const si_model_proto *m, const si_graph_opts *opts, si_tensor 
         si_engine_free(c);
         return 1;
     }
-    for (int o = 0; o < e->g->n_outputs; o++) {
+    for (int o = 0; o < si_engine_graph(e)->n_outputs; o++) {
         si_shape sa, sb;
         const float *a = si_engine_output(e, o, &sa), *b = si_engine_output(c, o, &sb);
         if (si_engine_output_dtype(e, o) != SI_DT_FLOAT) continue; /* shapes: computed on host */
@@ -254,8 +254,9 @@ static int run_set(si_model_proto *m, const char *setdir, const char *name) {
         rc = st == SI_ERR_UNSUPPORTED && expect_unsupported(name) ? 2 : 1;
         goto done;
     }
+    const si_graph *G = si_engine_graph(e);
     for (int i = 0; i < ndata; i++) {
-        si_value *v = &e->g->values[e->g->inputs[i]];
+        const si_value *v = &G->values[G->inputs[i]];
         si_tensor *t = data_in[i];
         bool same = t->ndim == v->shape.ndim && t->dtype == SI_DT_FLOAT;
         for (int d = 0; same && d < t->ndim; d++) same = t->dims[d] == v->shape.dims[d];
@@ -275,8 +276,8 @@ static int run_set(si_model_proto *m, const char *setdir, const char *name) {
         printf("PASS %s\n", name);
         goto done;
     }
-    if (nref != e->g->n_outputs) {
-        printf("FAIL %s: %d reference outputs, graph has %d\n", name, nref, e->g->n_outputs);
+    if (nref != G->n_outputs) {
+        printf("FAIL %s: %d reference outputs, graph has %d\n", name, nref, G->n_outputs);
         goto done;
     }
     rc = 0;

@@ -35,13 +35,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "engine: %s\n", si_error_msg());
         return 1;
     }
-    CHECK(slot->n_slots == 1 && slot->synchronous);
-    si_rs_item *items = (si_rs_item *)1;
-    size_t cap = 1;
-    CHECK(si_engine_pack(slot, 0, &items, &cap) == NULL && items == NULL && cap == 0);
+    CHECK(si_engine_slots(slot) == 1 && si_engine_synchronous(slot));
+    si_slot_pack pk;
+    memset(&pk, 0xff, sizeof pk);
+    CHECK(!si_engine_pack(slot, 0, &pk) && pk.host == NULL && pk.items == NULL && pk.cap == 0);
     CHECK(si_engine_pixels(ref, 0) == NULL); /* no pixel path asked for */
 
-    si_shape in = slot->g->values[slot->g->inputs[0]].shape;
+    const si_graph *G = si_engine_graph(slot);
+    si_shape in = G->values[G->inputs[0]].shape;
     const int h = (int)in.dims[2], w = (int)in.dims[3];
     const size_t img = (size_t)h * (size_t)w * 3;
     unsigned seed = 20261123u;
@@ -55,20 +56,20 @@ int main(int argc, char **argv) {
             si_normalize_chw(px + img * (size_t)r, h, w, mean, std, x + img * (size_t)r);
         /* poison: the slot's input and both engines' outputs of the batch before */
         poison(si_engine_input(slot, 0), img * B);
-        for (int q = 0; k > 0 && q < slot->g->n_outputs; q++) {
+        for (int q = 0; k > 0 && q < G->n_outputs; q++) {
             si_shape s; /* filled before its size is read: arguments have no order in C */
             const float *prev = si_engine_output(ref, q, &s);
             poison(prev, (size_t)si_shape_numel(&s));
             poison(outs[q], (size_t)si_shape_numel(&s));
         }
         double t_before = si_now();
-        CHECK_MSG(si_engine_submit(slot, 0, rows[k], 0) == SI_OK, "%s", si_error_msg());
+        CHECK_MSG(si_engine_submit(slot, 0, rows[k]) == SI_OK, "%s", si_error_msg());
         CHECK_MSG(si_engine_collect(slot, 0, outs) == SI_OK, "%s", si_error_msg());
         double t0 = 0, t1 = -1;
         CHECK(si_engine_slot_times(slot, 0, &t0, &t1) == SI_OK);
         CHECK(t_before <= t0 && t0 <= t1 && t1 <= si_now());
         CHECK_MSG(si_engine_run(ref, rows[k]) == SI_OK, "%s", si_error_msg());
-        for (int q = 0; q < slot->g->n_outputs; q++) {
+        for (int q = 0; q < G->n_outputs; q++) {
             si_shape s, rs;
             const float *want = si_engine_output(ref, q, &rs);
             si_engine_output(slot, q, &s);
@@ -81,7 +82,7 @@ int main(int argc, char **argv) {
             CHECK_MSG(finite, "batch %d output %d: not finite (poison left)", k, q);
         }
     }
-    CHECK(si_engine_submit(slot, 0, B + 1, 0) != SI_OK); /* past max_batch: an error */
+    CHECK(si_engine_submit(slot, 0, B + 1) != SI_OK); /* past max_batch: an error */
     si_engine_free(slot);
     si_engine_free(ref);
     return test_finish();

@@ -22,7 +22,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", si_error_msg());
         return 1;
     }
-    size_t n = (size_t)si_shape_numel(&e->g->values[e->g->inputs[0]].shape);
+    const si_graph *G = si_engine_graph(e);
+    size_t n = (size_t)si_shape_numel(&G->values[G->inputs[0]].shape);
     float *x = si_engine_input(e, 0), *first = malloc(n * sizeof *first);
     memset(x, 0xff, n * sizeof *x); /* NaN: a fill must overwrite every value */
     si_engine_bench_fill(e);
@@ -43,9 +44,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < ITERS; i++) CHECK_MSG(ms[i] > 0, "run %d: %g ms", i, ms[i]);
     for (int i = 1; i < ITERS; i++) CHECK_MSG(ms[i - 1] <= ms[i], "times not sorted at %d", i);
     CHECK(first_done > t0 && first_done <= si_now());
-    CHECK(e->node_seconds != NULL);
+    CHECK(si_engine_node_seconds(e) != NULL);
     double total = 0;
-    for (int j = 0; e->node_seconds && j < e->g->n_nodes; j++) total += e->node_seconds[j];
+    const double *ns = si_engine_node_seconds(e);
+    for (int j = 0; ns && j < si_engine_graph(e)->n_nodes; j++) total += ns[j];
     CHECK_MSG(total > 0, "profile: %g s over the timed runs", total);
     free(first);
     si_engine_free(e);

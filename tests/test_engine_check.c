@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/engine.h"
+#include "engine/backend.h"
 #include "test_util.h"
 
 /* Refuses Softmax with a reason naming its axis (so one type gives two groups) and every Pad. */

@@ -4,13 +4,15 @@
  * steady state: 30 more batches through the ring may make no cudaMalloc, cudaFree or
  * cudaHostAlloc (the backend counts its own) and may not change the device's free memory
  * (which would show any library allocating behind our back). The same for --decode gpu's path
- * where the GPU has hardware JPEG decoders: batches of JPEGs through nvJPEG and the resize, whose
- * outputs repeat bit for bit. Usage: test_gpu_engine MODEL.onnx */
+ * where the GPU has hardware JPEG decoders: batches of JPEGs through nvJPEG (src/decode/hwjpeg.h,
+ * into the slots' device areas, on their streams) and the resize, whose outputs repeat bit for
+ * bit. Usage: test_gpu_engine MODEL.onnx */
 #include <string.h>
 #include <turbojpeg.h>
 
 #include "cuda/cuda.h"
 #include "io/jpeg.h"
+#include "decode/hwjpeg.h"
 #include "engine/engine.h"
 #include "tests/test_util.h"
 
@@ -36,7 +38,7 @@ static void check_precision(const char *model, int prec) {
         si_engine_free(cpu);
         return;
     }
-    si_shape in = gpu->g->values[gpu->g->inputs[0]].shape;
+    si_shape in = si_engine_graph(gpu)->values[si_engine_graph(gpu)->inputs[0]].shape;
     int h = (int)in.dims[2], w = (int)in.dims[3];
     size_t img = (size_t)h * w * 3;
     si_shape os;
@@ -53,7 +55,7 @@ static void check_precision(const char *model, int prec) {
     for (int k = 0; k <= 4; k++) {
         if (k < 4) {
             memcpy(si_engine_pixels(gpu, k % 2), px + img * B * (size_t)k, img * (size_t)rows[k]);
-            CHECK_MSG(si_engine_submit(gpu, k % 2, rows[k], 0) == SI_OK, "%s", si_error_msg());
+            CHECK_MSG(si_engine_submit(gpu, k % 2, rows[k]) == SI_OK, "%s", si_error_msg());
         }
         if (k == 0) continue;
         int q = k - 1;
@@ -102,7 +104,7 @@ static void check_precision(const char *model, int prec) {
     for (int k = 0; k < 30; k++) {
         if (k >= 2) CHECK(si_engine_collect(gpu, k % 2, outs) == SI_OK);
         fill(si_engine_pixels(gpu, k % 2), img * B, &seed);
-        CHECK(si_engine_submit(gpu, k % 2, k % 7 == 3 ? 3 : B, 0) == SI_OK);
+        CHECK(si_engine_submit(gpu, k % 2, k % 7 == 3 ? 3 : B) == SI_OK);
     }
     CHECK(si_engine_collect(gpu, 0, outs) == SI_OK && si_engine_collect(gpu, 1, outs) == SI_OK);
     CHECK(si_cuda_mem_info(&used1, &total) == SI_OK);
@@ -134,16 +136,20 @@ static void check_jpeg_steady(const char *model, bool exact) {
     si_graph *g;
     si_engine *gpu = NULL;
     CHECK_MSG(si_graph_load(model, NULL, &g) == SI_OK, "%s", si_error_msg());
-    si_engine_opts o = {.precision = SI_PREC_FP16, .slots = 2, .pixels = true,
+    si_engine_opts o = {.precision = SI_PREC_FP16,
+                        .slots = 2,
+                        .pixels = true,
                         .pack_per_image = (size_t)1 << 20,
-                        .gpu_decode_per_image = SI_GPU_DECODE_PER_IMAGE,
-                        .gpu_decode_exact = exact};
+                        .device_area_per_image = SI_GPU_DECODE_PER_IMAGE};
     for (int c = 0; c < 3; c++) o.mean[c] = 0.45f, o.std[c] = 0.225f;
-    if (si_engine_create_opts(g, "cuda", B, &o, &gpu) != SI_OK) {
+    si_hwjpeg *hw = si_hwjpeg_create(2, B, exact, 2);
+    CHECK_MSG(hw && si_hwjpeg_exact(hw) == exact && si_hwjpeg_parts(hw) == 2, "%s", si_error_msg());
+    if (!hw || si_engine_create_opts(g, "cuda", B, &o, &gpu) != SI_OK) {
         CHECK_MSG(0, "engine: %s", si_error_msg());
+        si_hwjpeg_free(hw);
         return;
     }
-    si_shape in = gpu->g->values[gpu->g->inputs[0]].shape;
+    si_shape in = si_engine_graph(gpu)->values[si_engine_graph(gpu)->inputs[0]].shape;
     int ch = (int)in.dims[2], cw = (int)in.dims[3];
     si_shape os;
     si_engine_output(gpu, 0, &os);
@@ -185,32 +191,35 @@ static void check_jpeg_steady(const char *model, bool exact) {
             CHECK(si_cuda_mem_info(&used0, &total) == SI_OK);
         }
         if (k >= 30) continue;
-        si_rs_item *items;
-        size_t cap, dec = 0, src;
-        uint8_t *pool = si_engine_pack(gpu, slot, &items, &cap);
-        si_jpeg_jobs *q = si_engine_jpeg_jobs(gpu, slot);
-        CHECK(pool && q && q->n == 0);
-        src = cap;
+        si_slot_pack pk;
+        CHECK(si_engine_pack(gpu, slot, &pk) && pk.area_cap >= B * SI_GPU_DECODE_PER_IMAGE);
+        si_jpeg_jobs *q = si_hwjpeg_jobs(hw, slot);
+        CHECK(q && q->n == 0);
+        uint8_t *pool = pk.host;
+        si_rs_item *items = pk.items;
+        size_t dec = 0, src = pk.cap;
         for (int j = 0; j < B; j++) { /* bitstreams at the pool's end, decodes in the area */
             src -= len[j];
             memcpy(pool + src, jpg[j], len[j]);
             size_t at = (dec + 255) & ~(size_t)255;
             int sub = j % 3 ? 2 : 1; /* 4:2:0 or 4:4:4, as compressed above */
             dec = at + si_jpeg_area_bytes(jw[j], jh[j], sub, sub, exact);
-            CHECK(dec <= q->dst_cap);
-            q->src[j] = src, q->len[j] = len[j], q->dst[j] = q->dst_base + at;
+            CHECK(dec <= pk.area_cap);
+            q->src[j] = src, q->len[j] = len[j], q->dst[j] = pk.area_off + at;
             q->w[j] = jw[j], q->h[j] = jh[j], q->sub[j] = sub | sub << 8;
             CHECK(si_rs_item_make(jw[j], jh[j], ch * 8 / 7, SI_INTERP_BILINEAR, ch, cw, &items[j]));
             items[j].off = q->dst[j];
             q->n++;
         }
-        CHECK_MSG(si_engine_jpeg_decode(gpu, slot) == SI_OK, "%s", si_error_msg());
-        /* every image on the hardware: nothing packed here, the resize still runs */
-        CHECK_MSG(si_engine_submit(gpu, slot, B, 0) == SI_OK, "%s", si_error_msg());
+        CHECK_MSG(si_hwjpeg_decode(hw, slot, &pk) == SI_OK, "%s", si_error_msg());
+        /* every image on the hardware: nothing to upload, the resize still runs */
+        CHECK_MSG(si_engine_submit_packed(gpu, slot, B, 0) == SI_OK, "%s", si_error_msg());
     }
     CHECK(si_cuda_mem_info(&used1, &total) == SI_OK);
-    CHECK_MSG(si_cuda_backend_alloc_calls() == calls, "jpeg: %ld allocation calls in the steady "
-              "state", si_cuda_backend_alloc_calls() - calls);
+    CHECK_MSG(si_cuda_backend_alloc_calls() == calls,
+              "jpeg: %ld allocation calls in the steady "
+              "state",
+              si_cuda_backend_alloc_calls() - calls);
     if (!getenv("SI_TEST_UNDER_SANITIZER"))
         CHECK_MSG(used1 == used0, "jpeg: device memory in use went from %zu to %zu bytes", used0,
                   used1);
@@ -221,10 +230,12 @@ static void check_jpeg_steady(const char *model, bool exact) {
     CHECK_MSG(memcmp(first, first + per, per * sizeof(float)) != 0, "jpeg: rows 0 and 1 equal");
     printf("jpeg%s: %d batches of %d JPEGs through the hardware decoder: %ld allocation calls "
            "after the first two, device memory in use %zu -> %zu bytes, outputs repeat bit for "
-           "bit\n", exact ? " (exact)" : "", collected, B, si_cuda_backend_alloc_calls() - calls,
-           used0, used1);
+           "bit\n",
+           exact ? " (exact)" : "", collected, B, si_cuda_backend_alloc_calls() - calls, used0,
+           used1);
     for (int j = 0; j < B; j++) tjFree(jpg[j]);
     free(first);
+    si_hwjpeg_free(hw);
     si_engine_free(gpu);
 }
 

@@ -113,14 +113,14 @@ static void op_label(const si_gnode *n, char *label, size_t cap) {
     snprintf(label, cap, "%s%s", n->op_type, kind);
 }
 
-/* The time per (fused) op type and conv kind, largest first, from e->node_seconds. */
+/* The time per (fused) op type and conv kind, largest first, from si_engine_node_seconds(e). */
 static void print_profile(const si_engine *e, int iters) {
-    const si_graph *pg = e->g;
+    const si_graph *pg = si_engine_graph(e);
     int nn = pg->n_nodes;
     char(*label)[160] = si_xmalloc(sizeof(*label) * (size_t)(nn + 1));
     for (int j = 0; j < nn; j++) op_label(&pg->nodes[j], label[j], sizeof label[j]);
     double total = 0;
-    for (int j = 0; j < nn; j++) total += e->node_seconds[j];
+    for (int j = 0; j < nn; j++) total += si_engine_node_seconds(e)[j];
     bool *done = si_xcalloc((size_t)nn + 1, 1);
     printf("profile: %% of engine time per op type (%d timed runs)\n", iters);
     for (;;) {
@@ -130,7 +130,7 @@ static void print_profile(const si_engine *e, int iters) {
             if (done[j]) continue;
             double t = 0;
             for (int k = j; k < nn; k++)
-                if (!done[k] && !strcmp(label[k], label[j])) t += e->node_seconds[k];
+                if (!done[k] && !strcmp(label[k], label[j])) t += si_engine_node_seconds(e)[k];
             if (t > best_t) best_t = t, best = j;
         }
         if (best < 0) break;
@@ -146,15 +146,17 @@ static void print_profile(const si_engine *e, int iters) {
 
 /* With --verbose: the `top` slowest nodes one by one, with their names and output shapes. */
 static void print_slowest(const si_engine *e, int iters, int top) {
-    const si_graph *pg = e->g;
+    const si_graph *pg = si_engine_graph(e);
     int nn = pg->n_nodes;
     bool *shown = si_xcalloc((size_t)nn + 1, 1);
     printf("profile: the %d slowest nodes\n", top);
     for (int r = 0; r < top; r++) {
         int best = -1;
         for (int j = 0; j < nn; j++)
-            if (!shown[j] && (best < 0 || e->node_seconds[j] > e->node_seconds[best])) best = j;
-        if (best < 0 || e->node_seconds[best] <= 0) break;
+            if (!shown[j] &&
+                (best < 0 || si_engine_node_seconds(e)[j] > si_engine_node_seconds(e)[best]))
+                best = j;
+        if (best < 0 || si_engine_node_seconds(e)[best] <= 0) break;
         shown[best] = true;
         const si_gnode *n = &pg->nodes[best];
         char label[160], shape[96] = "";
@@ -163,8 +165,8 @@ static void print_slowest(const si_engine *e, int iters, int top) {
         for (int k = 0, o = 0; k < s->ndim && o < (int)sizeof shape - 24; k++)
             o += snprintf(shape + o, sizeof shape - (size_t)o, "%s%lld", k ? "x" : "",
                           (long long)s->dims[k]);
-        printf("  %8.3f ms/run  %-28s %-44s %s\n", e->node_seconds[best] * 1e3 / iters, shape,
-               label, n->name);
+        printf("  %8.3f ms/run  %-28s %-44s %s\n", si_engine_node_seconds(e)[best] * 1e3 / iters,
+               shape, label, n->name);
     }
     free(shown);
 }
@@ -178,15 +180,15 @@ static void print_result(const bench_args *a, const si_engine *e, const double *
            "min_ms=%.3f max_ms=%.3f images_per_s=%.1f first_result_ms=%.1f arena_mb=%.1f\n",
            a->model, batch, a->threads, a->backend, si_precision_name(a->eo.precision),
            a->run.compute_only ? " compute_only=1" : "", med, ms[0], ms[iters - 1],
-           batch * 1e3 / med, first_ms, (double)e->activation_bytes / 1e6);
+           batch * 1e3 / med, first_ms, (double)si_engine_activation_bytes(e) / 1e6);
+    const si_engine_memory *m = si_engine_mem(e);
     if (si_engine_on_gpu(e))
         printf("bench: init_s=%.2f (plan, weights, algorithm search, graph capture, warm-up) "
                "device_planned_mb=%.1f device_in_use_mb=%.1f autotune_cached=%d/%d convs "
                "%d/%d matmuls %d/%d attention\n",
-               e->mem.init_seconds, (double)e->mem.device_total / 1048576.0,
-               (double)e->mem.device_used_after_init / 1048576.0, e->mem.convs_cached,
-               e->mem.convs_tuned, e->mem.matmuls_cached, e->mem.matmuls_tuned, e->mem.attn_cached,
-               e->mem.attn_tuned);
+               m->init_seconds, (double)m->device_total / 1048576.0,
+               (double)m->device_used_after_init / 1048576.0, m->convs_cached, m->convs_tuned,
+               m->matmuls_cached, m->matmuls_tuned, m->attn_cached, m->attn_tuned);
 }
 
 int si_cli_bench(int argc, char **argv) {
@@ -210,8 +212,8 @@ int si_cli_bench(int argc, char **argv) {
         code = SI_EXIT_FAIL;
     } else {
         print_result(&a, e, ms, (first_done - t0) * 1e3);
-        if (e->node_seconds) print_profile(e, a.run.iters);
-        if (e->node_seconds && a.eo.verbose) print_slowest(e, a.run.iters, 25);
+        if (si_engine_node_seconds(e)) print_profile(e, a.run.iters);
+        if (si_engine_node_seconds(e) && a.eo.verbose) print_slowest(e, a.run.iters, 25);
         code = SI_EXIT_OK;
     }
     free(ms);

@@ -328,8 +328,9 @@ static si_status runtime_inputs(const si_graph *g, exec_args *a, exec_input **rt
 /* Copies each runtime input into the engine after checking its shape against the batch's. */
 static si_status feed_inputs(si_engine *e, exec_input *const *rt, int batch) {
     char s1[256], s2[256];
-    for (int i = 0; i < e->g->n_inputs; i++) {
-        const si_value *v = &e->g->values[e->g->inputs[i]];
+    const si_graph *G = si_engine_graph(e);
+    for (int i = 0; i < G->n_inputs; i++) {
+        const si_value *v = &G->values[G->inputs[i]];
         const si_tensor *t = &rt[i]->t;
         bool same = t->ndim == v->shape.ndim;
         for (int d = 0; same && d < t->ndim; d++) same = t->dims[d] == v->shape.dims[d];
@@ -348,8 +349,9 @@ static si_status write_outputs(si_engine *e, const char *outdir) {
     char s1[256];
     si_status st = make_dir(outdir);
     if (st != SI_OK) return st;
-    char **paths = output_paths(outdir, e->g);
-    for (int o = 0; o < e->g->n_outputs; o++) {
+    const si_graph *G = si_engine_graph(e);
+    char **paths = output_paths(outdir, G);
+    for (int o = 0; o < G->n_outputs; o++) {
         si_shape sh;
         const float *y = si_engine_output(e, o, &sh);
         int dtype = si_engine_output_dtype(e, o);
@@ -359,7 +361,7 @@ static si_status write_outputs(si_engine *e, const char *outdir) {
             break;
         }
         if ((st = si_npy_write_data(paths[o], dtype, sh.ndim, sh.dims, y)) != SI_OK) break;
-        printf("%s %s float32 -> %s\n", e->g->values[e->g->outputs[o]].name,
+        printf("%s %s float32 -> %s\n", G->values[G->outputs[o]].name,
                fmt_shape(s1, sizeof s1, sh.ndim, sh.dims, NULL), paths[o]);
     }
     fflush(stdout);

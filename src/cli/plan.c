@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "engine/devplan.h"
+#include "decode/hwjpeg.h"
 #include "engine/engine.h"
 #include "pipeline/pipeline.h"
 
@@ -32,7 +33,7 @@ static void print_carve(const si_devplan *p) {
     printf("    arena %zu, scratch %zu, workspace %zu, input %zu, output %zu", d->arena, d->scratch,
            d->workspace, d->input, d->output);
     if (p->pack) printf(", packed images %zu, items %zu", d->pack, d->items);
-    if (p->dec_cap) printf(" (the JPEG decoder's area at %zu)", d->dec);
+    if (p->area_cap) printf(" (the JPEG decoder's area at %zu)", d->area);
     printf("\n  carved: the pinned block holds slot k at k * %zu:\n", p->pinned);
     printf("    input %zu, output %zu", h->input, h->output);
     if (p->pack) printf(", packed images %zu, items %zu", h->pack, h->items);
@@ -124,9 +125,9 @@ static void print_plan(const plan_args *a, const si_devplan *p, bool pixels) {
     if (p->pack)
         printf("  %-34s %12.1f %12.1f\n", "decoded images for the GPU resize", mib(p->pack),
                mib(p->pack * slots));
-    if (p->dec_cap)
-        printf("  %-34s %12.1f %12.1f\n", "GPU JPEG decoder's output", mib(p->dec_cap),
-               mib(p->dec_cap * slots));
+    if (p->area_cap)
+        printf("  %-34s %12.1f %12.1f\n", "GPU JPEG decoder's output", mib(p->area_cap),
+               mib(p->area_cap * slots));
     printf("  %-34s %12.1f %12.1f\n", "activations (liveness-planned arena)", mib(p->activations),
            mib(p->activations * slots));
     printf("  %-34s %12.1f %12.1f\n", "workspace (cuDNN, cuBLASLt)", mib(p->workspace),
@@ -140,7 +141,7 @@ static void print_plan(const plan_args *a, const si_devplan *p, bool pixels) {
     print_carve(p);
     printf("  plus the CUDA context and the libraries' own memory (about 500-600 MiB on an H100, "
            "measured)\n");
-    if (p->dec_cap) // the hardware backend takes no allocator of ours: measured, not planned
+    if (p->area_cap) // the hardware backend takes no allocator of ours: measured, not planned
         printf("  and nvJPEG's own buffers beside them: about %.0f MiB for %zu slots (42 MiB a "
                "slot and 3 MiB more, measured on an H100 at batches 64-256; `run`'s summary "
                "shows the whole)\n",
@@ -166,7 +167,7 @@ static si_status plan_model(const plan_args *a, si_graph *g) {
                          .workspace_bytes = ws,
                          .pixels = pixels,
                          .pack_per_image = ppi,
-                         .gpu_decode_per_image = dpi};
+                         .device_area_per_image = dpi};
     si_status st = SI_OK;
     si_devplan p;
     if (cuda && (st = si_graph_infer(g, (int)a->batch)) == SI_OK)

@@ -21,7 +21,9 @@ static const char run_usage[] =
     "                                     [options]\n"
     "  SET: an HDF5 file, a list file of them, a glob pattern or a directory (one index space)\n"
     "input and preprocessing:\n"
-    "  --batch N          images per batch (default 32)\n"
+    "  --batch N          images per batch (default: the model's fixed batch, else 32 on the\n"
+    "                     CPU; on cuda the largest of 256, 128, 64, 32 planned within half the\n"
+    "                     GPU's memory; --resume: the interrupted run's)\n"
     "  --resize N         shorter side after resize (default: the model's metadata 'resize',\n"
     "                     else crop/0.875, 256 for 224)\n"
     "  --crop N|HxW       center crop; must equal the model's input size (default: the model's)\n"
@@ -85,6 +87,13 @@ static const char run_usage[] =
     "                     gpu-exact (the hardware's planes, upsampled as libjpeg-turbo does:\n"
     "                     cpu's results bit for bit, slower)\n"
     "                     or cpu (libjpeg-turbo); the summary counts images per decoder\n"
+    "  --decode-parts N   --decode gpu: host threads making each batch's decoder calls (default\n"
+    "                     2; for measurements, as the two below)\n"
+    "  --decode-cpu-share F\n"
+    "                     --decode gpu: the part of the images the hardware could take that\n"
+    "                     libjpeg-turbo decodes instead, 0..1 (default 0), or auto (balanced)\n"
+    "  --decode-wait      --decode gpu: make the decoder's states before the first batch (else\n"
+    "                     a slot's first batches decode on the CPU while they are made)\n"
     "  --autotune-cache D cuda: keep the convolutions' and matmuls' timed algorithm choices and\n"
     "                     the attention nodes' kernels in folder D (one file per GPU model, cuDNN\n"
     "                     version and workspace; default\n"
@@ -153,7 +162,10 @@ enum {
     O_TIMELINE,
     O_EMBEDDTYPE,
     O_MAXRECORD,
-    O_ALLOWEXT
+    O_ALLOWEXT,
+    O_DECPARTS,
+    O_DECSHARE,
+    O_DECWAIT
 };
 
 static const struct option run_opts[] = {{"model", required_argument, 0, 'm'},
@@ -207,6 +219,9 @@ static const struct option run_opts[] = {{"model", required_argument, 0, 'm'},
                                          {"embed-dtype", required_argument, 0, O_EMBEDDTYPE},
                                          {"max-record-bytes", required_argument, 0, O_MAXRECORD},
                                          {"allow-external", no_argument, 0, O_ALLOWEXT},
+                                         {"decode-parts", required_argument, 0, O_DECPARTS},
+                                         {"decode-cpu-share", required_argument, 0, O_DECSHARE},
+                                         {"decode-wait", no_argument, 0, O_DECWAIT},
                                          {0, 0, 0, 0}};
 
 /* Options that take their value as it is: paths, names and switches. */
@@ -229,6 +244,7 @@ static const char *opt_plain(int c, const char *arg, run_args *a, char *buf, siz
     case O_AGNOSTIC: j->pc.post.detect.class_agnostic = true; break;
     case O_RESUME: j->resume = true; break;
     case O_NOGRAPHS: j->eo.no_graphs = true; break;
+    case O_DECWAIT: j->decode_wait = true; break;
     case O_TIMELINE: j->timeline = arg; break;
     default: return not_mine;
     }
@@ -258,6 +274,7 @@ static const char *opt_input(int c, const char *arg, run_args *a, char *buf, siz
         if (!si_parse_int(arg, 1, 65536, &v))
             return usage_error(buf, cap, "--batch '%s': expected an integer 1..65536", arg);
         pc->batch = (int)v;
+        a->job.batch_set = true;
         return NULL;
     case 'r':
         if (!si_parse_int(arg, 1, 16384, &v))
@@ -465,6 +482,22 @@ static const char *opt_cuda(int c, const char *arg, run_args *a, char *buf, size
             return usage_error(buf, cap, "--decode '%s': expected auto, cpu, gpu or gpu-exact",
                                arg);
         return NULL;
+    case O_DECPARTS:
+        if (!si_parse_int(arg, 1, 64, &v))
+            return usage_error(buf, cap, "--decode-parts '%s': expected an integer 1..64", arg);
+        a->job.decode_parts = (int)v;
+        return NULL;
+    case O_DECSHARE: {
+        char *end;
+        double f = strtod(arg, &end);
+        if (!strcmp(arg, "auto"))
+            a->job.decode_cpu_share = -1;
+        else if (*arg && !*end && f >= 0 && f <= 1)
+            a->job.decode_cpu_share = f;
+        else
+            return usage_error(buf, cap, "--decode-cpu-share '%s': expected 0..1 or auto", arg);
+        return NULL;
+    }
     case O_AUTOTUNE:
         if (!*arg) return "--autotune-cache: expected a folder, or off";
         eo->autotune_dir = arg;
@@ -552,6 +585,10 @@ static const char *check_backend(run_args *a, char *buf, size_t cap) {
     if (a->resize_on == 0 && j->decode >= SI_DECODE_GPU)
         return "--decode gpu and gpu-exact need --resize-on gpu (the GPU resizes what it "
                "decodes)";
+    if ((j->decode_parts || j->decode_cpu_share || j->decode_wait) &&
+        (!cuda || a->resize_on == 0 || j->decode == SI_DECODE_CPU))
+        return "--decode-parts, --decode-cpu-share and --decode-wait are for the GPU's JPEG "
+               "decoder (--backend cuda, --resize-on gpu, --decode auto, gpu or gpu-exact)";
     j->pc.gpu_resize = cuda && (a->resize_on < 0 ? SI_GPU_RESIZE_DEFAULT : a->resize_on == 1);
     return NULL;
 }
@@ -563,7 +600,7 @@ static const char *check_run(run_args *a, char *buf, size_t cap) {
     if (!j->input) return "missing --input";
     if (!j->output) return "missing --output";
     if (j->resume && j->overwrite) return "--resume and --overwrite exclude each other";
-    if (j->chunk && j->chunk % j->pc.batch) {
+    if (j->chunk && j->batch_set && j->chunk % j->pc.batch) {
         snprintf(buf, cap, "--chunk %ld: must be a multiple of --batch (%d)", j->chunk,
                  j->pc.batch);
         return buf;
@@ -596,9 +633,6 @@ int si_cli_run(int argc, char **argv) {
     si_mpi_init(&argc, &argv, &m);
     run_args a = {.job = si_job_config_default(), .m = &m, .resize_on = -1};
     a.job.launcher_local_rank = si_cli_launcher_local_rank();
-    /* measurements only (docs/user-guide.md): the threads making the decoder's calls */
-    const char *parts = getenv("SI_DECODE_PARTS");
-    if (parts && *parts) a.job.decode_parts = atoi(parts);
     a.job.backend = "auto"; /* the library's default is the CPU; the command's is the GPU if any */
     char buf[512];
     const char *problem = parse_run(argc, argv, &a, buf, sizeof buf);

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "base/trace.h"
-#include "engine/engine.h"
+#include "engine/backend.h"
 #include "engine/memplan.h"
 #include "io/jpeg.h"
 #include "kernels.h"
@@ -472,9 +472,10 @@ static uint8_t *cpu_pixels(si_engine *e, int slot) {
 
 /* Normalises the slot's rows into input 0 (the caller's thread pool) and runs the model: the
  * batch is finished when this returns. */
-static si_status cpu_submit(si_engine *e, int slot, int rows, size_t packed) {
+static si_status cpu_submit(si_engine *e, int slot, int rows, bool packed, size_t upload) {
     cpu_state *s = e->state;
     (void)slot;
+    (void)upload;
     if (!s->pixels) return si_error(SI_ERR_INTERNAL, "cpu: submit without the pixel path");
     if (packed) return si_error(SI_ERR_INTERNAL, "cpu: packed input, but no resize here");
     const size_t img = (size_t)s->in_h * (size_t)s->in_w * 3;

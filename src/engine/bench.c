@@ -1,6 +1,8 @@
 /* The engine alone on seeded random input (bench.h): the measurement behind `shardinfer bench`. */
 #include "bench.h"
 
+#include "backend.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,7 +29,7 @@ static int cmp_double(const void *a, const void *b) {
 si_status si_engine_bench_time(si_engine *e, const si_engine_bench_cfg *c, double *ms,
                                double *first_done) {
     si_status st = SI_OK;
-    if (c->profile) e->node_seconds = si_xcalloc((size_t)e->g->n_nodes + 1, sizeof(double));
+    if (c->profile) si_engine_profile(e);
     for (int i = 0; i < c->warmup + c->iters && st == SI_OK; i++) {
         double t = si_now();
         st = c->compute_only && i > 0 ? e->be->run_compute(e) : si_engine_run(e, c->batch);

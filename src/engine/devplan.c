@@ -187,7 +187,7 @@ static void plan_staging(const si_graph *g, bool pixels, si_devplan *p) {
 
 /* One slot's blocks: on the device the arena, scratch, workspace, input and output staging and
  * the packed images then their items; pinned the same staging, images and items. */
-static void carve(si_devplan *p, size_t pool, size_t dec) {
+static void carve(si_devplan *p, size_t pool, size_t area) {
     si_devplan_carve *d = &p->dev, *h = &p->pin;
     d->arena = 0;
     d->scratch = d->arena + p->activations;
@@ -195,10 +195,10 @@ static void carve(si_devplan *p, size_t pool, size_t dec) {
     d->input = d->workspace + p->workspace;
     d->output = d->input + p->input;
     d->pack = p->pack ? d->output + p->output : SIZE_MAX;
-    d->dec = p->pack && dec ? d->pack + pool : SIZE_MAX;
-    d->items = p->pack ? d->pack + pool + dec : SIZE_MAX;
-    p->slot_bytes = d->output + p->output + p->pack + dec;
-    h->arena = h->scratch = h->workspace = h->dec = SIZE_MAX;
+    d->area = p->pack && area ? d->pack + pool : SIZE_MAX;
+    d->items = p->pack ? d->pack + pool + area : SIZE_MAX;
+    p->slot_bytes = d->output + p->output + p->pack + area;
+    h->arena = h->scratch = h->workspace = h->area = SIZE_MAX;
     h->input = 0;
     h->output = h->input + p->input;
     h->pack = p->pack ? h->output + p->output : SIZE_MAX;
@@ -206,7 +206,7 @@ static void carve(si_devplan *p, size_t pool, size_t dec) {
 }
 
 si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_t workspace,
-                           bool pixels, size_t pack_per_image, size_t dec_per_image,
+                           bool pixels, size_t pack_per_image, size_t area_per_image,
                            si_devplan *p) {
     memset(p, 0, sizeof *p);
     si_status st = si_graph_infer(g, batch);
@@ -272,12 +272,12 @@ si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_
     size_t pool = pack_per_image && pixels ? up((size_t)batch * pack_per_image) : 0;
     p->pack = pool ? pool + up(sizeof(si_rs_item) * (size_t)batch) : 0;
     p->pack_cap = pool ? (size_t)batch * pack_per_image : 0;
-    size_t dec = pool && dec_per_image ? up((size_t)batch * dec_per_image) : 0;
-    p->dec_cap = dec ? (size_t)batch * dec_per_image : 0;
+    size_t area = pool && area_per_image ? up((size_t)batch * area_per_image) : 0;
+    p->area_cap = area ? (size_t)batch * area_per_image : 0;
     p->pinned = p->input + p->output + p->pack;
     p->device_total = p->weights + (size_t)slots * (p->activations + p->scratch + p->workspace +
-                                                    p->input + p->output + p->pack + dec);
-    carve(p, pool, dec);
+                                                    p->input + p->output + p->pack + area);
+    carve(p, pool, area);
     p->pinned_total = (size_t)slots * p->pinned;
     return SI_OK;
 }
@@ -305,12 +305,13 @@ size_t si_devplan_slot_pin(const si_devplan *p, int k) {
 }
 
 int si_devplan_max_batch(si_graph *g, size_t elem, int slots, size_t workspace, bool pixels,
-                         size_t pack_per_image, size_t dec_per_image, size_t limit) {
+                         size_t pack_per_image, size_t area_per_image, size_t limit) {
     int lo = 0, hi = 1;
     /* grow until it no longer fits, then bisect */
     for (;;) {
         si_devplan p;
-        if (si_devplan_build(g, hi, elem, slots, workspace, pixels, pack_per_image, dec_per_image, &p) != SI_OK)
+        if (si_devplan_build(g, hi, elem, slots, workspace, pixels, pack_per_image, area_per_image,
+                             &p) != SI_OK)
             break;
         bool fits = p.device_total <= limit;
         si_devplan_free(&p);
@@ -322,10 +323,9 @@ int si_devplan_max_batch(si_graph *g, size_t elem, int slots, size_t workspace, 
     while (hi - lo > 1 && lo > 0) {
         int mid = lo + (hi - lo) / 2;
         si_devplan p;
-        bool fits =
-            si_devplan_build(g, mid, elem, slots, workspace, pixels, pack_per_image, dec_per_image,
-                             &p) == SI_OK &&
-            p.device_total <= limit;
+        bool fits = si_devplan_build(g, mid, elem, slots, workspace, pixels, pack_per_image,
+                                     area_per_image, &p) == SI_OK &&
+                    p.device_total <= limit;
         si_devplan_free(&p);
         if (fits)
             lo = mid;

@@ -18,7 +18,8 @@
  * in that block). */
 typedef struct {
     size_t arena, scratch, workspace, input, output, pack, items;
-    size_t dec; /* device only: the JPEG decoder's area (SIZE_MAX: none) */
+    size_t area; /* device only: the area work on the slot's stream writes images into, for the
+                    resize (a hardware JPEG decoder's; SIZE_MAX: none) */
 } si_devplan_carve;
 
 typedef struct {
@@ -48,8 +49,8 @@ typedef struct {
     si_devplan_carve dev; /* in a slot's device block */
     si_devplan_carve pin; /* in a slot's pinned block (input, output, pack, items) */
     size_t pack_cap;      /* bytes of decoded images a slot's packed buffer takes (0: none) */
-    size_t dec_cap;       /* --decode gpu: bytes of the device's decode area, right after the
-                             packed buffer's pool on the device (no pinned twin) */
+    size_t area_cap;      /* bytes of the device-only area, right after the packed buffer's
+                             pool on the device (no pinned twin; 0: none) */
     size_t *in_off;       /* per graph input: offset in the input staging */
     size_t *out_off;      /* per graph output: offset of its floats in the output staging */
     int64_t *out_row;     /* per graph output: floats per batch row (numel / dims[0]; 0 if none) */
@@ -86,11 +87,12 @@ int64_t si_devplan_node_scratch(const si_graph *g, const si_gnode *n, size_t ele
 
 /* Plans for the graph's shapes at `batch` (infers them). pack_per_image > 0: each slot also
  * holds a packed buffer of batch * pack_per_image bytes of decoded images and their
- * si_rs_items, on the device and pinned (--resize-on gpu); dec_per_image > 0 (with it): batch *
- * dec_per_image more on the device, between the pool and the items, where the GPU's JPEG decoder
- * writes (--decode gpu). Caller frees with si_devplan_free. */
+ * si_rs_items, on the device and pinned (--resize-on gpu); area_per_image > 0 (with it): batch *
+ * area_per_image more on the device, between the pool and the items, where work queued on the
+ * slot's stream writes images (a hardware JPEG decoder's, --decode gpu). Caller frees with
+ * si_devplan_free. */
 si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_t workspace,
-                           bool pixels, size_t pack_per_image, size_t dec_per_image,
+                           bool pixels, size_t pack_per_image, size_t area_per_image,
                            si_devplan *p);
 void si_devplan_free(si_devplan *p);
 /* Offset of slot k's block in the device allocation and in the pinned allocation. */
@@ -100,6 +102,6 @@ size_t si_devplan_slot_pin(const si_devplan *p, int k);
 /* The largest batch whose plan fits `limit` device bytes (0 if not even batch 1 does); leaves
  * the graph inferred for that batch. */
 int si_devplan_max_batch(si_graph *g, size_t elem, int slots, size_t workspace, bool pixels,
-                         size_t pack_per_image, size_t dec_per_image, size_t limit);
+                         size_t pack_per_image, size_t area_per_image, size_t limit);
 
 #endif

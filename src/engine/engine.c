@@ -1,6 +1,6 @@
 /* Engine: backend selection, the load-time check of every node against the backend, planning
  * for the largest batch, and the run entry point. */
-#include "engine.h"
+#include "backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,8 +128,8 @@ si_status si_engine_create_opts(si_graph *g, const char *backend, int max_batch,
         return si_error(SI_ERR_ARG, "the cpu backend runs fp32 only (--precision %s asked)",
                         si_precision_name(o.precision));
     }
-    if (o.slots <= 0) o.slots = 3;
-    if (o.workspace_bytes == 0) o.workspace_bytes = (size_t)256 << 20;
+    if (o.slots <= 0) o.slots = SI_ENGINE_SLOTS_DEFAULT;
+    if (o.workspace_bytes == 0) o.workspace_bytes = SI_ENGINE_WORKSPACE_DEFAULT;
     if (max_batch < 1) {
         si_graph_free(g);
         return si_error(SI_ERR_ARG, "batch size must be at least 1");
@@ -192,40 +192,30 @@ uint8_t *si_engine_pixels(si_engine *e, int slot) {
     return e->be->pixels(e, slot);
 }
 
-uint8_t *si_engine_pack(si_engine *e, int slot, si_rs_item **items, size_t *cap) {
+bool si_engine_pack(si_engine *e, int slot, si_slot_pack *p) {
     SI_ASSERT(slot >= 0 && slot < e->n_slots);
-    *items = NULL;
-    *cap = 0;
-    if (e->opts.pack_per_image == 0 || !e->be->pack) return NULL;
-    return e->be->pack(e, slot, items, cap);
+    memset(p, 0, sizeof *p);
+    if (e->opts.pack_per_image == 0 || !e->be->pack) return false;
+    return e->be->pack(e, slot, p);
 }
 
-si_status si_engine_submit(si_engine *e, int slot, int rows, size_t packed) {
+static si_status check_rows(const si_engine *e, int slot, int rows) {
     SI_ASSERT(slot >= 0 && slot < e->n_slots);
-    SI_ASSERT(packed == 0 || e->opts.pack_per_image > 0);
     if (rows < 1 || rows > e->max_batch)
         return si_error(SI_ERR_ARG, "batch of %d rows, engine planned for 1..%d", rows,
                         e->max_batch);
-    return e->be->submit(e, slot, rows, packed);
+    return SI_OK;
 }
 
-si_jpeg_jobs *si_engine_jpeg_jobs(si_engine *e, int slot) {
-    SI_ASSERT(slot >= 0 && slot < e->n_slots);
-    if (!e->opts.gpu_decode_per_image || !e->be->jpeg_jobs) return NULL;
-    return e->be->jpeg_jobs(e, slot);
+si_status si_engine_submit(si_engine *e, int slot, int rows) {
+    si_status st = check_rows(e, slot, rows);
+    return st == SI_OK ? e->be->submit(e, slot, rows, false, 0) : st;
 }
 
-bool si_engine_gpu_decodes(si_engine *e) {
-    return si_engine_jpeg_jobs(e, 0) != NULL;
-}
-
-void si_engine_gpu_decode_off(si_engine *e) {
-    e->opts.gpu_decode_per_image = 0;
-}
-
-si_status si_engine_jpeg_decode(si_engine *e, int slot) {
-    SI_ASSERT(slot >= 0 && slot < e->n_slots && e->be->jpeg_decode);
-    return e->be->jpeg_decode(e, slot);
+si_status si_engine_submit_packed(si_engine *e, int slot, int rows, size_t upload) {
+    SI_ASSERT(e->opts.pack_per_image > 0 && e->be->pack);
+    si_status st = check_rows(e, slot, rows);
+    return st == SI_OK ? e->be->submit(e, slot, rows, true, upload) : st;
 }
 
 si_status si_engine_slot_times(si_engine *e, int slot, double *t0, double *t1) {
@@ -245,4 +235,41 @@ bool si_engine_on_gpu(const si_engine *e) {
 int si_engine_output_dtype(const si_engine *e, int i) {
     SI_ASSERT(i >= 0 && i < e->g->n_outputs);
     return e->g->values[e->g->outputs[i]].dtype;
+}
+
+const si_graph *si_engine_graph(const si_engine *e) {
+    return e->g;
+}
+
+int si_engine_max_batch(const si_engine *e) {
+    return e->max_batch;
+}
+
+int si_engine_slots(const si_engine *e) {
+    return e->n_slots;
+}
+
+bool si_engine_synchronous(const si_engine *e) {
+    return e->synchronous;
+}
+
+const si_engine_opts *si_engine_options(const si_engine *e) {
+    return &e->opts;
+}
+
+const si_engine_memory *si_engine_mem(const si_engine *e) {
+    return &e->mem;
+}
+
+size_t si_engine_activation_bytes(const si_engine *e) {
+    return e->activation_bytes;
+}
+
+void si_engine_profile(si_engine *e) {
+    if (!e->node_seconds) e->node_seconds = si_xcalloc((size_t)e->g->n_nodes + 1, sizeof(double));
+    memset(e->node_seconds, 0, sizeof(double) * (size_t)e->g->n_nodes);
+}
+
+const double *si_engine_node_seconds(const si_engine *e) {
+    return e->node_seconds;
 }

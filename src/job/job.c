@@ -21,6 +21,8 @@
 #include "job_internal.h"
 #ifdef SI_HAVE_CUDA
 #include "cuda/cuda.h"
+#include "decode/hwjpeg.h"
+#include "engine/devplan.h"
 #endif
 
 si_job_config si_job_config_default(void) {
@@ -296,11 +298,33 @@ static si_status check_complete(si_job_state *J) {
     return SI_OK;
 }
 
+/* Without --batch, a model whose batch dimension is fixed runs at that batch. */
+static void fixed_batch(si_job_state *J) {
+    const si_value *in = &J->g->values[J->g->inputs[0]];
+    if (J->cfg->batch_set || J->g->n_inputs != 1 || in->batch_dim || in->shape.ndim != 4 ||
+        in->shape.dims[0] < 1 || in->shape.dims[0] > 65536)
+        return;
+    J->pc.batch = (int)in->shape.dims[0];
+    snprintf(J->batch_why, sizeof J->batch_why, "the model's fixed batch");
+}
+
+/* Rank 0, --resume without --batch: the interrupted (or, complete, the finished) run's batch,
+ * which its resume key holds, whatever this run's default would be. */
+static void resumed_batch(si_job_state *J) {
+    if (!J->cfg->resume || J->cfg->batch_set || J->batch_why[0]) return;
+    int b = si_result_batch_of(J->cfg->output, !J->complete);
+    if (b <= 0) return;
+    J->pc.batch = b;
+    snprintf(J->batch_why, sizeof J->batch_why, "the %s run's",
+             J->complete ? "finished" : "interrupted");
+}
+
 /* The model (checked against the pipeline), the input, and on rank 0 the output and the
  * model's hash. */
 static si_status open_inputs(si_job_state *J) {
     const si_mpi *m = J->m;
     si_status st = si_graph_load(J->cfg->model, NULL, &J->g);
+    if (st == SI_OK) fixed_batch(J);
     if (st == SI_OK) st = model_norm(J);
     if (st == SI_OK) st = si_pipeline_check_model(J->g, &J->pc);
     if (st == SI_OK && m->rank == 0 && J->pc.post.kind == SI_POST_CLASSIFY &&
@@ -318,6 +342,7 @@ static si_status open_inputs(si_job_state *J) {
         if (st == SI_OK) st = check_not_input(J);
         if (st == SI_OK) st = si_lock_take(J->cfg->output, &J->lock);
         if (st == SI_OK) st = check_output(J->cfg, &J->complete);
+        if (st == SI_OK) resumed_batch(J);
         /* the model's hash (0.2 s for 100 MB) goes on beside the GPU's and the engine's set-up;
          * make_meta waits for it */
         if (st == SI_OK && pthread_create(&J->sha_thread, NULL, hash_model, J) == 0)
@@ -328,68 +353,68 @@ static si_status open_inputs(si_job_state *J) {
     }
     J->n = si_source_count(J->set);
     if ((st = si_mpi_agree(m, st)) != SI_OK) return st;
-    int complete = J->complete;
-    mpiCheck(MPI_Bcast(&complete, 1, MPI_INT, 0, m->comm));
-    J->complete = complete;
-    if (complete && m->rank == 0)
+    int shared[3] = {J->complete, J->pc.batch, J->batch_why[0] != 0};
+    mpiCheck(MPI_Bcast(shared, 3, MPI_INT, 0, m->comm));
+    J->complete = shared[0];
+    J->pc.batch = shared[1];
+    if (shared[2] && !J->batch_why[0]) snprintf(J->batch_why, sizeof J->batch_why, "rank 0's");
+    if (J->complete && m->rank == 0)
         si_log_info("--resume: %s is complete already; nothing to do", J->cfg->output);
     return SI_OK;
 }
 
 #ifdef SI_HAVE_CUDA
-/* --decode: the GPU's hardware JPEG decoder where every rank has one (auto) or insisted on
- * (gpu), the CPU otherwise; the choice and why in decode_why. `ok`: this rank's decoder is
- * there (si_cuda_hw_jpeg's why), and, after the engine, came up in it. Collective. */
-static si_status settle_decoder(si_job_state *J, bool ok, const char *why) {
-    si_decode_mode mode = J->cfg->decode;
+/* --decode on a CUDA run with the GPU resize, the one place the decoder is chosen: the GPU's
+ * hardware JPEG decoder where every rank's GPU has one (auto) or where the user insists (gpu,
+ * gpu-exact: an error on a rank without), the CPU otherwise; the choice and why in decode_why.
+ * The decoder is made here for the engine's slots: its handle and states come up on a thread of
+ * their own while the engine sets up (the pipeline decodes a slot's batches on the CPU until its
+ * state is made). Under auto a GPU of a kind that has the decoders (si_cuda_hw_jpeg_expected) is
+ * taken at its word while the GPU's set-up thread still makes the handle (0.5-0.8 s on an H100):
+ * where the library then fails after all, that rank's CPU decodes, said once (decode.c). The
+ * engine only lends each slot a device area for it. Collective. */
+static si_status choose_decoder(si_job_state *J) {
+    const si_decode_mode mode = J->cfg->decode;
+    if (mode == SI_DECODE_CPU) {
+        snprintf(J->decode_why, sizeof J->decode_why, "cpu (--decode cpu)");
+        return SI_OK;
+    }
+    char why[200] = "";
+    bool ok = mode == SI_DECODE_AUTO && si_mpi_all(J->m, si_cuda_hw_jpeg_expected(J->gpu));
+    if (!ok) {
+        si_cuda_prewarm_join();
+        ok = si_cuda_hw_jpeg(why, sizeof why);
+    }
     si_status st = ok || mode == SI_DECODE_AUTO
                        ? SI_OK
                        : si_error(SI_ERR_UNSUPPORTED, "--decode gpu on rank %d (host %s): %s",
                                   J->m->rank, J->host, why);
     if ((st = si_mpi_agree(J->m, st)) != SI_OK) return st;
-    bool all = si_mpi_all(J->m, ok);
-    J->eo.gpu_decode_per_image = all ? SI_GPU_DECODE_PER_IMAGE : 0;
-    snprintf(J->decode_why, sizeof J->decode_why, "%s (%s%s)", all ? "gpu" : "cpu",
-             mode == SI_DECODE_AUTO ? "auto: " : "",
-             all || !ok ? why : "a rank's GPU has no hardware JPEG decoder");
+    const bool all = si_mpi_all(J->m, ok);
+    if (!all || why[0]) /* else describe_decoder, once the handle is made */
+        snprintf(J->decode_why, sizeof J->decode_why, "%s (%s%s)", all ? "gpu" : "cpu",
+                 mode == SI_DECODE_AUTO ? "auto: " : "",
+                 all || !ok ? why : "a rank's GPU has no hardware JPEG decoder");
+    if (!all) return SI_OK;
+    const int parts = J->cfg->decode_parts > 0 ? J->cfg->decode_parts : SI_DECODE_PARTS_DEFAULT;
+    const int slots = J->eo.slots > 0 ? J->eo.slots : SI_ENGINE_SLOTS_DEFAULT;
+    J->hw = si_hwjpeg_create(slots, J->pc.batch, mode == SI_DECODE_GPU_EXACT, parts);
+    if ((st = si_mpi_agree(J->m, J->hw ? SI_OK : SI_ERR_NOMEM)) != SI_OK) return st;
+    J->eo.slots = slots;
+    J->eo.device_area_per_image = SI_GPU_DECODE_PER_IMAGE;
+    J->pc.hw_jpeg = J->hw;
+    J->pc.decode_cpu_share = J->cfg->decode_cpu_share;
     return SI_OK;
 }
 
-/* --decode on a CUDA run with the GPU resize. Making the decoder's handle takes about 0.5 s on
- * an H100 (the GPU's set-up thread does it): where every rank's GPU is of a kind that has the
- * decoders (si_cuda_hw_jpeg_expected), the engine plans for it meanwhile and confirm_decoder
- * settles the choice after; otherwise the answer is awaited here. */
-static si_status choose_decoder(si_job_state *J) {
-    si_decode_mode mode = J->cfg->decode;
-    if (mode == SI_DECODE_CPU) {
-        snprintf(J->decode_why, sizeof J->decode_why, "cpu (--decode cpu)");
-        return SI_OK;
-    }
-    J->eo.gpu_decode_exact = mode == SI_DECODE_GPU_EXACT;
-    J->eo.gpu_decode_parts =
-        J->cfg->decode_parts > 0 ? J->cfg->decode_parts : SI_DECODE_PARTS_DEFAULT;
-    if (si_mpi_all(J->m, si_cuda_hw_jpeg_expected(J->gpu))) {
-        J->decode_expected = true;
-        J->eo.gpu_decode_per_image = SI_GPU_DECODE_PER_IMAGE;
-        return SI_OK;
-    }
+/* The first info line's word on the hardware decoder where auto took it before its handle was
+ * made: what rank 0's is, now that it is (or why it is not). */
+static void describe_decoder(si_job_state *J) {
+    if (!J->hw || J->decode_why[0]) return;
     char why[200];
     si_cuda_prewarm_join();
     bool ok = si_cuda_hw_jpeg(why, sizeof why);
-    return settle_decoder(J, ok, why);
-}
-
-/* After the engine, where it planned for the decoder: whether every rank's GPU has one after all
- * (the probe's handle; the slots' decode states come up during the run, cuda/jpeg.cuh). */
-static si_status confirm_decoder(si_job_state *J) {
-    if (!J->decode_expected) return SI_OK;
-    char why[200];
-    si_cuda_prewarm_join();
-    bool ok = si_cuda_hw_jpeg(why, sizeof why), up = ok && si_engine_gpu_decodes(J->e);
-    if (ok && !up) snprintf(why, sizeof why, "its decoder could not be set up (the warning above)");
-    si_status st = settle_decoder(J, up, why);
-    if (st == SI_OK && !J->eo.gpu_decode_per_image) si_engine_gpu_decode_off(J->e);
-    return st;
+    snprintf(J->decode_why, sizeof J->decode_why, "%s (auto: %s)", ok ? "gpu" : "cpu", why);
 }
 #endif
 
@@ -404,7 +429,7 @@ static int local_rank(const si_job_state *J) {
  * decode on it, its hardware JPEG decoder's handle (0.5-0.8 s on an H100) on a thread of their
  * own while the model and the input are opened; select_gpu waits for the context, the handle
  * is awaited where it is needed (the decoder's own set-up thread, choose_decoder or
- * confirm_decoder; job_free in any case). MPI is up by now: its start calls setenv, which
+ * describe_decoder; job_free in any case). MPI is up by now: its start calls setenv, which
  * getenv (CUDA's start) is not safe beside. */
 static void prewarm_gpu(si_job_state *J) {
 #ifdef SI_HAVE_CUDA
@@ -415,8 +440,52 @@ static void prewarm_gpu(si_job_state *J) {
 #endif
 }
 
-/* --backend cuda: one GPU per rank, by node-local rank (the launcher's, else MPI's), and the
- * buffers of decoded images for the GPU resize. */
+#ifdef SI_HAVE_CUDA
+/* --backend cuda without --batch: the largest of the usual sizes up to 256 whose device plan
+ * (this run's precision, slots, workspace, decoded images and decode areas: devplan) takes at
+ * most half the GPU's memory, the rest left to the libraries, nvJPEG's own buffers and other
+ * processes; the smallest of the ranks' choices. Batch 32, the CPU's default, underused an
+ * H100. A given --chunk keeps the sizes that divide it. Collective. */
+static si_status choose_batch(si_job_state *J, size_t ppi, size_t area) {
+    static const int sizes[] = {256, 128, 64, 32};
+    if (J->cfg->batch_set || J->batch_why[0]) return SI_OK;
+    size_t used = 0, total = 0;
+    si_status st = si_cuda_mem_info(&used, &total);
+    const si_engine_opts *o = &J->eo;
+    const size_t elem = o->precision == SI_PREC_FP32 ? 4 : 2;
+    const int slots = o->slots > 0 ? o->slots : SI_ENGINE_SLOTS_DEFAULT;
+    const size_t ws = o->workspace_bytes ? o->workspace_bytes : SI_ENGINE_WORKSPACE_DEFAULT;
+    int pick = 0, smallest = 0;
+    for (size_t k = 0; st == SI_OK && !pick && k < sizeof sizes / sizeof *sizes; k++) {
+        if (J->cfg->chunk && J->cfg->chunk % sizes[k]) continue;
+        smallest = sizes[k];
+        si_devplan p;
+        if (si_devplan_build(J->g, sizes[k], elem, slots, ws, true, ppi, area, &p) != SI_OK) {
+            si_error_clear();
+            continue;
+        }
+        if (p.device_total <= total / 2) pick = sizes[k];
+        si_devplan_free(&p);
+    }
+    if (st == SI_OK && !smallest)
+        st = si_error(SI_ERR_ARG,
+                      "--chunk %ld: a multiple of no default batch size (256, 128, "
+                      "64, 32): give --batch too",
+                      J->cfg->chunk);
+    if ((st = si_mpi_agree(J->m, st)) != SI_OK) return st;
+    if (!pick) pick = smallest; /* too large for any: the engine's plan says by how much */
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &pick, 1, MPI_INT, MPI_MIN, J->m->comm));
+    J->pc.batch = pick;
+    snprintf(J->batch_why, sizeof J->batch_why,
+             "cuda's default: the largest of 256, 128, 64, 32 planned within half the GPU's "
+             "%.0f GiB",
+             (double)total / (1 << 30));
+    return SI_OK;
+}
+#endif
+
+/* --backend cuda: one GPU per rank, by node-local rank (the launcher's, else MPI's), the batch
+ * where the user gave none, and the buffers of decoded images for the GPU resize. */
 static si_status select_gpu(si_job_state *J) {
 #ifdef SI_HAVE_CUDA
     const si_mpi *m = J->m;
@@ -432,9 +501,13 @@ static si_status select_gpu(si_job_state *J) {
     if (st == SI_OK && local >= node_gpus && m->rank == 0)
         si_log_warn("more ranks on a node than visible GPUs (%d): ranks share GPUs", node_gpus);
     if ((st = si_mpi_agree(m, st)) != SI_OK) return st;
+    const long pack_kb = J->cfg->pack_kb;
+    const size_t ppi = !J->pc.gpu_resize ? 0
+                       : pack_kb         ? (size_t)pack_kb << 10
+                                         : SI_RS_PACK_DEFAULT(J->pc.pre.resize);
+    const bool hw = J->pc.gpu_resize && J->cfg->decode != SI_DECODE_CPU;
+    if ((st = choose_batch(J, ppi, hw ? SI_GPU_DECODE_PER_IMAGE : 0)) != SI_OK) return st;
     if (J->pc.gpu_resize) {
-        long pack_kb = J->cfg->pack_kb;
-        size_t ppi = pack_kb ? (size_t)pack_kb << 10 : SI_RS_PACK_DEFAULT(J->pc.pre.resize);
         size_t crop = (size_t)J->pc.pre.crop_h * (size_t)J->pc.pre.crop_w * 3;
         if (ppi < crop) /* every image must be able to fall back to a crop */
             st = si_error(SI_ERR_ARG, "--pack-kb %ld: less than one %dx%d crop (%zu bytes)",
@@ -447,28 +520,60 @@ static si_status select_gpu(si_job_state *J) {
     return SI_OK;
 }
 
+/* The engine at the run's batch. Where the batch is cuda's default and the backend cannot run the
+ * model at it (cuDNN with no algorithm for a convolution of that batch within the workspace, as
+ * a 3-channel 32x32 one at 256), half of it is tried, down to 32: the graph is read again, the
+ * engine having freed it. Collective. */
+static si_status create_engine_at_batch(si_job_state *J) {
+    for (;;) {
+        si_status st = si_engine_create_opts(J->g, J->cfg->backend, J->pc.batch, &J->eo, &J->e);
+        J->g = NULL; /* owned by the engine now, or freed */
+        const bool chosen = !J->cfg->batch_set && !strncmp(J->batch_why, "cuda's", 6);
+        if (!chosen || J->pc.batch <= 32 || si_mpi_all(J->m, st == SI_OK) ||
+            !si_mpi_all(J->m, st == SI_OK || st == SI_ERR_UNSUPPORTED))
+            return si_mpi_agree(J->m, st);
+        if (J->m->rank == 0)
+            si_log_warn("batch %d: %s; trying %d", J->pc.batch,
+                        st != SI_OK ? si_error_msg() : "a rank's backend cannot run the model",
+                        J->pc.batch / 2);
+        si_error_clear();
+        si_engine_free(J->e);
+        J->e = NULL;
+        J->pc.batch /= 2;
+        snprintf(J->batch_why, sizeof J->batch_why,
+                 "cuda's default, halved until the backend could run the model");
+        st = si_graph_load(J->cfg->model, NULL, &J->g);
+        if (st == SI_OK) st = si_pipeline_check_model(J->g, &J->pc);
+        if ((st = si_mpi_agree(J->m, st)) != SI_OK) return st;
+    }
+}
+
 static si_status create_engine(si_job_state *J) {
     /* every backend takes the pipeline's batches as pixels through its slots */
     memcpy(J->eo.mean, J->pc.mean, sizeof J->eo.mean);
     memcpy(J->eo.std, J->pc.std, sizeof J->eo.std);
     J->eo.pixels = true;
-    si_status st = si_engine_create_opts(J->g, J->cfg->backend, J->pc.batch, &J->eo, &J->e);
-    J->g = NULL; /* owned by the engine now, or freed */
-    if ((st = si_mpi_agree(J->m, st)) != SI_OK) return st;
-    const si_engine *e = J->e;
-    if (si_engine_on_gpu(e) && J->m->rank == 0)
+    si_status st = create_engine_at_batch(J);
+    if (st != SI_OK) return st;
+#ifdef SI_HAVE_CUDA
+    SI_ASSERT(!J->hw || si_engine_slots(J->e) == J->eo.slots);
+    /* --decode-wait: every slot's decoder state before the first batch, so that every batch
+     * splits alike (tests, measurements); a failure is said at the first batch */
+    if (J->hw && J->cfg->decode_wait && si_hwjpeg_ready(J->hw) != SI_OK) si_error_clear();
+#endif
+    const si_engine_memory *mem = si_engine_mem(J->e);
+    if (si_engine_on_gpu(J->e) && J->m->rank == 0)
         si_log_info("cuda: %s, batch %d, %d slots: planned %.1f MiB of GPU memory per rank "
                     "(weights %.1f, activations %.1f, workspace %.1f, staging %.1f); engine ready "
                     "in %.2f s (algorithm search, graph capture, warm-up; %d of %d convolutions' "
                     "and %d of %d matmuls' algorithms and %d of %d attention choices from the "
                     "autotune cache)",
-                    si_precision_name(J->eo.precision), J->pc.batch, e->n_slots,
-                    (double)e->mem.device_total / 1048576.0, (double)e->mem.weights / 1048576.0,
-                    (double)e->mem.activations / 1048576.0, (double)e->mem.workspace / 1048576.0,
-                    (double)(e->mem.input + e->mem.output + e->mem.scratch) / 1048576.0,
-                    e->mem.init_seconds, e->mem.convs_cached, e->mem.convs_tuned,
-                    e->mem.matmuls_cached, e->mem.matmuls_tuned, e->mem.attn_cached,
-                    e->mem.attn_tuned);
+                    si_precision_name(J->eo.precision), J->pc.batch, si_engine_slots(J->e),
+                    (double)mem->device_total / 1048576.0, (double)mem->weights / 1048576.0,
+                    (double)mem->activations / 1048576.0, (double)mem->workspace / 1048576.0,
+                    (double)(mem->input + mem->output + mem->scratch) / 1048576.0,
+                    mem->init_seconds, mem->convs_cached, mem->convs_tuned, mem->matmuls_cached,
+                    mem->matmuls_tuned, mem->attn_cached, mem->attn_tuned);
     return SI_OK;
 }
 
@@ -497,6 +602,9 @@ static si_status make_meta(si_job_state *J) {
 static si_status open_result(si_job_state *J) {
     const si_job_config *cfg = J->cfg;
     const si_post_plan *plan = &J->pc.plan;
+    if (cfg->chunk && cfg->chunk % J->pc.batch) /* --batch given: the command line checked */
+        return si_error(SI_ERR_ARG, "--chunk %ld: not a multiple of the batch (%d, %s)", cfg->chunk,
+                        J->pc.batch, J->batch_why);
     uint64_t chunk = cfg->chunk ? (uint64_t)cfg->chunk
                                 : si_job_chunk_size(J->n, J->pc.batch, J->m->size, plan->row_bytes);
     uint32_t chunk32 = (uint32_t)chunk;
@@ -567,7 +675,7 @@ static void log_start(const si_job_state *J) {
     const si_pipeline_config *pc = &J->pc;
     int size = J->m->size, threads = J->threads;
     if (J->m->rank == 0) {
-        const double *s = J->t_step, *e = J->e->mem.init_step;
+        const double *s = J->t_step, *e = si_engine_mem(J->e)->init_step;
         double total = 0;
         for (int k = 0; k < SI_JOB_STEPS; k++) total += s[k];
         char engine[200] = "";
@@ -581,16 +689,17 @@ static void log_start(const si_job_state *J) {
                     total, s[0], s[1], s[2], s[3], engine, s[4], s[5]);
     }
     if (J->m->rank == 0)
-        si_log_info("%llu images from %s on %d rank%s, batch %d, chunks of %u (%s), input %dx%d "
-                    "(resize %d), post %s, backend %s%s%s%s, decode %s, %d thread%s + %d post "
-                    "per rank%s",
-                    (unsigned long long)J->n, cfg->input, size, size > 1 ? "s" : "", pc->batch,
-                    J->chunk, cfg->schedule == SI_SCHED_STATIC ? "static" : "dynamic",
-                    pc->pre.crop_h, pc->pre.crop_w, pc->pre.resize, J->post_params, cfg->backend,
-                    cfg->backend_why[0] ? " (" : "", cfg->backend_why,
-                    cfg->backend_why[0] ? ")" : "", J->decode_why[0] ? J->decode_why : "cpu",
-                    threads, threads > 1 ? "s" : "", pc->post_threads,
-                    J->done_before ? " (resuming)" : "");
+        si_log_info(
+            "%llu images from %s on %d rank%s, batch %d%s%s%s, chunks of %u (%s), input %dx%d "
+            "(resize %d), post %s, backend %s%s%s%s, decode %s, %d thread%s + %d post "
+            "per rank%s",
+            (unsigned long long)J->n, cfg->input, size, size > 1 ? "s" : "", pc->batch,
+            J->batch_why[0] ? " (" : "", J->batch_why, J->batch_why[0] ? ")" : "", J->chunk,
+            cfg->schedule == SI_SCHED_STATIC ? "static" : "dynamic", pc->pre.crop_h, pc->pre.crop_w,
+            pc->pre.resize, J->post_params, cfg->backend, cfg->backend_why[0] ? " (" : "",
+            cfg->backend_why, cfg->backend_why[0] ? ")" : "",
+            J->decode_why[0] ? J->decode_why : "cpu", threads, threads > 1 ? "s" : "",
+            pc->post_threads, J->done_before ? " (resuming)" : "");
 }
 
 static int exit_code(si_status st) {
@@ -619,10 +728,14 @@ static void job_free(si_job_state *J) {
     free(J->final);
     si_bytes_free(&J->msg);
     free(J->key);
-    if (J->cfg->gpu_left && J->e && si_engine_on_gpu(J->e))
-        *J->cfg->gpu_left = true; /* the process's exit releases it */
-    else
+    if (J->cfg->gpu_left && J->e && si_engine_on_gpu(J->e)) {
+        *J->cfg->gpu_left = true; /* the process's exit releases it, and the decoder */
+    } else {
+#ifdef SI_HAVE_CUDA
+        si_hwjpeg_free(J->hw);
+#endif
         si_engine_free(J->e);
+    }
     si_graph_free(J->g);
     si_source_close(J->set);
     si_lock_release(J->lock); /* last: the result is renamed or left resumable by now */
@@ -645,9 +758,6 @@ int si_job_run(const si_job_config *cfg, const si_mpi *m) {
     if (st == SI_OK) st = select_gpu(&J);
     STEP(2);
     if (st == SI_OK) st = create_engine(&J);
-#ifdef SI_HAVE_CUDA
-    if (st == SI_OK) st = confirm_decoder(&J);
-#endif
     STEP(3);
     if (st == SI_OK) st = make_meta(&J);
     STEP(4);
@@ -659,6 +769,9 @@ int si_job_run(const si_job_config *cfg, const si_mpi *m) {
     if (st == SI_OK) {
         free(J.done); /* the scheduler has it */
         J.done = NULL;
+#ifdef SI_HAVE_CUDA
+        if (m->rank == 0) describe_decoder(&J);
+#endif
         log_start(&J);
         si_job_stream(&J); /* ends the job with MPI_Abort on a failure of the run */
         st = si_mpi_agree(m, si_job_finish(&J));

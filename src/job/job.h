@@ -28,13 +28,6 @@ typedef enum {
     SI_DECODE_GPU_EXACT /* the hardware's planes, upsampled and converted as libjpeg-turbo does */
 } si_decode_mode;
 
-/* --decode gpu: each batch's decoder calls from 2 host threads. The calls' host work (~50 us an
- * image) limits one thread to about 20,000 images/s, less on a node whose ranks share the cores.
- * 4 H100s, ResNet-50, all on the hardware: 1 part 59,334, 2 parts 70,283, 4 parts 53,937
- * images/s steady at 4 ranks (more parts: more decode states, made one at a time, and nvJPEG's
- * own locks). */
-#define SI_DECODE_PARTS_DEFAULT 2
-
 typedef struct {
     const char *model, *input, *output; /* paths; output is RESULT.h5 */
     const char *backend;                /* "cpu" or "cuda" */
@@ -45,6 +38,9 @@ typedef struct {
     /* given by the user: the model's metadata ("mean", "std", "resize", "interpolation") does
      * not override them */
     bool mean_set, std_set, resize_set, interp_set;
+    /* --batch given; else pc.batch is the CPU's default and the job chooses: the model's fixed
+     * batch, a resumed run's, or on cuda the largest of 256, 128, 64, 32 that fits the GPU */
+    bool batch_set;
     bool overwrite, resume;
     si_source_opts src; /* layout and dataset names of the input */
     double max_errors;  /* < 0: no limit; a count, or a fraction when max_errors_fraction */
@@ -60,7 +56,11 @@ typedef struct {
     long pack_kb;             /* cuda, pc.gpu_resize: KiB per image of decoded images; 0: default */
     si_decode_mode decode;    /* cuda, pc.gpu_resize: where JPEGs decode (--decode) */
     int decode_parts;         /* cuda, --decode gpu: host threads making each batch's decoder
-                                 calls (0: SI_DECODE_PARTS_DEFAULT) */
+                                 calls (0: SI_DECODE_PARTS_DEFAULT, src/decode/hwjpeg.h) */
+    double decode_cpu_share;  /* --decode gpu: of the images the hardware could take, the part
+                                 the CPU decodes (0: none; < 0: balanced batch by batch) */
+    bool decode_wait;         /* --decode gpu: the decoder's states made before the first batch
+                                 (every batch then splits alike), not beside the first batches */
     int launcher_local_rank;  /* the launcher's node-local rank of this process (Slurm's, Open
                                  MPI's, MPICH's: si_cli_launcher_local_rank); -1: unknown, MPI's
                                  shared-memory rank then */

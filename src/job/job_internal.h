@@ -50,10 +50,11 @@ typedef struct {
     si_rank_stats *final; /* rank 0: every rank's final statistics */
     si_rank_stats mine;   /* this rank's, once the pipeline is done */
     bool stop_seen, flushed_on_signal;
-    bool complete; /* --resume of a whole result: nothing to do */
-    int gpu;       /* --backend cuda: this rank's device */
+    bool complete;        /* --resume of a whole result: nothing to do */
+    int gpu;              /* --backend cuda: this rank's device */
     char decode_why[256]; /* where JPEGs decode and why, for the first info line */
-    bool decode_expected; /* --decode gpu planned before the decoder's handle was made */
+    struct si_hwjpeg *hw; /* --decode gpu: the GPU's hardware JPEG decoder (src/decode) */
+    char batch_why[128];  /* how the batch was chosen without --batch, for the first info line */
 } si_job_state;
 
 /* stream.c: the streaming phase. Runs this rank's pipeline, writes the timeline, then drains:

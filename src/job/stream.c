@@ -170,14 +170,14 @@ static void run_pipeline(si_job_state *J) {
     si_rank_stats *mine = &J->mine;
     si_log_debug("decode buffer: %s", mine->pinned ? "pinned (CUDA host memory)" : "pageable");
     mine->peak_rss_kb = peak_rss_kb();
-    mine->t_init = J->e->mem.init_seconds;
+    mine->t_init = si_engine_mem(J->e)->init_seconds;
     mine->gpu = -1;
 #ifdef SI_HAVE_CUDA
     if (si_engine_on_gpu(J->e)) {
         mine->gpu = si_cuda_node_gpu(J->gpu, NULL);
         size_t used = 0, total = 0;
         if (si_cuda_mem_info(&used, &total) == SI_OK) mine->gpu_mem_kb = used / 1024;
-        mine->gpu_plan_kb = J->e->mem.device_total / 1024;
+        mine->gpu_plan_kb = si_engine_mem(J->e)->device_total / 1024;
     }
 #endif
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode/hwjpeg.h"
 #include "stages.h"
 
 /* --resize-on gpu: the slot's packed buffer, shared by the decode threads. Every image of the
@@ -47,7 +48,8 @@ struct si_decode {
     si_rs_item *jitems; /* [B] with packed: image j's item, before the good rows move up */
     uint64_t spilled;   /* with packed: this batch's images resized here */
     /* --decode gpu */
-    bool gpu_decode;
+    si_hwjpeg *hw;         /* the hardware decoder (cfg's), NULL without */
+    bool hw_gone;          /* it could not be set up after all (said once; the CPU decodes) */
     gpu_job *gj;           /* [B] */
     int slot;              /* the engine slot being filled */
     uint64_t gpu_decoded;  /* this batch's images decoded by the GPU */
@@ -56,12 +58,12 @@ struct si_decode {
     double gpu_call_cpu_s; /* of them, the calling thread's CPU time */
     double gpu_plan_s;     /* this batch's seconds before the call */
     double cpu_share;      /* of the images the hardware could take, the part the CPU decodes */
-    bool share_fixed;      /* SI_DECODE_CPU_SHARE set it */
+    bool share_fixed;      /* --decode-cpu-share gave it (else balanced batch by batch) */
     long reject_every;     /* SI_TEST_GPU_DECODE_REJECT=K: every K-th call fails (tests) */
     long calls;
-    /* the slot being filled */
-    uint8_t *px, *pool;
-    si_rs_item *items;
+    /* the slot being filled: its pixels, or its packed buffer (sp.host, sp.items) */
+    uint8_t *px;
+    si_slot_pack sp;
 };
 
 /* Room for an image of `need` bytes at *off, if the others' reserve stays whole; need = crop
@@ -188,9 +190,9 @@ static void decode_for_gpu_resize(si_decode *d, const si_read_slot *sl, int32_t 
             continue;
         }
         msgs[j][0] = 0;
-        status[j] = (int32_t)decode_packed(d->dec[omp_get_thread_num()], sl->buf.data + sl->off[j],
-                                           sl->off[j + 1] - sl->off[j], &d->cfg->pre, &d->pk,
-                                           d->pool, &d->jitems[j], &spilled, msgs[j], SI_MSG_LEN);
+        status[j] = (int32_t)decode_packed(
+            d->dec[omp_get_thread_num()], sl->buf.data + sl->off[j], sl->off[j + 1] - sl->off[j],
+            &d->cfg->pre, &d->pk, d->sp.host, &d->jitems[j], &spilled, msgs[j], SI_MSG_LEN);
     }
     d->spilled = spilled;
 }
@@ -212,7 +214,7 @@ static void gpu_call_main(gpu_call *c) {
     if (d->reject_every > 0 && ++d->calls % d->reject_every == 0)
         c->st = si_error(SI_ERR_FORMAT, "the decoder's call failed (SI_TEST_GPU_DECODE_REJECT)");
     else
-        c->st = si_engine_jpeg_decode(d->e, d->slot);
+        c->st = si_hwjpeg_decode(d->hw, d->slot, &d->sp);
     if (c->st != SI_OK) snprintf(c->msg, sizeof c->msg, "%s", si_error_msg());
     c->seconds = si_now() - t;
     c->cpu_seconds = si_thread_cpu() - c0;
@@ -231,7 +233,7 @@ static si_image_status plan_one(si_decode *d, const uint8_t *data, size_t len, u
     if (st != SI_IMG_OK) return st;
     si_rs_item *it = &d->jitems[j];
     g->kind = 1;
-    const bool exact = d->e->opts.gpu_decode_exact;
+    const bool exact = si_hwjpeg_exact(d->hw);
     if (!(exact ? plan.exact_reason : plan.cpu_reason) &&
         si_rs_item_make(plan.full_w, plan.full_h, pre->resize, pre->interp, pre->crop_h,
                         pre->crop_w, it) &&
@@ -261,10 +263,10 @@ static int split_batch(si_decode *d, const si_read_slot *sl, bool hw, uint32_t *
             acc += d->cpu_share;
             if (acc >= 1.0) {
                 acc -= 1.0;
-            } else if (pack_take_gpu(&d->pk, g->len,
-                                     si_jpeg_area_bytes(g->w, g->h, g->hs, g->vs,
-                                                        d->e->opts.gpu_decode_exact),
-                                     &g->src, &g->dst)) {
+            } else if (pack_take_gpu(
+                           &d->pk, g->len,
+                           si_jpeg_area_bytes(g->w, g->h, g->hs, g->vs, si_hwjpeg_exact(d->hw)),
+                           &g->src, &g->dst)) {
                 g->on_gpu = true;
                 d->jitems[j].off = g->dst;
                 n_gpu++;
@@ -277,7 +279,7 @@ static int split_batch(si_decode *d, const si_read_slot *sl, bool hw, uint32_t *
 }
 
 /* The split that would have made both sides finish together, from this batch's rates, folded
- * into d->cpu_share (unless SI_DECODE_CPU_SHARE fixed it). */
+ * into d->cpu_share (unless --decode-cpu-share fixed it). */
 static void balance(si_decode *d, uint32_t n_cpu, int n_gpu, double t_cpu, double t_gpu) {
     if (d->share_fixed || n_gpu == 0 || n_cpu == 0 || t_cpu <= 0 || t_gpu <= 0) return;
     double r_cpu = n_cpu / t_cpu, r_gpu = n_gpu / t_gpu;
@@ -300,10 +302,25 @@ static void gpu_fallback(si_decode *d, const si_read_slot *sl, int32_t *status,
         d->gj[j].on_gpu = false;
         status[j] = (int32_t)decode_packed(d->dec[omp_get_thread_num()], sl->buf.data + sl->off[j],
                                            sl->off[j + 1] - sl->off[j], &d->cfg->pre, &d->pk,
-                                           d->pool, &d->jitems[j], &sp, msgs[j], SI_MSG_LEN);
+                                           d->sp.host, &d->jitems[j], &sp, msgs[j], SI_MSG_LEN);
     }
     *spilled += sp;
     d->gpu_retried += n;
+}
+
+/* --decode gpu: whether this slot's hardware decoder is up (until it is, a run's first batches,
+ * the CPU decodes). Where it could not be set up at all, the CPU decodes every image from then
+ * on, said once. */
+static bool hw_usable(si_decode *d, const si_read_slot *sl) {
+    int usable = si_hwjpeg_usable(d->hw, d->slot);
+    if (usable < 0 && !d->hw_gone) {
+        d->hw_gone = true;
+        si_hwjpeg_ready(d->hw);
+        si_log_warn("images %llu..: %s; the CPU decodes every image instead",
+                    (unsigned long long)sl->first, si_error_msg());
+        si_error_clear();
+    }
+    return usable == 1;
 }
 
 /* --decode gpu: the headers first (phase 1), the split between the hardware decoder and the CPU
@@ -311,12 +328,12 @@ static void gpu_fallback(si_decode *d, const si_read_slot *sl, int32_t *status,
  * OpenMP team's others; a batch the decoder rejects is decoded here after all. */
 static void decode_for_gpu_decode(si_decode *d, const si_read_slot *sl, int32_t *status,
                                   char (*msgs)[SI_MSG_LEN]) {
-    si_jpeg_jobs *q = si_engine_jpeg_jobs(d->e, d->slot);
-    SI_ASSERT(q);
+    si_jpeg_jobs *q = si_hwjpeg_jobs(d->hw, d->slot);
+    const bool hw = hw_usable(d, sl);
     const double t_plan = si_now();
     d->pk.bits = d->pk.dec_used = 0;
-    d->pk.dec_base = q->dst_base;
-    d->pk.dec_cap = q->dst_cap;
+    d->pk.dec_base = d->sp.area_off;
+    d->pk.dec_cap = d->sp.area_cap;
 #pragma omp parallel for schedule(dynamic, 4)
     for (uint32_t j = 0; j < sl->n; j++) {
         d->gj[j].kind = 0;
@@ -330,7 +347,7 @@ static void decode_for_gpu_decode(si_decode *d, const si_read_slot *sl, int32_t 
         if (status[j] != SI_IMG_OK) pack_drop(&d->pk);
     }
     uint32_t n_cpu;
-    int n_gpu = split_batch(d, sl, q->ready, &n_cpu);
+    int n_gpu = split_batch(d, sl, hw, &n_cpu);
     q->n = 0;
     for (uint32_t j = 0; j < sl->n; j++) {
         const gpu_job *g = &d->gj[j];
@@ -349,7 +366,7 @@ static void decode_for_gpu_decode(si_decode *d, const si_read_slot *sl, int32_t 
 #pragma omp parallel for schedule(dynamic, 8)
     for (uint32_t j = 0; j < sl->n; j++)
         if (d->gj[j].on_gpu)
-            memcpy(d->pool + d->gj[j].src, sl->buf.data + sl->off[j], d->gj[j].len);
+            memcpy(d->sp.host + d->gj[j].src, sl->buf.data + sl->off[j], d->gj[j].len);
     /* Thread 0 of the team makes the decoder's call, then joins the others on what is left of
      * the CPU's share (the decoder sets its device itself: a thread of its own without that got
      * allocator failures, status 5, on the H100). */
@@ -367,8 +384,8 @@ static void decode_for_gpu_decode(si_decode *d, const si_read_slot *sl, int32_t 
             if (!d->gj[j].kind || d->gj[j].on_gpu) continue;
             status[j] =
                 (int32_t)decode_packed(d->dec[omp_get_thread_num()], sl->buf.data + sl->off[j],
-                                       sl->off[j + 1] - sl->off[j], &d->cfg->pre, &d->pk, d->pool,
-                                       &d->jitems[j], &spilled, msgs[j], SI_MSG_LEN);
+                                       sl->off[j + 1] - sl->off[j], &d->cfg->pre, &d->pk,
+                                       d->sp.host, &d->jitems[j], &spilled, msgs[j], SI_MSG_LEN);
         }
         /* the CPU side's time: the other threads' (thread 0 only helps once its call is done),
          * or thread 0's own loop when it is alone */
@@ -420,10 +437,8 @@ si_decode *si_decode_create(const si_pipeline_config *cfg, si_engine *e, si_sour
         d->gray_rgb = si_xmalloc((size_t)d->ph * (size_t)d->pw * 3 * (size_t)d->nthreads);
     /* --resize-on gpu, where the engine resizes (encoded JPEGs only: pre-decoded sets are
      * resized here from the file's pixels) */
-    si_rs_item *items;
-    size_t cap;
-    d->packed = cfg->gpu_resize && !pixels_in && si_engine_pack(e, 0, &items, &cap) != NULL;
-    d->gpu_decode = d->packed && si_engine_gpu_decodes(e);
+    d->packed = cfg->gpu_resize && !pixels_in && si_engine_pack(e, 0, &d->sp);
+    if (d->packed && d->sp.area_cap > 0) d->hw = cfg->hw_jpeg;
     d->pk.crop = d->img;
     pthread_mutex_init(&d->pk.mu, NULL);
     d->jitems = si_xmalloc(sizeof(si_rs_item) * B);
@@ -435,26 +450,18 @@ si_decode *si_decode_create(const si_pipeline_config *cfg, si_engine *e, si_sour
      * share the cores (and their hyper-thread siblings) that time comes out of every rank's
      * reader and decoder calls. On 4 H100s of one node, ResNet-50: 4 ranks 61,155-63,002
      * images/s steady with the balanced share, 69,146-71,387 without; 1 rank 17,677-19,457
-     * against 19,111-19,209 (docs/performance.md). SI_DECODE_CPU_SHARE=F fixes a share, =auto
-     * balances it from 0.3 (measurements). */
-    d->cpu_share = 0;
-    d->share_fixed = true;
-    const char *share = getenv("SI_DECODE_CPU_SHARE");
-    if (share && !strcmp(share, "auto")) {
-        d->cpu_share = 0.3;
-        d->share_fixed = false;
-    } else if (share && *share) {
-        d->cpu_share = atof(share);
-    }
+     * against 19,111-19,209 (docs/performance.md). --decode-cpu-share F fixes another share,
+     * auto (< 0 here) balances it from 0.3 (measurements, tests). */
+    d->share_fixed = cfg->decode_cpu_share >= 0;
+    d->cpu_share = d->share_fixed ? cfg->decode_cpu_share : 0.3;
     const char *reject = getenv("SI_TEST_GPU_DECODE_REJECT");
     if (reject && *reject) d->reject_every = atol(reject);
-    d->run = pixels_in       ? decode_from_pixels
-             : d->gpu_decode ? decode_for_gpu_decode
-             : d->packed     ? decode_for_gpu_resize
-                             : decode_crops;
+    d->run = pixels_in   ? decode_from_pixels
+             : d->hw     ? decode_for_gpu_decode
+             : d->packed ? decode_for_gpu_resize
+                         : decode_crops;
     return d;
 }
-
 void si_decode_free(si_decode *d) {
     if (!d) return;
     for (int t = 0; t < d->nthreads; t++) si_decoder_destroy(d->dec[t]);
@@ -481,6 +488,10 @@ static int good_rows(si_decode *d, const si_read_slot *sl, const int32_t *status
     return rows;
 }
 
+bool si_decode_packed(const si_decode *d) {
+    return d->packed;
+}
+
 int si_decode_batch(si_decode *d, int slot, const si_read_slot *sl, int32_t *status,
                     char (*msgs)[SI_MSG_LEN], int32_t *rowmap, size_t *packed, si_rank_stats *st) {
     d->px = si_engine_pixels(d->e, slot);
@@ -488,17 +499,18 @@ int si_decode_batch(si_decode *d, int slot, const si_read_slot *sl, int32_t *sta
     d->gpu_decoded = d->gpu_retried = 0;
     d->gpu_call_s = d->gpu_call_cpu_s = d->gpu_plan_s = 0;
     if (d->packed) {
-        d->pool = si_engine_pack(d->e, slot, &d->items, &d->pk.cap);
+        bool ok = si_engine_pack(d->e, slot, &d->sp);
+        d->pk.cap = d->sp.cap;
         d->pk.used = 0;
         d->pk.pending = sl->n;
         d->spilled = 0;
-        SI_ASSERT(d->pool && d->pk.crop * sl->n <= d->pk.cap);
+        SI_ASSERT(ok && d->pk.crop * sl->n <= d->pk.cap);
     }
     d->run(d, sl, status, msgs);
     int rows = good_rows(d, sl, status, msgs, rowmap);
     *packed = d->packed ? d->pk.used : 0;
     if (d->packed) { /* the good rows' items to the front; the pixels stay where they are */
-        for (int r = 0; r < rows; r++) d->items[r] = d->jitems[rowmap[r]];
+        for (int r = 0; r < rows; r++) d->sp.items[r] = d->jitems[rowmap[r]];
         st->cpu_resized += d->spilled;
         st->gpu_decoded += d->gpu_decoded;
         st->gpu_retried += d->gpu_retried;

@@ -310,7 +310,7 @@ static si_status retire(si_pipe *R, feed *F) {
         if (st != SI_OK) return st;
         double g0, g1; /* the backend's own times for the batch (a GPU's events) */
         if (R->cfg->timeline && si_engine_slot_times(F->e, slot, &g0, &g1) == SI_OK) {
-            if (!F->e->synchronous)
+            if (!si_engine_synchronous(F->e))
                 si_timeline_add(R->cfg->timeline, SI_TL_INFLIGHT, f->k, f->t_submit, si_now());
             si_timeline_add(R->cfg->timeline, SI_TL_COMPUTE, f->k, g0, g1);
         }
@@ -359,8 +359,7 @@ static void decode(si_pipe *R, feed *F, const si_read_slot *sl, size_t *packed) 
     f->k = (int64_t)F->k;
     si_trace_push("decode");
     double t = si_now();
-    f->rows =
-        si_decode_batch(F->dec, slot, sl, status, msgs, f->rowmap, packed, &R->st);
+    f->rows = si_decode_batch(F->dec, slot, sl, status, msgs, f->rowmap, packed, &R->st);
     double t1 = si_now();
     R->st.busy[SI_STAGE_DECODE] += t1 - t;
     si_trace_pop();
@@ -378,7 +377,9 @@ static si_status submit(si_pipe *R, feed *F, size_t packed) {
     f->t_submit = si_now();
     if (f->rows > 0) {
         double t = si_now();
-        si_status st = si_engine_submit(F->e, slot, f->rows, packed);
+        si_status st = si_decode_packed(F->dec)
+                           ? si_engine_submit_packed(F->e, slot, f->rows, packed)
+                           : si_engine_submit(F->e, slot, f->rows);
         R->st.busy[SI_STAGE_COMPUTE] += si_now() - t;
         if (st != SI_OK) return st;
     }
@@ -439,11 +440,11 @@ static si_status finish(si_pipe *R, feed *F, si_status st) {
 
 /* The engine must feed on pixels normalised as the config says. */
 static si_status feed_check(const si_pipeline_config *cfg, si_engine *e) {
-    SI_ASSERT(e->n_slots >= 1 && e->n_slots <= MAX_SLOTS);
+    SI_ASSERT(si_engine_slots(e) >= 1 && si_engine_slots(e) <= MAX_SLOTS);
     if (!si_engine_pixels(e, 0))
         return si_error(SI_ERR_INTERNAL, "pipeline: the engine has no pixel input (opts.pixels)");
-    if (memcmp(e->opts.mean, cfg->mean, sizeof cfg->mean) ||
-        memcmp(e->opts.std, cfg->std, sizeof cfg->std))
+    if (memcmp(si_engine_options(e)->mean, cfg->mean, sizeof cfg->mean) ||
+        memcmp(si_engine_options(e)->std, cfg->std, sizeof cfg->std))
         return si_error(SI_ERR_INTERNAL,
                         "pipeline: the engine normalises with another mean/std than the config");
     return SI_OK;
@@ -452,8 +453,8 @@ static si_status feed_check(const si_pipeline_config *cfg, si_engine *e) {
 /* The main thread's buffers, once for the run; free with feed_free. */
 static void feed_init(feed *F, const si_pipeline_config *cfg, si_engine *e, si_source *set) {
     F->e = e;
-    F->S = e->n_slots;
-    F->keep = e->synchronous ? 0 : (uint64_t)F->S;
+    F->S = si_engine_slots(e);
+    F->keep = si_engine_synchronous(e) ? 0 : (uint64_t)F->S;
     for (int q = 0; q < F->S; q++)
         F->fl[q].rowmap = si_xmalloc(sizeof(int32_t) * (size_t)cfg->batch);
     F->dec = si_decode_create(cfg, e, set);
@@ -518,7 +519,7 @@ si_status si_pipeline_run(const si_pipeline_config *cfg, si_engine *e, si_source
     si_pipe *R = pipe_create(cfg, h, set);
     feed F = {0};
     feed_init(&F, cfg, e, set);
-    R->st.pinned = e->mem.pinned > 0; /* the slots' buffers are page-locked (a GPU's) */
+    R->st.pinned = si_engine_mem(e)->pinned > 0; /* the slots' buffers are page-locked (a GPU's) */
 
     R->t0 = si_now();
     if (cfg->timeline) cfg->timeline->t0 = R->t0;

@@ -29,6 +29,13 @@ typedef struct {
     /* GPU engines with opts.pack_per_image: decode into the slot's packed buffer and resize on
      * the GPU (--resize-on gpu); else the crops are made here */
     bool gpu_resize;
+    /* with gpu_resize: the GPU's hardware JPEG decoder (src/decode/hwjpeg.h; borrowed, made for
+     * the engine's slots and batch), which takes the images it can (--decode gpu); NULL: the CPU
+     * decodes every image */
+    struct si_hwjpeg *hw_jpeg;
+    /* with hw_jpeg: of the images the hardware could take, the part the CPU decodes instead
+     * (--decode-cpu-share; < 0: balanced batch by batch; 0: none, the default) */
+    double decode_cpu_share;
     si_timeline *timeline; /* --timeline: each stage's time on each batch (NULL: off) */
 } si_pipeline_config;
 

@@ -102,22 +102,25 @@ void si_faillog_reset(void);
 void si_faillog(si_source *set, uint64_t image, int status, const char *msg);
 void si_faillog_report(void);
 
-/* decode.c: one rank's decoders (one per OpenMP thread) and the batch's way into an engine
- * slot, picked once at start: pre-decoded pixels resized and cropped, JPEGs decoded into the
- * slot's packed buffer for the GPU's resize (when the engine has one and cfg->gpu_resize), the
- * same with the GPU's hardware JPEG decoder taking the images it can (when the engine has it:
- * --decode gpu), or JPEGs decoded and cropped. Borrows cfg, e and set; free with si_decode_free. */
+/* decode.c: one rank's decoders (libjpeg-turbo, one per OpenMP thread; cfg->hw_jpeg, the GPU's
+ * hardware decoder, where given) and the batch's way into an engine slot, picked once at start:
+ * pre-decoded pixels resized and cropped, JPEGs decoded into the slot's packed buffer for the
+ * GPU's resize (when the engine has one and cfg->gpu_resize), the same with the hardware decoder
+ * taking the images it can (cfg->hw_jpeg: --decode gpu), or JPEGs decoded and cropped. Borrows
+ * cfg, e and set; free with si_decode_free. */
 typedef struct si_decode si_decode;
 si_decode *si_decode_create(const si_pipeline_config *cfg, si_engine *e, si_source *set);
 void si_decode_free(si_decode *d); /* accepts NULL */
+/* Whether batches go in through the engine slots' packed buffers (si_engine_submit_packed). */
+bool si_decode_packed(const si_decode *d);
 /* Decodes read slot sl's images into engine slot `slot` (free). status/msgs (sl->n entries)
  * come in with the read's verdicts and leave with the decode's (failures logged). The good
  * rows go to the front, in order: rowmap[r] is row r's position in the batch. Returns the
- * number of rows; *packed = the packed bytes to submit (0: the rows are crops in the slot's
- * pixels). Adds to st: cpu_resized (images resized here although the GPU was to) and, with the
- * GPU's JPEG decoder (the engine's jpeg_jobs), gpu_decoded (the images it decodes, queued on the
- * slot's stream), gpu_retried (those of batches it rejected, decoded here instead), gpu_call_s,
- * gpu_call_cpu_s and gpu_plan_s. */
+ * number of rows; *packed = the packed buffer's bytes to upload (0 with crops in the slot's
+ * pixels, or where every image decoded on the device). Adds to st: cpu_resized (images resized
+ * here although the GPU was to) and, with the hardware decoder, gpu_decoded (the images it decodes,
+ * queued on the slot's stream), gpu_retried (those of batches it rejected, decoded here instead),
+ * gpu_call_s, gpu_call_cpu_s and gpu_plan_s. */
 int si_decode_batch(si_decode *d, int slot, const si_read_slot *sl, int32_t *status,
                     char (*msgs)[SI_MSG_LEN], int32_t *rowmap, size_t *packed, si_rank_stats *st);
 
