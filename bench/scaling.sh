@@ -19,6 +19,11 @@
 #   SI_BIND           auto: each rank bound to its own cores/G cores (--map-by slot:PE=c) when
 #                     mpirun accepts it, else --bind-to none; none: always --bind-to none
 #   SI_PEER           1 (default): the PyTorch peer at each count; 0: skip it
+#   SI_PEER_IMAGES    images of the peer's set (SI_STRONG_IMAGES: the peer reads and decodes on
+#                     the CPU, so a smaller set keeps a call within the device's 10 minutes)
+#   SI_PEER_ARGS      more bench/peer_harness.py options (--post embed ... for the CLIP tower)
+#   SI_BASE_IMAGES    a set of more images is an input list naming one set of this many (a
+#                     multiple) through links, for sizes the disk would not hold (125000)
 #   SI_GATHER_ARGS    gather_bench options (its defaults: --rows 256,4096,65536 --dims 512,2048)
 #   SI_BUDGET_S       seconds for the whole script (540: the GPU machine stops a command at 600);
 #                     steps that would start later are skipped and marked so in the table
@@ -119,8 +124,20 @@ if [ ! -s "$ONNX" ]; then
     timeout 300 "$PY" "$HERE/bench/torch_peer.py" --arch "$ARCH" --export-onnx "$ONNX" \
         >"$OUT/logs/export.log" 2>&1 || { echo "scaling.sh: export failed, see $OUT/logs/export.log" >&2; exit 1; }
 fi
-make_set() { # make_set COUNT -> prints the path of a set of COUNT images
-    local f=$W/set_$1.h5
+BASE=${SI_BASE_IMAGES:-125000}
+make_set() { # make_set COUNT -> prints the path of a set (or input list) of COUNT images
+    local f=$W/set_$1.h5 k b
+    if [ "$1" -gt "$BASE" ] && [ $(($1 % BASE)) = 0 ]; then
+        b=$(make_set "$BASE")
+        f=$W/list_$1.txt
+        : >"$f"
+        for k in $(seq 1 $(($1 / BASE))); do
+            ln -sf "$b" "$W/link_${1}_$k.h5"
+            echo "$W/link_${1}_$k.h5" >>"$f"
+        done
+        echo "$f"
+        return
+    fi
     if [ ! -s "$f" ]; then
         "$PY" "$HERE/bench/repeat_set.py" "$SET_SRC" "$f.tmp" --count "$1" >>"$OUT/logs/sets.log" 2>&1 &&
             mv "$f.tmp" "$f"
@@ -183,18 +200,21 @@ else
 fi
 
 if [ "${SI_PEER:-1}" = 1 ]; then
-    step "the PyTorch peer: $N_STRONG images"
+    N_PEER=${SI_PEER_IMAGES:-$N_STRONG}
+    SET_PEER=$(make_set "$N_PEER")
+    step "the PyTorch peer: $N_PEER images"
     for g in $COUNTS; do
         log=$OUT/logs/peer_g$g.log
-        can_start 90 "peer g=$g" || { echo "peer $g $N_STRONG skipped - - - -" >>"$RUNS"; continue; }
+        can_start 90 "peer g=$g" || { echo "peer $g $N_PEER skipped - - - -" >>"$RUNS"; continue; }
         t0=$(now)
-        timeout "$(left)" "$PY" "$HERE/bench/peer_harness.py" --set "$SET_STRONG" --arch "$ARCH" \
+        # shellcheck disable=SC2086 # SI_PEER_ARGS is a word list
+        timeout "$(left)" "$PY" "$HERE/bench/peer_harness.py" --set "$SET_PEER" --arch "$ARCH" \
             --ranks "$g" --batch "$BATCH" --torch-python "$(command -v "$PY")" \
             --shardinfer "$BIN/shardinfer" --device "${SI_PEER_DEVICE:-cuda}" --work "$W/peer" \
             --threads "$(threads_for "$g")" --workers "$(threads_for "$g")" \
-            --si-args "--backend cuda $RUN_ARGS" >"$log" 2>&1
+            --si-args "--backend cuda $RUN_ARGS" ${SI_PEER_ARGS:-} >"$log" 2>&1
         rc=$?
-        echo "peer $g $N_STRONG $rc $(since "$t0") $log - -" >>"$RUNS"
+        echo "peer $g $N_PEER $rc $(since "$t0") $log - -" >>"$RUNS"
         echo "  peer g=$g rc=$rc $(grep -m1 'shardinfer / PyTorch' "$log" | cut -d';' -f1)"
     done
 fi
