@@ -5,13 +5,15 @@
  * those of the CLI's run with the same settings (result_np1.h5: --batch 4); check_results.py
  * compares the rows (test_job_same_as_cli). Also: the exit codes of an existing output and of
  * --max-errors, the chunk-size rule, the post parameter strings of the resume key (pinned: a
- * resumed run compares them byte for byte), and the chunk message framing.
+ * resumed run compares them byte for byte), the chunk message framing, and rank 0's writer
+ * thread slower than the pipeline.
  * Usage: test_job E2E_DIR (skipped, 77, without the set). Runs as a singleton MPI process. */
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "io/h5util.h"
 #include "job/job.h"
@@ -124,6 +126,85 @@ static void test_runs(const si_mpi *m) {
     check_result_rows(output); /* a run over the limit still writes the same result */
 }
 
+/* Whether dataset name holds the same bytes in the results a and b. */
+static bool same_dataset(const char *a, const char *b, const char *name) {
+    void *v[2] = {NULL, NULL};
+    size_t len[2] = {0, 0};
+    const char *path[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        hid_t f = H5Fopen(path[i], H5F_ACC_RDONLY, H5P_DEFAULT);
+        hid_t d = f >= 0 ? H5Dopen2(f, name, H5P_DEFAULT) : H5I_INVALID_HID;
+        if (d >= 0) {
+            hid_t ft = H5Dget_type(d), mt = H5Tget_native_type(ft, H5T_DIR_ASCEND),
+                  sp = H5Dget_space(d);
+            len[i] = (size_t)H5Sget_simple_extent_npoints(sp) * H5Tget_size(mt);
+            v[i] = calloc(len[i] ? len[i] : 1, 1);
+            if (H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, v[i]) < 0) len[i] = 0;
+            H5Sclose(sp);
+            H5Tclose(mt);
+            H5Tclose(ft);
+            H5Dclose(d);
+        }
+        if (f >= 0) H5Fclose(f);
+    }
+    bool same = v[0] && v[1] && len[0] && len[0] == len[1] && !memcmp(v[0], v[1], len[0]);
+    free(v[0]);
+    free(v[1]);
+    return same;
+}
+
+/* si_job_run with the summary (stdout) read back into out. */
+static int run_capturing(const si_job_config *c, const si_mpi *m, char *out, size_t cap) {
+    out[0] = 0;
+    FILE *tmp = tmpfile();
+    if (!tmp) return -1;
+    fflush(stdout);
+    int saved = dup(1);
+    dup2(fileno(tmp), 1);
+    int code = si_job_run(c, m);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    rewind(tmp);
+    size_t n = fread(out, 1, cap - 1, tmp);
+    out[n] = 0;
+    fclose(tmp);
+    return code;
+}
+
+/* Rank 0's writer thread slower than the pipeline (20 ms a chunk of one image, 23 chunks, a
+ * queue of 8): the main thread finds the queue full and waits, and every image is still in the
+ * result once, with the same rows as a run whose writer keeps up. */
+static void test_slow_writer(const si_mpi *m) {
+    char fast[4096], slow[4096], summary[16384];
+    snprintf(fast, sizeof fast, "%s/result_job_b1.h5", dir);
+    snprintf(slow, sizeof slow, "%s/result_job_slow.h5", dir);
+    si_job_config c = small_config();
+    c.overwrite = true;
+    c.pc.batch = 1;
+    c.chunk = 1;
+    c.flush_interval = 0.01; /* the thread's flushes on the interval, between chunks too */
+    c.output = fast;
+    CHECK(si_job_run(&c, m) == SI_EXIT_OK);
+    c.output = slow;
+    c.slow_write_ms = 20;
+    CHECK(run_capturing(&c, m, summary, sizeof summary) == SI_EXIT_OK);
+    check_result_rows(slow);
+    const char *sets[] = {"status", "index", "topk_class", "topk_prob", "errors/index"};
+    for (size_t i = 0; i < sizeof sets / sizeof *sets; i++)
+        CHECK_MSG(same_dataset(fast, slow, sets[i]), "%s differs", sets[i]);
+    const char *w = strstr(summary, "rank 0's writer thread:");
+    const char *f = w ? strstr(w, "entries, full ") : NULL;
+    unsigned long long chunks = 0, full = 0;
+    bool found = f &&
+                 sscanf(w, "rank 0's writer thread: busy %*f s of %*f s (%*f%%): %llu chunks",
+                        &chunks) == 1 &&
+                 sscanf(f, "entries, full %llu", &full) == 1;
+    CHECK_MSG(found, "the summary does not give the writer's line:\n%s", summary);
+    CHECK_MSG(chunks == 23 && full > 0, "the writer wrote %llu chunks, found full %llu times",
+              chunks, full);
+}
+
 static void test_chunk_size(void) {
     CHECK(si_job_chunk_size(23, 4, 1, 40) == 8);              /* 23 images: 2 batches a chunk */
     CHECK(si_job_chunk_size(23, 4, 3, 40) == 4);              /* 3 ranks: 1 batch */
@@ -218,6 +299,7 @@ int main(int argc, char **argv) {
         return TEST_SKIP_CODE;
     }
     test_runs(&m);
+    test_slow_writer(&m);
     si_mpi_finalize();
     return test_finish();
 }

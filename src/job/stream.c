@@ -1,7 +1,7 @@
 /* The job's streaming phase: the pipeline's hooks (claim a chunk, hand a finished one on, pump
- * between batches), rank 0 taking the other ranks' messages in, and the drain at the end. A
- * failure of the run itself here ends the job with MPI_Abort: the partial result keeps every
- * chunk flushed so far. */
+ * between batches), rank 0 taking the other ranks' messages in and queueing every chunk for its
+ * writer thread (writer.c), and the drain at the end. A failure of the run itself here ends the
+ * job with MPI_Abort, on the main thread: the partial result keeps every chunk flushed so far. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +44,26 @@ void si_job_show_progress(si_job_state *J, bool force) {
         k++;
     }
     for (int s = 0; s < SI_STAGES && k; s++) avg[s] /= k;
-    si_progress_update(J->prog, si_result_images_done(J->res), avg, force);
+    /* while chunks stream the result is the writer thread's: its count is read instead */
+    uint64_t done = J->writer ? si_writer_images_done(J->writer) : si_result_images_done(J->res);
+    si_progress_update(J->prog, done, avg, force);
+}
+
+/* Rank 0: a failure of the writer thread ends the job here, on the thread that may call MPI. */
+static void check_writer(si_job_state *J) {
+    const char *what = NULL;
+    si_status st = si_writer_check(J->writer, &what);
+    if (st != SI_OK) job_fail(J, st, what);
+}
+
+/* Rank 0: a copy of a chunk for the writer thread (rows NULL or not, as si_writer_put); its
+ * failure, or no memory for the copy, ends the job. */
+static void queue_chunk(si_job_state *J, const uint8_t *rows, size_t rows_len, const uint8_t *tail,
+                        size_t tail_len, const char *what) {
+    si_status st = si_writer_put(J->writer, rows, rows_len, tail, tail_len, what);
+    if (st == SI_OK) return;
+    check_writer(J); /* named by the step that failed in the thread */
+    job_fail(J, st, what);
 }
 
 /* Rank 0: a message from another rank (si_gather_fn): a chunk, or the rank's final statistics. */
@@ -59,8 +78,9 @@ static si_status on_message(void *ctx, int src, int kind, const uint8_t *msg, si
     si_chunk_msg cm;
     si_chunk_msg_parse(msg, len, &cm);
     note_busy(J, src, cm.h.busy, cm.h.elapsed);
-    si_status st = si_result_put(J->res, J->pwrite ? NULL : cm.rows, cm.tail, cm.h.tail_bytes);
-    if (st != SI_OK) job_fail(J, st, "rank 0: cannot take a chunk in");
+    /* the gather's buffer is reused at the next message: the writer gets a copy */
+    queue_chunk(J, J->pwrite ? NULL : cm.rows, cm.h.rows_bytes, cm.tail, cm.h.tail_bytes,
+                "rank 0: cannot take a chunk in");
     return SI_OK;
 }
 
@@ -82,13 +102,14 @@ static si_status hook_chunk(void *ctx, const si_chunk *c, const si_rank_stats *s
         si_status st = si_pwriter_put(J->pwrite, c);
         if (st != SI_OK) job_fail(J, st, "cannot write a chunk's rows with MPI-IO");
     }
-    if (J->m->rank == 0) { /* its own chunk: only the tail needs packing, the rows are written */
+    if (J->m->rank == 0) { /* its own chunk: the tail is packed, the rows go as they are */
+        check_writer(J);
         size_t tail = si_chunk_tail_size(c);
         if (si_bytes_reserve(&J->msg, tail) != SI_OK) job_fail(J, SI_ERR_NOMEM, "chunk tail");
         si_chunk_tail_pack(c, J->msg.data);
         note_busy(J, 0, s->busy, s->t_total);
-        si_status st = si_result_put(J->res, J->pwrite ? NULL : c->rows, J->msg.data, tail);
-        if (st != SI_OK) job_fail(J, st, "rank 0: cannot write a chunk");
+        queue_chunk(J, J->pwrite ? NULL : c->rows, c->row_bytes * c->n, J->msg.data, tail,
+                    "rank 0: cannot write a chunk");
         si_job_show_progress(J, false);
         return SI_OK;
     }
@@ -109,17 +130,15 @@ static si_status hook_pump(void *ctx, const si_rank_stats *s) {
         return SI_OK;
     }
     note_busy(J, 0, s->busy, s->t_total);
+    check_writer(J); /* the writer thread flushes, on the interval and at a signal */
     si_status st = si_gather_poll(J->gather, on_message, J);
-    /* a signal may be followed by SIGKILL: what is finished goes to disk at once */
-    bool force = si_signals_stop() != 0 && !J->flushed_on_signal;
-    J->flushed_on_signal |= force;
-    if (st == SI_OK) st = si_result_flush(J->res, force);
-    if (st != SI_OK) job_fail(J, st, "rank 0: cannot write the results");
+    if (st != SI_OK) job_fail(J, st, "rank 0: cannot take a chunk in");
     si_job_show_progress(J, false);
     return SI_OK;
 }
 
-/* Signals, the gather, and on rank 0 the tables of every rank's times and the progress line. */
+/* Signals, the gather, and on rank 0 the tables of every rank's times, the progress line and
+ * the writer thread, which owns the result from here until the drain's end. */
 static void start_streaming(si_job_state *J) {
     const si_job_config *cfg = J->cfg;
     si_signals_install(cfg->drain_timeout, SI_EXIT_INTERRUPTED,
@@ -129,6 +148,9 @@ static void start_streaming(si_job_state *J) {
     J->busy = si_xcalloc((size_t)J->m->size, sizeof *J->busy);
     J->elapsed = si_xcalloc((size_t)J->m->size, sizeof *J->elapsed);
     J->final = si_xcalloc((size_t)J->m->size, sizeof *J->final);
+    /* with the parallel writer only tails are queued */
+    size_t rows = J->pwrite ? 0 : (size_t)J->chunk * J->pc.plan.row_bytes;
+    J->writer = si_writer_start(J->res, rows, cfg->slow_write_ms);
     if (si_log_get_level() >= SI_LOG_INFO)
         J->prog =
             si_progress_create(cfg->progress, stderr, J->n, J->done_before, cfg->progress_interval);
@@ -183,7 +205,8 @@ static void run_pipeline(si_job_state *J) {
 }
 
 /* The end of streaming: every other rank sends its statistics once its chunks are sent; rank 0
- * keeps taking messages in (and flushing) until every rank's statistics have come. */
+ * keeps taking messages in until every rank's statistics have come, then lets its writer thread
+ * write (and flush) everything queued and ends it: the result is the main thread's again. */
 static void drain(si_job_state *J) {
     if (J->m->rank != 0) {
         si_gather_finish(J->gather, &J->mine, sizeof J->mine);
@@ -195,6 +218,10 @@ static void drain(si_job_state *J) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
+    const char *what = NULL;
+    si_status st = si_writer_close(J->writer, &J->wstats, &what);
+    J->writer = NULL;
+    if (st != SI_OK) job_fail(J, st, what);
 }
 
 /* Collective: the parallel writer's rows are all written once every rank has closed it. */

@@ -1,6 +1,6 @@
 /* The end of the job on rank 0: finish the result (or, interrupted, close the partial one), print
- * the summary (totals, a row per rank, time to first result and steady state), and the
- * --max-errors rule. */
+ * the summary (totals, a row per rank, rank 0's writer thread, time to first result and steady
+ * state), and the --max-errors rule. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -126,10 +126,22 @@ static void print_rates(const si_rank_stats *ranks, int size) {
     }
 }
 
+/* Rank 0's writer thread: its own busy time, beside the row's write share (which is rank 0's main
+ * thread handing chunks over, taking messages in and waiting for room in the queue). */
+static void print_writer(const si_writer_stats *w) {
+    printf("  rank 0's writer thread: busy %.2f s of %.2f s (%.0f%%): %llu chunks, %.2f s of "
+           "flushes; rank 0 waited %.2f s for room in its queue (%d entries, full %llu times) "
+           "and %.2f s at the end\n",
+           w->busy, w->alive, w->alive > 0 ? 100 * w->busy / w->alive : 0.0,
+           (unsigned long long)w->chunks, w->flush, w->waited, w->depth,
+           (unsigned long long)w->full, w->drain);
+}
+
 static void print_summary(const si_job_state *J, uint64_t failed, uint64_t done_now, double elapsed,
                           bool complete) {
     print_totals(J, failed, done_now, elapsed, complete);
     print_ranks(J->final, J->m->size);
+    print_writer(&J->wstats);
     print_rates(J->final, J->m->size);
     printf("  %s: %s\n", complete ? "results" : "partial results", J->cfg->output);
     fflush(stdout);
