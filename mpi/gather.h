@@ -1,8 +1,9 @@
 /* Streaming gather: every rank sends each finished chunk to rank 0 as soon as it is complete, and
  * rank 0 takes them in whenever it polls, between its own batches. A sender keeps at most
  * SI_GATHER_INFLIGHT messages in flight and waits when all are (backpressure), so a rank's
- * memory is bounded whatever the number of images; rank 0 holds one message at a time. At the
- * end each rank sends one final message (its statistics). Main thread only. */
+ * memory is bounded whatever the number of images; rank 0 receives up to 8 messages at once, one
+ * per sender, without ever waiting for one. At the end each rank sends one final message (its
+ * statistics). Main thread only. */
 #ifndef SI_GATHER_H
 #define SI_GATHER_H
 
