@@ -67,22 +67,13 @@ static void test_floats3(void) {
     CHECK(si_parse_hw("32x48", &h, &w) && h == 32 && w == 48);
 }
 
+static void warn_with(void *msg) {
+    si_log_warn("image 3 '%s': empty", (const char *)msg);
+}
+
 /* What si_log writes to stderr for the message msg (at warning level), read back. */
 static size_t logged(const char *msg, char *out, size_t cap) {
-    FILE *tmp = tmpfile();
-    if (!tmp) return 0;
-    fflush(stderr);
-    int saved = dup(2);
-    dup2(fileno(tmp), 2);
-    si_log_warn("image 3 '%s': empty", msg);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    rewind(tmp);
-    size_t n = fread(out, 1, cap - 1, tmp);
-    out[n] = 0;
-    fclose(tmp);
-    return n;
+    return test_capture(2, warn_with, (void *)msg, out, cap);
 }
 
 /* Control bytes in what a message quotes are escaped; the line keeps its own newline, and an

@@ -153,23 +153,23 @@ static bool same_dataset(const char *a, const char *b, const char *name) {
     return same;
 }
 
+/* si_job_run, for test_capture */
+typedef struct {
+    const si_job_config *c;
+    const si_mpi *m;
+    int code;
+} job_call;
+
+static void call_job(void *arg) {
+    job_call *j = arg;
+    j->code = si_job_run(j->c, j->m);
+}
+
 /* si_job_run with the summary (stdout) read back into out. */
 static int run_capturing(const si_job_config *c, const si_mpi *m, char *out, size_t cap) {
-    out[0] = 0;
-    FILE *tmp = tmpfile();
-    if (!tmp) return -1;
-    fflush(stdout);
-    int saved = dup(1);
-    dup2(fileno(tmp), 1);
-    int code = si_job_run(c, m);
-    fflush(stdout);
-    dup2(saved, 1);
-    close(saved);
-    rewind(tmp);
-    size_t n = fread(out, 1, cap - 1, tmp);
-    out[n] = 0;
-    fclose(tmp);
-    return code;
+    job_call j = {c, m, -1};
+    test_capture(1, call_job, &j, out, cap);
+    return j.code;
 }
 
 /* Rank 0's writer thread slower than the pipeline (20 ms a chunk of one image, 23 chunks, a

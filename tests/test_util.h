@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static int test_pass, test_fail;
 #define CHECK(cond)                                                                                \
@@ -40,6 +41,25 @@ static int test_pass, test_fail;
 static inline int test_finish(void) {
     printf("%d passed, %d failed\n", test_pass, test_fail);
     return test_fail ? 1 : 0;
+}
+/* What run(arg) writes to file descriptor fd (1: stdout, 2: stderr), read back into out
+ * (NUL-terminated, at most cap - 1 bytes); its length. */
+static inline size_t test_capture(int fd, void (*run)(void *), void *arg, char *out, size_t cap) {
+    FILE *tmp = tmpfile(), *std = fd == 1 ? stdout : stderr;
+    out[0] = 0;
+    if (!tmp) return 0;
+    fflush(std);
+    int saved = dup(fd);
+    dup2(fileno(tmp), fd);
+    run(arg);
+    fflush(std);
+    dup2(saved, fd);
+    close(saved);
+    rewind(tmp);
+    size_t n = fread(out, 1, cap - 1, tmp);
+    out[n] = 0;
+    fclose(tmp);
+    return n;
 }
 /* Deterministic xorshift generator for seeded random inputs. */
 static inline unsigned test_rand(unsigned *s) {
