@@ -463,7 +463,8 @@ static si_status verify_input(si_result *r, si_source *input) {
     while (st == SI_OK && bad == UINT64_MAX && (got = next_record(r, &pos, &b, &t)) == 1) {
         for (uint32_t p = 0; p < t.n && st == SI_OK && bad == UINT64_MAX; p += PIECE) {
             uint32_t m = t.n - p < PIECE ? t.n - p : PIECE;
-            st = si_source_read_batch(input, t.first + p, m, &buf, off, status, msg, MSG, hash);
+            st = si_source_read_batch(input, t.first + p, m, &buf, off, status, msg, MSG, hash,
+                                      true);
             for (uint32_t j = 0; st == SI_OK && j < m && bad == UINT64_MAX; j++)
                 if (hash[j] != t.input_hash[p + j]) bad = t.first + p + j;
             checked += m;

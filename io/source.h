@@ -85,11 +85,13 @@ si_status si_source_read(si_source *s, uint64_t first, uint32_t n, si_bytes *buf
  * SI_IMG_OK, SI_IMG_READ_ERROR or SI_IMG_TOO_LARGE, msg + j * msg_len (msg_len bytes each) why
  * for the others, and hash[j] the image's si_source_hash (a stand-in derived from its declared
  * size or its failure for the others), so that what a run read can be checked against the input
- * later. Returns SI_OK, or SI_ERR_FAULT (message set) for a fault of the storage or the machine
- * that no image is charged with. Caller owns everything. */
+ * later; with ok_hashes false the SI_IMG_OK records' hashes are left to the caller (each is
+ * si_source_hash over its bytes), so that a reader thread can hand that work to others. Returns
+ * SI_OK, or SI_ERR_FAULT (message set) for a fault of the storage or the machine that no image
+ * is charged with. Caller owns everything. */
 si_status si_source_read_batch(si_source *s, uint64_t first, uint32_t n, si_bytes *buf,
                                uint64_t *off, int32_t *status, char *msg, size_t msg_len,
-                               uint32_t *hash);
+                               uint32_t *hash, bool ok_hashes);
 
 /* The content hash of one record as si_source_read_batch takes it (XXH3, 32 bits). */
 uint32_t si_source_hash(const uint8_t *p, size_t len);

@@ -340,6 +340,18 @@ static si_status start_chunk(si_pipe *R, feed *F, const si_read_slot *sl) {
     return SI_OK;
 }
 
+/* The batch's content hashes into the chunk (hash, sl->n entries): the reader's for the images it
+ * could not read, each readable image's computed here by the OpenMP team (reader.c says why). */
+static void keep_hashes(const si_read_slot *sl, uint32_t *hash) {
+#pragma omp parallel for schedule(static)
+    for (uint32_t j = 0; j < sl->n; j++) {
+        size_t len = (size_t)(sl->off[j + 1] - sl->off[j]);
+        hash[j] = sl->status[j] != SI_IMG_OK ? sl->hash[j]
+                  : len                      ? si_source_hash(sl->buf.data + sl->off[j], len)
+                                             : si_source_hash(NULL, 0);
+    }
+}
+
 /* Decodes read slot sl into the engine slot of batch F->k (free), records the batch in its
  * flight and gives the read slot back to the reader. *packed: as si_decode_batch. */
 static void decode(si_pipe *R, feed *F, const si_read_slot *sl, size_t *packed) {
@@ -352,7 +364,7 @@ static void decode(si_pipe *R, feed *F, const si_read_slot *sl, size_t *packed) 
         status[j] = sl->status[j];
         if (status[j] != SI_IMG_OK) memcpy(msgs[j], sl->msg[j], SI_MSG_LEN);
     }
-    memcpy(cur->hash + (sl->first - cur->first), sl->hash, sizeof(uint32_t) * sl->n);
+    keep_hashes(sl, cur->hash + (sl->first - cur->first));
     f->b0 = sl->first;
     f->c = cur;
     f->last = sl->chunk_end;

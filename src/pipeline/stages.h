@@ -19,7 +19,8 @@ typedef struct {
     uint64_t *off;           /* [B+1] */
     int32_t *status;         /* [B]: SI_IMG_READ_ERROR for records that could not be read */
     char (*msg)[SI_MSG_LEN]; /* [B]: why, for those */
-    uint32_t *hash;          /* [B]: what was read, hashed (the journal keeps it: io/tail.h) */
+    uint32_t *hash;          /* [B]: what was read, hashed (the journal keeps it: io/tail.h);
+                                the readable images' by the decode stage (keep_hashes) */
     uint64_t chunk, first;   /* the batch's chunk and first image */
     uint32_t n;
     bool chunk_start, chunk_end;

@@ -934,7 +934,7 @@ static void read_all(si_source *s, uint64_t lim, uint32_t batch, bool with_big, 
                 fail("a record over the cap is reported wrong, or has bytes", first + j);
         memset(msg, 0, sizeof msg);
         bool run_ok =
-            si_source_read_batch(s, first, m, &run, roff, status, msg, MSG, hash) == SI_OK;
+            si_source_read_batch(s, first, m, &run, roff, status, msg, MSG, hash, true) == SI_OK;
         if (run_ok) check_offsets(&run, roff, m, first);
         for (uint32_t j = 0; j < m; j++) {
             uint64_t i = first + j;

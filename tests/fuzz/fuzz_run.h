@@ -154,7 +154,7 @@ static void fz_run_begin(fz_recipe *r, fz_run *u, const char *src, uint64_t max_
     static int32_t st[FZ_RUN_MAX_IMAGES];
     static char msg[FZ_RUN_MAX_IMAGES * 64];
     if (u->n &&
-        si_source_read_batch(u->in, 0, (uint32_t)u->n, &b, off, st, msg, 64, u->hash) != SI_OK) {
+        si_source_read_batch(u->in, 0, (uint32_t)u->n, &b, off, st, msg, 64, u->hash, true) != SI_OK) {
         fprintf(stderr, "==fuzz== the input made here does not read: %s\n", si_error_msg());
         abort();
     }
