@@ -172,9 +172,10 @@ static int run_capturing(const si_job_config *c, const si_mpi *m, char *out, siz
     return j.code;
 }
 
-/* Rank 0's writer thread slower than the pipeline (20 ms a chunk of one image, 23 chunks, a
- * queue of 8): the main thread finds the queue full and waits, and every image is still in the
- * result once, with the same rows as a run whose writer keeps up. */
+/* Rank 0's writer thread slower than the pipeline (it waits for its queue of 8 to fill, then
+ * takes 20 ms a chunk; 23 chunks of one image): the main thread finds the queue full and waits,
+ * and every image is still in the result once, with the same rows as a run whose writer keeps
+ * up. */
 static void test_slow_writer(const si_mpi *m) {
     char fast[4096], slow[4096], summary[16384];
     snprintf(fast, sizeof fast, "%s/result_job_b1.h5", dir);

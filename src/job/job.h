@@ -52,7 +52,8 @@ typedef struct {
     double flush_interval, progress_interval, drain_timeout; /* seconds; 0: the defaults */
     si_progress_mode progress;
     int slow_rank, slow_ms;   /* tests: rank slow_rank (-1: none) sleeps slow_ms per batch */
-    int slow_write_ms;        /* tests: rank 0's writer thread sleeps this long per chunk */
+    int slow_write_ms;        /* tests: rank 0's writer thread waits for its queue to fill, then
+                                 sleeps this long per chunk (si_writer_start) */
     si_engine_opts eo;        /* precision (resolved for the backend), slots, workspace, graphs */
     long pack_kb;             /* cuda, pc.gpu_resize: KiB per image of decoded images; 0: default */
     si_decode_mode decode;    /* cuda, pc.gpu_resize: where JPEGs decode (--decode) */

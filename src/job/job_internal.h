@@ -38,7 +38,8 @@ typedef struct {
 /* Starts the thread over res, which it owns until si_writer_close (the caller must not touch it
  * meanwhile). chunk_rows: the bytes of rows a queued chunk may carry (0 when only tails are
  * queued): large chunks get fewer entries, so the queue's memory stays bounded. slow_ms: tests
- * only, the thread sleeps that long before each chunk. */
+ * only, a writer slower than the pipeline on any machine: the thread writes nothing until the
+ * main thread has found the queue full, then sleeps that long before each chunk. */
 si_writer *si_writer_start(si_result *res, size_t chunk_rows, int slow_ms);
 /* Main thread: queues a copy of a chunk's rows (rows_len bytes; NULL when its rank wrote them
  * into the file itself, --writer parallel) and tail (io/tail.h), both borrowed for the call;

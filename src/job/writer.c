@@ -86,18 +86,24 @@ static si_status put(si_writer *w, const entry *e) {
     return st;
 }
 
+/* Under mu. Tests (slow_ms): nothing is written until the main thread has found the queue full,
+ * so that it waits for room however fast or slow the machine is. */
+static bool held(const si_writer *w) {
+    return w->slow_ms > 0 && !w->stats.full && !w->closing;
+}
+
 /* Thread: the head entry, waiting up to a tick for one; NULL when there is none (*stop: none
  * will come). */
 static entry *next(si_writer *w, bool *stop) {
     pthread_mutex_lock(&w->mu);
-    if (!w->count && !w->closing) {
+    if ((!w->count || held(w)) && !w->closing) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += WRITER_TICK_NS;
         if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
         pthread_cond_timedwait(&w->cv, &w->mu, &ts);
     }
-    entry *e = w->count ? &w->q[w->head] : NULL;
+    entry *e = w->count && !held(w) ? &w->q[w->head] : NULL;
     *stop = !e && w->closing;
     pthread_mutex_unlock(&w->mu);
     return e;
@@ -171,6 +177,7 @@ si_status si_writer_put(si_writer *w, const uint8_t *rows, size_t rows_len, cons
     if (w->count == w->depth && w->st == SI_OK) { /* counted in the hook's write time too */
         double t = si_now();
         w->stats.full++;
+        pthread_cond_broadcast(&w->cv); /* for a held thread (tests) */
         while (w->count == w->depth && w->st == SI_OK) pthread_cond_wait(&w->cv, &w->mu);
         w->stats.waited += si_now() - t;
     }
