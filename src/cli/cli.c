@@ -6,12 +6,14 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "base/parse.h"
 
 int si_cli_launcher_local_rank(void) {
     const char *lr = getenv("SLURM_LOCALID");
     if (!lr) lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     if (!lr) lr = getenv("MPI_LOCALRANKID");
-    return lr && atoi(lr) >= 0 ? atoi(lr) : -1;
+    long v;
+    return lr && si_parse_int(lr, 0, 1 << 20, &v) ? (int)v : -1;
 }
 
 /* "shardinfer run --model ..." as typed (argv here starts at the subcommand). */

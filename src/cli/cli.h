@@ -12,7 +12,8 @@
 /* "shardinfer ARGV..." as typed (argv starts at the subcommand); caller frees. */
 char *si_cli_join_args(int argc, char **argv);
 /* This process's node-local rank as its launcher gives it (SLURM_LOCALID, Open MPI's
- * OMPI_COMM_WORLD_LOCAL_RANK, MPICH's MPI_LOCALRANKID, in that order); -1 without one. */
+ * OMPI_COMM_WORLD_LOCAL_RANK, MPICH's MPI_LOCALRANKID, in that order); -1 without one or where
+ * it is not a plain non-negative integer. */
 int si_cli_launcher_local_rank(void);
 
 int si_cli_pack(int argc, char **argv);
