@@ -49,6 +49,7 @@ struct si_decode {
     uint64_t spilled;   /* with packed: this batch's images resized here */
     /* --decode gpu */
     si_hwjpeg *hw;         /* the hardware decoder (cfg's), NULL without */
+    bool hw_exact;         /* it decodes to planes converted as libjpeg-turbo does */
     bool hw_gone;          /* it could not be set up after all (said once; the CPU decodes) */
     gpu_job *gj;           /* [B] */
     int slot;              /* the engine slot being filled */
@@ -233,7 +234,7 @@ static si_image_status plan_one(si_decode *d, const uint8_t *data, size_t len, u
     if (st != SI_IMG_OK) return st;
     si_rs_item *it = &d->jitems[j];
     g->kind = 1;
-    const bool exact = si_hwjpeg_exact(d->hw);
+    const bool exact = d->hw_exact;
     if (!(exact ? plan.exact_reason : plan.cpu_reason) &&
         si_rs_item_make(plan.full_w, plan.full_h, pre->resize, pre->interp, pre->crop_h,
                         pre->crop_w, it) &&
@@ -263,10 +264,9 @@ static int split_batch(si_decode *d, const si_read_slot *sl, bool hw, uint32_t *
             acc += d->cpu_share;
             if (acc >= 1.0) {
                 acc -= 1.0;
-            } else if (pack_take_gpu(
-                           &d->pk, g->len,
-                           si_jpeg_area_bytes(g->w, g->h, g->hs, g->vs, si_hwjpeg_exact(d->hw)),
-                           &g->src, &g->dst)) {
+            } else if (pack_take_gpu(&d->pk, g->len,
+                                     si_jpeg_area_bytes(g->w, g->h, g->hs, g->vs, d->hw_exact),
+                                     &g->src, &g->dst)) {
                 g->on_gpu = true;
                 d->jitems[j].off = g->dst;
                 n_gpu++;
@@ -439,6 +439,7 @@ si_decode *si_decode_create(const si_pipeline_config *cfg, si_engine *e, si_sour
      * resized here from the file's pixels) */
     d->packed = cfg->gpu_resize && !pixels_in && si_engine_pack(e, 0, &d->sp);
     if (d->packed && d->sp.area_cap > 0) d->hw = cfg->hw_jpeg;
+    d->hw_exact = si_hwjpeg_exact(d->hw);
     d->pk.crop = d->img;
     pthread_mutex_init(&d->pk.mu, NULL);
     d->jitems = si_xmalloc(sizeof(si_rs_item) * B);
