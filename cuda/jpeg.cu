@@ -144,31 +144,7 @@ bool si_cuda_jpeg_available(char *why, size_t cap) {
 extern "C" bool si_cuda_hw_jpeg_expected(int) {
     return false;
 }
-extern "C" si_hwjpeg *si_hwjpeg_create(int, int, bool, int) {
-    char why[256];
-    si_cuda_jpeg_available(why, sizeof why);
-    si_error(SI_ERR_UNSUPPORTED, "--decode gpu: %s", why);
-    return NULL;
-}
-extern "C" void si_hwjpeg_free(si_hwjpeg *) {}
-extern "C" bool si_hwjpeg_exact(const si_hwjpeg *) {
-    return false;
-}
-extern "C" int si_hwjpeg_parts(const si_hwjpeg *) {
-    return 0;
-}
-extern "C" si_status si_hwjpeg_ready(si_hwjpeg *) {
-    return si_error(SI_ERR_UNSUPPORTED, "no nvJPEG in this build");
-}
-extern "C" int si_hwjpeg_usable(si_hwjpeg *, int) {
-    return -1;
-}
-extern "C" si_jpeg_jobs *si_hwjpeg_jobs(si_hwjpeg *, int) {
-    return NULL;
-}
-extern "C" si_status si_hwjpeg_decode(si_hwjpeg *, int, const si_slot_pack *) {
-    return si_error(SI_ERR_INTERNAL, "no nvJPEG in this build");
-}
+// the si_hwjpeg calls of this build: src/decode/hwjpeg_none.c's
 #else
 #include <nvjpeg.h>
 

@@ -1,10 +1,15 @@
-/* The hardware JPEG decoder's calls in a build without CUDA (hwjpeg.h): there is none, and
- * si_hwjpeg_create says so; the others are never reached with a decoder to act on. */
+/* The hardware JPEG decoder's calls in a build without one (hwjpeg.h): no CUDA, or CUDA without
+ * nvjpeg.h when it was configured. si_hwjpeg_create says so; the others are never reached with a
+ * decoder to act on. */
 #include "hwjpeg.h"
+
+#define NONE                                                                                       \
+    "--decode gpu: this build has no hardware JPEG decoder (no CUDA, or no nvjpeg.h when it was "  \
+    "configured: scripts/setup.sh installs it)"
 
 si_hwjpeg *si_hwjpeg_create(int slots, int max_batch, bool exact, int parts) {
     (void)slots, (void)max_batch, (void)exact, (void)parts;
-    si_error(SI_ERR_UNSUPPORTED, "--decode gpu: this build has no CUDA");
+    si_error(SI_ERR_UNSUPPORTED, NONE);
     return NULL;
 }
 
@@ -24,7 +29,7 @@ int si_hwjpeg_parts(const si_hwjpeg *j) {
 
 si_status si_hwjpeg_ready(si_hwjpeg *j) {
     (void)j;
-    return si_error(SI_ERR_UNSUPPORTED, "--decode gpu: this build has no CUDA");
+    return si_error(SI_ERR_UNSUPPORTED, NONE);
 }
 
 int si_hwjpeg_usable(si_hwjpeg *j, int k) {
@@ -39,5 +44,5 @@ si_jpeg_jobs *si_hwjpeg_jobs(si_hwjpeg *j, int k) {
 
 si_status si_hwjpeg_decode(si_hwjpeg *j, int k, const si_slot_pack *p) {
     (void)j, (void)k, (void)p;
-    return si_error(SI_ERR_UNSUPPORTED, "--decode gpu: this build has no CUDA");
+    return si_error(SI_ERR_UNSUPPORTED, NONE);
 }
