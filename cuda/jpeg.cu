@@ -168,10 +168,15 @@ struct si_hwjpeg {
     int slots, max_batch;
     int parts;  // host threads making one batch's calls, a contiguous part of its images each
     bool exact; // planes converted by k_yuv_rgb, else the hardware's RGB with its chroma recovered
-    nvjpegJpegState_t *state; // [slots * parts]: slot k's part p at k * parts + p
-    cudaStream_t *pstream;    // [slots * parts] (parts > 1): where each part's decode is queued
-    cudaEvent_t *pdone;       // [slots * parts] (parts > 1): each part's end on its stream
-    cudaEvent_t *pstart;      // [slots] (parts > 1): the slot's stream up to the decode
+    // a state and a stream per part, shared by the slots: a state takes the next batch while
+    // its previous one is still in flight (nvJPEG orders them on the part's stream), which gave
+    // the same pixels and rate as a state per slot (bench/nvjpeg_bringup.c, 2 H200s), and its
+    // making is what the node's processes wait for one another in (0.1 s each alone, 0.24 s
+    // each with 2 processes at once)
+    nvjpegJpegState_t *state; // [parts]
+    cudaStream_t *pstream;    // [parts]: where each part's decode is queued
+    cudaEvent_t *pdone;       // [slots * parts]: slot k's part p's end on its stream
+    cudaEvent_t *pstart;      // [slots]: the slot's stream up to the decode
     si_jpeg_jobs *jobs;       // [slots], their arrays carved from `arrays`
     void *arrays;
     const unsigned char **data; // [max_batch]: one batch's arguments, part p's a range of them
@@ -179,7 +184,8 @@ struct si_hwjpeg {
     nvjpegImage_t *dst;
     yuv_job *conv_h, *conv_d; // [slots * max_batch], the conversions' arguments
     // the handle and the decode states are made on a thread of their own while the engine sets
-    // up and the run starts; slots [0, ready) are usable (atomic), `made` is final once `done`
+    // up and the run starts; every slot is usable once `ready` (atomic), `made` is final once
+    // `done`
     pthread_t maker;
     bool making;
     int ready, done;
@@ -296,12 +302,11 @@ extern "C" bool si_cuda_hw_jpeg_expected(int dev) {
            !strstr(p.name, "MIG");
 }
 
-// The handle (the probe's, else a new one) and the slots' decode states, in slot order, each
-// slot usable as soon as its parts' states are made (the first about 0.35 s, the others 0.1 s
-// on an H200; nvJPEG makes them one at a time even from several threads). The probe may still
-// be running on the GPU's set-up thread (si_cuda_prewarm_start): this waits for it, not the
-// engine. A shared handle with a state per thread is what nvJPEG's thread-safety rules ask for:
-// slot 0 may decode on its states while the next ones are made here.
+// The handle (the probe's, else a new one) and the parts' decode states (the first about
+// 0.35 s, the others 0.1 s on an H200; nvJPEG makes them one at a time, even from several
+// threads, and across the node's processes). The probe may still be running on the GPU's set-up
+// thread (si_cuda_prewarm_start): this waits for it, not the engine. A shared handle with a
+// state per calling thread is what nvJPEG's thread-safety rules ask for.
 static void *make_states(void *arg) {
     si_hwjpeg *j = (si_hwjpeg *)arg;
     si_cuda_prewarm_join();
@@ -318,34 +323,28 @@ static void *make_states(void *arg) {
             j->made = MADE_NONE;
         }
     }
-    for (int k = 0; k < j->slots && j->made == 0; k++) {
-        for (int p = 0; p < j->parts && j->made == 0; p++)
-            j->made = (int)api.state_create(j->hw, &j->state[k * j->parts + p]);
-        if (j->made == 0) __atomic_store_n(&j->ready, k + 1, __ATOMIC_RELEASE);
-    }
+    for (int p = 0; p < j->parts && j->made == 0; p++)
+        j->made = (int)api.state_create(j->hw, &j->state[p]);
+    if (j->made == 0) __atomic_store_n(&j->ready, 1, __ATOMIC_RELEASE);
     if (j->made != 0 && j->made != MADE_NONE)
         snprintf(j->why, sizeof j->why, "its decode states could not be made (status %d)", j->made);
     __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
-// Part p of the batch handed out: its contiguous range of the images, on its own state, queued
-// on its own stream after the slot's stream has come to the decode (one part: on that stream).
-static int decode_part(si_hwjpeg *j, int p, cudaStream_t s) {
+// Part p of the batch handed out: its contiguous range of the images, on the part's state,
+// queued on the part's stream after the slot's stream has come to the decode.
+static int decode_part(si_hwjpeg *j, int p) {
     const int k = j->cur_slot, n = j->cur_n;
     const int lo = (int)((long)n * p / j->parts), hi = (int)((long)n * (p + 1) / j->parts);
     if (hi == lo) return 0;
-    cudaStream_t ps = s;
-    if (j->parts > 1) {
-        ps = j->pstream[k * j->parts + p];
-        if (cudaStreamWaitEvent(ps, j->pstart[k], 0) != cudaSuccess) return -1;
-    }
-    nvjpegJpegState_t st = j->state[k * j->parts + p];
+    cudaStream_t ps = j->pstream[p];
+    if (cudaStreamWaitEvent(ps, j->pstart[k], 0) != cudaSuccess) return -1;
+    nvjpegJpegState_t st = j->state[p];
     int r = (int)api.batch_init(j->hw, st, hi - lo, 1,
                                 j->exact ? NVJPEG_OUTPUT_YUV : NVJPEG_OUTPUT_RGBI);
     if (r == 0) r = (int)api.batch_decode(j->hw, st, j->data + lo, j->lens + lo, j->dst + lo, ps);
-    if (r == 0 && j->parts > 1 && cudaEventRecord(j->pdone[k * j->parts + p], ps) != cudaSuccess)
-        r = -1;
+    if (r == 0 && cudaEventRecord(j->pdone[k * j->parts + p], ps) != cudaSuccess) r = -1;
     return r;
 }
 
@@ -360,7 +359,7 @@ static void *helper_main(void *arg) {
         if (j->quit) break;
         seen = j->gen;
         pthread_mutex_unlock(&j->mu);
-        int r = decode_part(j, p, NULL);
+        int r = decode_part(j, p);
         pthread_mutex_lock(&j->mu);
         j->part_status[p] = r;
         if (--j->left == 0) pthread_cond_signal(&j->finished);
@@ -376,7 +375,7 @@ extern "C" si_hwjpeg *si_hwjpeg_create(int slots, int max_batch, bool exact, int
     j->exact = exact;
     j->parts = parts < 1 ? 1 : parts > max_batch ? max_batch : parts;
     if (cudaGetDevice(&j->device) != cudaSuccess) j->device = 0;
-    j->state = (nvjpegJpegState_t *)si_xcalloc((size_t)slots * j->parts, sizeof *j->state);
+    j->state = (nvjpegJpegState_t *)si_xcalloc((size_t)j->parts, sizeof *j->state);
     // per slot: src, len, dst (uint64) and w, h, sub (int32), max_batch each
     size_t per = (size_t)max_batch * (3 * sizeof(uint64_t) + 3 * sizeof(int32_t));
     uint8_t *a = (uint8_t *)si_xcalloc((size_t)slots, per);
@@ -405,26 +404,27 @@ extern "C" si_hwjpeg *si_hwjpeg_create(int slots, int max_batch, bool exact, int
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->go, NULL);
     pthread_cond_init(&j->finished, NULL);
+    const int n_done = slots * j->parts;
+    j->pstream = (cudaStream_t *)si_xcalloc((size_t)j->parts, sizeof *j->pstream);
+    j->pdone = (cudaEvent_t *)si_xcalloc((size_t)n_done, sizeof *j->pdone);
+    j->pstart = (cudaEvent_t *)si_xcalloc((size_t)slots, sizeof *j->pstart);
+    bool made = true;
+    for (int p = 0; p < j->parts; p++)
+        made =
+            made && cudaStreamCreateWithFlags(&j->pstream[p], cudaStreamNonBlocking) == cudaSuccess;
+    for (int i = 0; i < n_done; i++)
+        made =
+            made && cudaEventCreateWithFlags(&j->pdone[i], cudaEventDisableTiming) == cudaSuccess;
+    for (int k = 0; k < slots; k++)
+        made =
+            made && cudaEventCreateWithFlags(&j->pstart[k], cudaEventDisableTiming) == cudaSuccess;
+    if (!made) {
+        si_error(SI_ERR_NOMEM, "--decode gpu: cannot create the decoder's streams: %s",
+                 cudaGetErrorString(cudaGetLastError()));
+        si_hwjpeg_free(j);
+        return NULL;
+    }
     if (j->parts > 1) {
-        const int n = slots * j->parts;
-        j->pstream = (cudaStream_t *)si_xcalloc((size_t)n, sizeof *j->pstream);
-        j->pdone = (cudaEvent_t *)si_xcalloc((size_t)n, sizeof *j->pdone);
-        j->pstart = (cudaEvent_t *)si_xcalloc((size_t)slots, sizeof *j->pstart);
-        bool made = true;
-        for (int i = 0; i < n; i++)
-            made =
-                made &&
-                cudaStreamCreateWithFlags(&j->pstream[i], cudaStreamNonBlocking) == cudaSuccess &&
-                cudaEventCreateWithFlags(&j->pdone[i], cudaEventDisableTiming) == cudaSuccess;
-        for (int k = 0; k < slots; k++)
-            made = made &&
-                   cudaEventCreateWithFlags(&j->pstart[k], cudaEventDisableTiming) == cudaSuccess;
-        if (!made) {
-            si_error(SI_ERR_NOMEM, "--decode gpu: cannot create the decoder's streams: %s",
-                     cudaGetErrorString(cudaGetLastError()));
-            si_hwjpeg_free(j);
-            return NULL;
-        }
         j->helper = (pthread_t *)si_xcalloc((size_t)j->parts - 1, sizeof *j->helper);
         j->helper_arg = (si_hwjpeg **)si_xcalloc((size_t)j->parts - 1, sizeof *j->helper_arg);
         for (int p = 1; p < j->parts; p++) {
@@ -447,8 +447,8 @@ extern "C" si_status si_hwjpeg_ready(si_hwjpeg *j) {
     return SI_OK;
 }
 
-extern "C" int si_hwjpeg_usable(si_hwjpeg *j, int k) {
-    if (k < __atomic_load_n(&j->ready, __ATOMIC_ACQUIRE)) return 1;
+extern "C" int si_hwjpeg_usable(si_hwjpeg *j) {
+    if (__atomic_load_n(&j->ready, __ATOMIC_ACQUIRE)) return 1;
     return __atomic_load_n(&j->done, __ATOMIC_ACQUIRE) ? -1 : 0;
 }
 
@@ -470,13 +470,13 @@ extern "C" void si_hwjpeg_free(si_hwjpeg *j) {
         pthread_mutex_unlock(&j->mu);
         for (int p = 0; p < j->n_helpers; p++) pthread_join(j->helper[p], NULL);
     }
-    for (int i = 0; j->state && i < j->slots * j->parts; i++)
-        if (j->state[i]) api.state_destroy(j->state[i]);
+    for (int p = 0; j->state && p < j->parts; p++)
+        if (j->state[p]) api.state_destroy(j->state[p]);
     if (j->hw) api.destroy(j->hw);
-    for (int i = 0; j->pstream && i < j->slots * j->parts; i++) {
-        if (j->pstream[i]) cudaStreamDestroy(j->pstream[i]);
+    for (int p = 0; j->pstream && p < j->parts; p++)
+        if (j->pstream[p]) cudaStreamDestroy(j->pstream[p]);
+    for (int i = 0; j->pdone && i < j->slots * j->parts; i++)
         if (j->pdone[i]) cudaEventDestroy(j->pdone[i]);
-    }
     for (int k = 0; j->pstart && k < j->slots; k++)
         if (j->pstart[k]) cudaEventDestroy(j->pstart[k]);
     pthread_mutex_destroy(&j->mu);
@@ -511,10 +511,10 @@ static si_status rejected(si_hwjpeg *j, int k, cudaStream_t s) {
     cudaCheck(cudaStreamSynchronize(s));
     int first = 0;
     for (int p = 0; p < j->parts; p++) {
-        if (j->parts > 1) cudaCheck(cudaStreamSynchronize(j->pstream[k * j->parts + p]));
+        cudaCheck(cudaStreamSynchronize(j->pstream[p]));
         if (j->part_status[p] == 0) continue;
         if (!first) first = j->part_status[p];
-        nvjpegJpegState_t *st = &j->state[k * j->parts + p];
+        nvjpegJpegState_t *st = &j->state[p];
         api.state_destroy(*st);
         *st = NULL;
         int r2 = (int)api.state_create(j->hw, st);
@@ -535,7 +535,7 @@ extern "C" si_status si_hwjpeg_decode(si_hwjpeg *j, int k, const si_slot_pack *p
     cudaStream_t s = (cudaStream_t)pk->stream;
     if (q->n == 0) return SI_OK;
     SI_ASSERT(q->n <= j->max_batch);
-    if (si_hwjpeg_usable(j, k) != 1) { // a caller that did not ask (tests) waits for it
+    if (si_hwjpeg_usable(j) != 1) { // a caller that did not ask (tests) waits for it
         si_status st = si_hwjpeg_ready(j);
         if (st != SI_OK) return st;
     }
@@ -573,26 +573,26 @@ extern "C" si_status si_hwjpeg_decode(si_hwjpeg *j, int k, const si_slot_pack *p
     // host work, the bitstreams' parsing, is what limits one thread to ~20,000 images/s)
     j->cur_slot = k;
     j->cur_n = q->n;
+    cudaCheck(cudaEventRecord(j->pstart[k], s));
     if (j->parts > 1) {
-        cudaCheck(cudaEventRecord(j->pstart[k], s));
         pthread_mutex_lock(&j->mu);
         j->left = j->parts - 1;
         j->gen++;
         pthread_cond_broadcast(&j->go);
         pthread_mutex_unlock(&j->mu);
     }
-    j->part_status[0] = decode_part(j, 0, s);
+    j->part_status[0] = decode_part(j, 0);
     bool failed = j->part_status[0] != 0;
     if (j->parts > 1) {
         pthread_mutex_lock(&j->mu);
         while (j->left > 0) pthread_cond_wait(&j->finished, &j->mu);
         pthread_mutex_unlock(&j->mu);
         for (int p = 1; p < j->parts; p++) failed |= j->part_status[p] != 0;
-        for (int p = 0; p < j->parts && !failed; p++) {
-            const int lo = (int)((long)q->n * p / j->parts);
-            const int hi = (int)((long)q->n * (p + 1) / j->parts);
-            if (hi > lo) cudaCheck(cudaStreamWaitEvent(s, j->pdone[k * j->parts + p], 0));
-        }
+    }
+    for (int p = 0; p < j->parts && !failed; p++) {
+        const int lo = (int)((long)q->n * p / j->parts);
+        const int hi = (int)((long)q->n * (p + 1) / j->parts);
+        if (hi > lo) cudaCheck(cudaStreamWaitEvent(s, j->pdone[k * j->parts + p], 0));
     }
     if (failed) return rejected(j, k, s);
     if (n_conv > 0) { // to libjpeg-turbo's RGB, on the same stream

@@ -52,30 +52,31 @@ typedef struct si_hwjpeg si_hwjpeg;
 /* A decoder on the current device for `slots` slots of up to max_batch images each, to the
  * hardware's RGB with its chroma recovered or (exact) to planes converted as libjpeg-turbo does,
  * making each batch's calls from `parts` host threads (the caller's and parts - 1 of its own;
- * clamped to [1, max_batch]). Its handle and per-slot states are made on a thread of its own
- * from here on (0.2-0.35 s a state on an H100), so that the engine's set-up and the run's first
- * batches go on meanwhile. NULL with the message set when its buffers cannot be allocated or the
- * build has no CUDA. Free with si_hwjpeg_free (accepts NULL). */
+ * clamped to [1, max_batch]). Its handle and a decode state per part, which the slots share, are
+ * made on a thread of its own from here on (0.1-0.35 s a state on an H200, one process at a time
+ * across the node), so that the engine's set-up and the run's first batches go on meanwhile. NULL
+ * with the message set when its buffers cannot be allocated or the build has no CUDA. Free with
+ * si_hwjpeg_free (accepts NULL). */
 si_hwjpeg *si_hwjpeg_create(int slots, int max_batch, bool exact, int parts);
 void si_hwjpeg_free(si_hwjpeg *j);
 bool si_hwjpeg_exact(const si_hwjpeg *j);
 int si_hwjpeg_parts(const si_hwjpeg *j); /* 0 for NULL */
 
-/* Waits until every slot's state is made: SI_ERR_UNSUPPORTED with the reason where the hardware
- * decoder could not be set up after all. */
+/* Waits until the decoder's states are made: SI_ERR_UNSUPPORTED with the reason where the
+ * hardware decoder could not be set up after all. */
 si_status si_hwjpeg_ready(si_hwjpeg *j);
-/* Does not wait: 1 when slot k's state is made, 0 not yet, -1 never (si_hwjpeg_ready says
- * why). Until then the caller decodes slot k's images on the CPU. */
-int si_hwjpeg_usable(si_hwjpeg *j, int k);
+/* Does not wait: 1 when the decoder's states are made, 0 not yet, -1 never (si_hwjpeg_ready
+ * says why). Until then the caller decodes every image on the CPU. */
+int si_hwjpeg_usable(si_hwjpeg *j);
 
 /* Slot k's job list, emptied. */
 si_jpeg_jobs *si_hwjpeg_jobs(si_hwjpeg *j, int k);
 
 /* Queues slot k's jobs on p's stream: bitstreams from p->host, pixels to p->device (the jobs'
- * dst inside its device-only area); waits for the slot's state first if it is not made yet. The
- * slot's previous batch must be collected. On failure (a stream the hardware rejects) nothing
- * more is queued, the slot's state is made again and the message says which status nvJPEG
- * gave: the caller decodes those images on the CPU instead. */
+ * dst inside its device-only area); waits for the decoder's states first if they are not made
+ * yet. The slot's previous batch must be collected. On failure (a stream the hardware rejects)
+ * nothing more is queued, the failed part's state is made again and the message says which
+ * status nvJPEG gave: the caller decodes those images on the CPU instead. */
 si_status si_hwjpeg_decode(si_hwjpeg *j, int k, const si_slot_pack *p);
 
 #endif

@@ -32,8 +32,8 @@ si_status si_hwjpeg_ready(si_hwjpeg *j) {
     return si_error(SI_ERR_UNSUPPORTED, NONE);
 }
 
-int si_hwjpeg_usable(si_hwjpeg *j, int k) {
-    (void)j, (void)k;
+int si_hwjpeg_usable(si_hwjpeg *j) {
+    (void)j;
     return -1;
 }
 

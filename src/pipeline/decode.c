@@ -308,11 +308,11 @@ static void gpu_fallback(si_decode *d, const si_read_slot *sl, int32_t *status,
     d->gpu_retried += n;
 }
 
-/* --decode gpu: whether this slot's hardware decoder is up (until it is, a run's first batches,
- * the CPU decodes). Where it could not be set up at all, the CPU decodes every image from then
+/* --decode gpu: whether the hardware decoder is up (until it is, a run's first batches, the CPU
+ * decodes). Where it could not be set up at all, the CPU decodes every image from then
  * on, said once. */
 static bool hw_usable(si_decode *d, const si_read_slot *sl) {
-    int usable = si_hwjpeg_usable(d->hw, d->slot);
+    int usable = si_hwjpeg_usable(d->hw);
     if (usable < 0 && !d->hw_gone) {
         d->hw_gone = true;
         si_hwjpeg_ready(d->hw);
