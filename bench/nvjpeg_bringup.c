@@ -13,8 +13,6 @@
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <cuda_runtime.h>
-#include <dlfcn.h>
-#include <nvjpeg.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -23,19 +21,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "nvjpeg_calls.h"
+
 #define BATCH  256
 #define ROUNDS 30
-
-static struct {
-    nvjpegStatus_t (*create)(nvjpegBackend_t, nvjpegDevAllocator_t *, nvjpegPinnedAllocator_t *,
-                             unsigned int, nvjpegHandle_t *);
-    nvjpegStatus_t (*state_create)(nvjpegHandle_t, nvjpegJpegState_t *);
-    nvjpegStatus_t (*init)(nvjpegHandle_t, nvjpegJpegState_t, int, int, nvjpegOutputFormat_t);
-    nvjpegStatus_t (*decode)(nvjpegHandle_t, nvjpegJpegState_t, const unsigned char *const *,
-                             const size_t *, nvjpegImage_t *, cudaStream_t);
-    nvjpegStatus_t (*info)(nvjpegHandle_t, const unsigned char *, size_t, int *,
-                           nvjpegChromaSubsampling_t *, int *, int *);
-} nv;
 
 static double t0;
 
@@ -69,29 +58,23 @@ static void *make(void *arg) {
     return NULL;
 }
 
-typedef struct {
-    const unsigned char *data[BATCH];
-    size_t len[BATCH];
-    nvjpegImage_t out[BATCH];
-} batch;
-
 /* Batch b: the files in a rotation of b, each image's RGB at its place in dev. */
 static void fill(batch *bt, int b, uint8_t **jpg, size_t *len, int *w, int *h, int nf, uint8_t *dev,
                  size_t per) {
     for (int i = 0; i < BATCH; i++) {
         int f = (i + 7 * b) % nf;
         bt->data[i] = jpg[f];
-        bt->len[i] = len[f];
-        memset(&bt->out[i], 0, sizeof bt->out[i]);
-        bt->out[i].channel[0] = dev + (size_t)i * per;
-        bt->out[i].pitch[0] = (size_t)w[f] * 3;
+        bt->lens[i] = len[f];
+        memset(&bt->imgs[i], 0, sizeof bt->imgs[i]);
+        bt->imgs[i].channel[0] = dev + (size_t)i * per;
+        bt->imgs[i].pitch[0] = (size_t)w[f] * 3;
         (void)h;
     }
 }
 
 static int run(nvjpegHandle_t hw, nvjpegJpegState_t st, batch *bt, cudaStream_t s) {
     int r = (int)nv.init(hw, st, BATCH, 1, NVJPEG_OUTPUT_RGBI);
-    return r ? r : (int)nv.decode(hw, st, bt->data, bt->len, bt->out, s);
+    return r ? r : (int)nv.decode(hw, st, bt->data, bt->lens, bt->imgs, s);
 }
 
 int main(int argc, char **argv) {
@@ -115,13 +98,11 @@ int main(int argc, char **argv) {
     if (states < 3) states = 3;
     if (threads < 1) threads = 1;
     const double start = wall();
-    void *lib = dlopen("libnvjpeg.so.13", RTLD_NOW);
-    if (!lib) die("dlopen libnvjpeg.so.13", 0);
-    *(void **)&nv.create = dlsym(lib, "nvjpegCreateEx");
-    *(void **)&nv.state_create = dlsym(lib, "nvjpegJpegStateCreate");
-    *(void **)&nv.init = dlsym(lib, "nvjpegDecodeBatchedInitialize");
-    *(void **)&nv.decode = dlsym(lib, "nvjpegDecodeBatched");
-    *(void **)&nv.info = dlsym(lib, "nvjpegGetImageInfo");
+    const char *why = nvjpeg_calls_load();
+    if (why) {
+        fprintf(stderr, "nvjpeg_bringup: %s\n", why);
+        return 1;
+    }
     const double c0 = wall();
     if (cudaSetDevice(dev) != cudaSuccess || cudaFree(0) != cudaSuccess) die("GPU context", 0);
     const double c1 = wall();

@@ -32,8 +32,6 @@
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
-#include <dlfcn.h>
-#include <nvjpeg.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -45,18 +43,9 @@
 #include <turbojpeg.h>
 
 #include "io/yuv.h"
+#include "nvjpeg_calls.h"
 
-#define BATCH 256
-#define AREA  ((size_t)4 << 20) /* device bytes per image in the timing runs */
-
-static struct {
-    nvjpegStatus_t (*create)(nvjpegBackend_t, nvjpegDevAllocator_t *, nvjpegPinnedAllocator_t *,
-                             unsigned int, nvjpegHandle_t *);
-    nvjpegStatus_t (*state_create)(nvjpegHandle_t, nvjpegJpegState_t *);
-    nvjpegStatus_t (*init)(nvjpegHandle_t, nvjpegJpegState_t, int, int, nvjpegOutputFormat_t);
-    nvjpegStatus_t (*decode)(nvjpegHandle_t, nvjpegJpegState_t, const unsigned char *const *,
-                             const size_t *, nvjpegImage_t *, cudaStream_t);
-} nv;
+#define AREA ((size_t)4 << 20) /* device bytes per image in the timing runs */
 
 typedef struct {
     long n, equal;
@@ -198,14 +187,9 @@ static bool compare(nvjpegHandle_t h, nvjpegJpegState_t st, tjhandle tj, uint8_t
     return ok;
 }
 
-/* One batched call's arguments: BATCH of the images (cycled), each with its output at
- * dev + AREA * i, or (packed) back to back with 256-byte alignment; the bitstreams where they
- * are, or copied back to back into the page-locked `pin`. */
-typedef struct {
-    const unsigned char *data[BATCH];
-    size_t lens[BATCH];
-    nvjpegImage_t imgs[BATCH];
-} batch;
+/* One batched call's arguments (nvjpeg_calls.h): BATCH of the images (cycled), each with its
+ * output at dev + AREA * i, or (packed) back to back with 256-byte alignment; the bitstreams where
+ * they are, or copied back to back into the page-locked `pin`. */
 
 static void batch_fill(batch *b, const image *ims, int n, nvjpegOutputFormat_t fmt, uint8_t *dev,
                        uint8_t *pin, bool packed) {
@@ -453,8 +437,8 @@ static void *decode_worker(void *arg) {
                        cudaHostAlloc((void **)&pin, bytes, cudaHostAllocDefault) != cudaSuccess))
         w->status = -2;
     /* NVJPEG_PROBE_YUV set: the planes, as --decode gpu-exact takes them, instead of RGB */
-    const nvjpegOutputFormat_t fmt = getenv("NVJPEG_PROBE_YUV") ? NVJPEG_OUTPUT_YUV
-                                                                : NVJPEG_OUTPUT_RGBI;
+    const nvjpegOutputFormat_t fmt =
+        getenv("NVJPEG_PROBE_YUV") ? NVJPEG_OUTPUT_YUV : NVJPEG_OUTPUT_RGBI;
     if (!w->status) {
         batch_fill(b, mine, w->n, fmt, dev, pin, true);
         w->status = batch_decode(w->h, st, b, fmt, s); /* warm-up */
@@ -536,17 +520,12 @@ static void time_backends(nvjpegHandle_t hw, const image *ims, int n) {
 
 /* A handle and a state on the hardware backend, from libnvjpeg.so.13 loaded here. */
 static bool open_nvjpeg(nvjpegHandle_t *h, nvjpegJpegState_t *st) {
-    void *lib = dlopen("libnvjpeg.so.13", RTLD_NOW);
-    if (!lib) {
-        fprintf(stderr, "nvjpeg_probe: %s\n", dlerror());
+    const char *why = nvjpeg_calls_load();
+    if (why) {
+        fprintf(stderr, "nvjpeg_probe: %s\n", why);
         return false;
     }
-    *(void **)&nv.create = dlsym(lib, "nvjpegCreateEx");
-    *(void **)&nv.state_create = dlsym(lib, "nvjpegJpegStateCreate");
-    *(void **)&nv.init = dlsym(lib, "nvjpegDecodeBatchedInitialize");
-    *(void **)&nv.decode = dlsym(lib, "nvjpegDecodeBatched");
-    if (!nv.create || nv.create(NVJPEG_BACKEND_HARDWARE, NULL, NULL, 0, h) != 0 ||
-        nv.state_create(*h, st) != 0) {
+    if (nv.create(NVJPEG_BACKEND_HARDWARE, NULL, NULL, 0, h) != 0 || nv.state_create(*h, st) != 0) {
         fprintf(stderr, "nvjpeg_probe: no hardware JPEG decoder here\n");
         return false;
     }
