@@ -108,10 +108,11 @@ static int parse_plan(int argc, char **argv, plan_args *a) {
 }
 
 /* nvJPEG's hardware decoder beside the plan, ResNet-50 on an H100: `run --decode gpu` less
- * `--decode cpu` in the summary's memory beside the plan, slots 1-4 x batch 64, 128, 256
- * (44.6, 81-85, 126-130, 165-171 MiB): per slot, whatever the batch */
-#define NVJPEG_MIB_PER_SLOT 41.5
-#define NVJPEG_MIB_FIXED    3.0
+ * `--decode cpu` in the summary's memory beside the plan, with 1-4 decode states (one a slot
+ * then) x batch 64, 128, 256 (44.6, 81-85, 126-130, 165-171 MiB): per state, whatever the
+ * batch; a run makes one a calling thread (SI_DECODE_PARTS_DEFAULT) */
+#define NVJPEG_MIB_PER_STATE 41.5
+#define NVJPEG_MIB_FIXED     3.0
 
 /* The table of components, per slot and in total. */
 static void print_plan(const plan_args *a, const si_devplan *p, bool pixels) {
@@ -142,10 +143,11 @@ static void print_plan(const plan_args *a, const si_devplan *p, bool pixels) {
     printf("  plus the CUDA context and the libraries' own memory (about 500-600 MiB on an H100, "
            "measured)\n");
     if (p->area_cap) // the hardware backend takes no allocator of ours: measured, not planned
-        printf("  and nvJPEG's own buffers beside them: about %.0f MiB for %zu slots (42 MiB a "
-               "slot and 3 MiB more, measured on an H100 at batches 64-256; `run`'s summary "
-               "shows the whole)\n",
-               NVJPEG_MIB_PER_SLOT * (double)slots + NVJPEG_MIB_FIXED, slots);
+        printf("  and nvJPEG's own buffers beside them: about %.0f MiB for its %d decode states "
+               "(42 MiB a state and 3 MiB more, measured on an H100 at batches 64-256; `run`'s "
+               "summary shows the whole)\n",
+               NVJPEG_MIB_PER_STATE * SI_DECODE_PARTS_DEFAULT + NVJPEG_MIB_FIXED,
+               SI_DECODE_PARTS_DEFAULT);
 }
 
 /* Plans g as `run --backend cuda` would, after the refusal that run would give (a build without
