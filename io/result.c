@@ -985,7 +985,9 @@ static void undo_finish(const char *path, const char *partial, const char *undo)
 }
 
 si_status si_result_finish(si_result *r, si_source *input, const si_result_meta *meta,
-                           uint64_t *failed) {
+                           uint64_t *failed, si_result_finish_times *times) {
+    si_result_finish_times tm = {0};
+    double t = si_now();
     si_status st = si_result_flush(r, true);
     if (st == SI_OK && r->chunks_done != r->n_chunks)
         st = si_error(SI_ERR_VERIFY, "%s: %llu of %llu chunks are missing", r->partial,
@@ -1006,6 +1008,7 @@ si_status si_result_finish(si_result *r, si_source *input, const si_result_meta 
         return st;
     }
     si_test_point("finish:undo");
+    tm.begin = si_now() - t, t = si_now();
     finish_ctx f = {.err_base = si_xcalloc(r->n_chunks + 1, sizeof(uint64_t)),
                     .det_base = si_xcalloc(r->n_chunks + 1, sizeof(uint64_t)),
                     .strtype = si_h5_utf8_type()};
@@ -1017,8 +1020,10 @@ si_status si_result_finish(si_result *r, si_source *input, const si_result_meta 
         write_rows(f.offsets, H5T_NATIVE_UINT64, 0, r->n, 1, &f.n_det) < 0)
         st = si_error(SI_ERR_IO, "%s: cannot write /detections/offsets", r->partial);
     if (st == SI_OK) si_test_point("finish:records");
+    tm.records = si_now() - t, t = si_now();
     if (st == SI_OK) st = write_ids(r, input, f.strtype);
     if (st == SI_OK) si_test_point("finish:ids");
+    tm.ids = si_now() - t, t = si_now();
     if (st == SI_OK) st = write_attrs(r, meta, f.n_err, f.strtype);
     hid_t hs[6] = {f.ei, f.em, f.boxes, f.scores, f.classes, f.offsets};
     for (int i = 0; i < 6; i++)
@@ -1028,6 +1033,8 @@ si_status si_result_finish(si_result *r, si_source *input, const si_result_meta 
     free(f.det_base);
     *failed = f.n_err;
     if (st == SI_OK) st = publish(r);
+    tm.publish = si_now() - t;
+    if (times) *times = tm;
     bool in_place = st == SI_OK || access(r->path, F_OK) == 0;
     char *path = si_xstrdup(r->path), *partial = si_xstrdup(r->partial),
          *undo = si_xstrdup(r->undo);

@@ -109,11 +109,18 @@ uint64_t si_result_images_done(const si_result *r);
 uint64_t si_result_chunks_done(const si_result *r);
 uint64_t si_result_chunks(const si_result *r);
 
+/* Seconds each part of the final step took: the last flush and the undo record, errors and
+ * detections placed from the journal, ids and index copied from the input, attributes, close,
+ * sync and rename. */
+typedef struct {
+    double begin, records, ids, publish;
+} si_result_finish_times;
+
 /* Every chunk is in: writes ids (copied from input in blocks), index, errors, detections and the
  * root attributes, renames PATH.partial to PATH and removes the journal. *failed gets the number
- * of failed images. Frees r whatever happens. */
+ * of failed images, *times (may be NULL) what each part took. Frees r whatever happens. */
 si_status si_result_finish(si_result *r, si_source *input, const si_result_meta *meta,
-                           uint64_t *failed);
+                           uint64_t *failed, si_result_finish_times *times);
 
 /* Flushes and closes, leaving PATH.partial and PATH.journal for --resume. Frees r. */
 si_status si_result_close(si_result *r);

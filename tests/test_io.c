@@ -672,7 +672,7 @@ static void test_result(void) {
         }
         si_chunk_free(&ch);
         uint64_t failed = 0;
-        st = si_result_finish(r, in, &m, &failed);
+        st = si_result_finish(r, in, &m, &failed, NULL);
         CHECK_MSG(st == SI_OK, "%s", si_error_msg());
         CHECK(!exists(fmt("%s.partial", out)) && !exists(fmt("%s.journal", out)));
         char *exp = fmt("%s/result%d.expected", work, variant);

@@ -156,12 +156,14 @@ si_status si_job_finish(si_job_state *J) {
     uint64_t images_done = si_result_images_done(J->res), failed = 0;
     J->meta.elapsed_seconds = si_now() - J->t_start;
     double t = si_now();
-    si_status st =
-        complete ? si_result_finish(J->res, J->set, &J->meta, &failed) : si_result_close(J->res);
+    si_result_finish_times ft = {0};
+    si_status st = complete ? si_result_finish(J->res, J->set, &J->meta, &failed, &ft)
+                            : si_result_close(J->res);
     J->res = NULL;
     if (st == SI_OK && complete)
-        si_log_info("final step %.2f s (ids, errors and detections from the journal, sync, rename)",
-                    si_now() - t);
+        si_log_info("final step %.2f s: last flush and undo record %.2f, errors and detections "
+                    "from the journal %.2f, ids %.2f, attributes, sync and rename %.2f",
+                    si_now() - t, ft.begin, ft.records, ft.ids, ft.publish);
     if (st == SI_OK) print_summary(J, failed, images_done, si_now() - J->t_start, complete);
     if (st == SI_OK && !complete)
         st = si_error(SI_ERR_INTERRUPTED,

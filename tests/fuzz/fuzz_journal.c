@@ -344,7 +344,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (!(done[c / 8] >> (c % 8) & 1)) ok = fz_run_put(r, res, &v, c) == SI_OK;
         if (!ok && !damaged && same) fail("put after resume");
         uint64_t failed = 0;
-        st = si_result_finish(res, in, &meta, &failed);
+        st = si_result_finish(res, in, &meta, &failed, NULL);
         if (st != SI_OK && !damaged && same) fail("an undamaged run does not finish");
         if (st == SI_OK && !damaged && same && failed != u.failed)
             fail("finish counts other failures than were put");

@@ -337,7 +337,7 @@ static bool make_part(fz_recipe *r, const char *path, const char *src, fz_run *u
     for (uint64_t c = 0; c < u->chunks; c++)
         if (fz_run_put(r, res, u, c) != SI_OK) fail("put");
     uint64_t failed = 0;
-    if (si_result_finish(res, u->in, &u->meta, &failed) != SI_OK) fail("finish");
+    if (si_result_finish(res, u->in, &u->meta, &failed, NULL) != SI_OK) fail("finish");
     si_source_close(u->in);
     u->in = NULL;
     return edit_part(r, path, u, other);
