@@ -5,6 +5,7 @@
 #include "io/pack.h"
 #include "io/result.h"
 #include "pipeline/chunk.h"
+#include "io/h5util.h"
 #include "io/source.h"
 #include "tests/test_util.h"
 
@@ -798,6 +799,50 @@ static void test_journal_damage(void) {
     si_chunk_free(&ch);
 }
 
+/* si_h5_vlen_refs_check on a file HDF5 wrote: 5,000 short strings (collections of many objects
+ * each), their references in a shuffled order, some repeated, some made wrong (an index that no
+ * object has, a length that is not the object's, an address that is no collection): the good
+ * ones pass, the wrong ones alone fail. */
+static void test_vlen_refs(void) {
+    enum { N = 5000 };
+    char *path = fmt("%s/vlen_refs.h5", work);
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t t = si_h5_utf8_type();
+    hsize_t dim = N;
+    hid_t sp = H5Screate_simple(1, &dim, NULL);
+    hid_t d = H5Dcreate2(f, "ids", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    char **v = malloc(N * sizeof *v);
+    for (int i = 0; i < N; i++) v[i] = fmt("image_%05d.jpg", i * 7); /* freed with the pool */
+    CHECK(H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0);
+    H5Dclose(d);
+    H5Fclose(f);
+    f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    d = H5Dopen2(f, "ids", H5P_DEFAULT);
+    si_h5_vlen_ref *r = malloc(N * sizeof *r), *q = malloc(2 * N * sizeof *q);
+    CHECK(H5Dread(d, si_h5_vlen_ref_type(), H5S_ALL, H5S_ALL, H5P_DEFAULT, r) >= 0);
+    bool *ok = malloc(2 * N * sizeof *ok), want[2 * N];
+    size_t collections = 0;
+    for (int i = 0; i < N; i++) collections += i == 0 || r[i].heap_addr != r[i - 1].heap_addr;
+    CHECK_MSG(collections > 1 && collections < N / 50, "%zu heap collections for %d strings",
+              collections, N);
+    /* every reference twice, in an order that is not the file's */
+    for (int i = 0; i < 2 * N; i++) q[i] = r[(i * 2971) % N], want[i] = true;
+    q[10].heap_idx = 60000, want[10] = false; /* no such object */
+    q[20].len += 1, want[20] = false;         /* not the object's size */
+    q[30].heap_addr = 8, want[30] = false;    /* no collection there */
+    q[40].len = 0, want[40] = true;           /* nothing to follow */
+    size_t bad = si_h5_vlen_refs_check(f, q, 2 * N, 1, ok);
+    CHECK_MSG(bad == 3, "%zu references found bad, 3 made so", bad);
+    int wrong = 0;
+    for (int i = 0; i < 2 * N; i++) wrong += ok[i] != want[i];
+    CHECK_MSG(wrong == 0, "%d references judged wrongly", wrong);
+    H5Dclose(d);
+    H5Fclose(f);
+    H5Sclose(sp);
+    H5Tclose(t);
+    free(v), free(r), free(q), free(ok);
+}
+
 int main(int argc, char **argv) {
     if (argc != 4) {
         fprintf(stderr, "usage: %s WORKDIR PYTHON IO_REF_PY\n", argv[0]);
@@ -816,6 +861,7 @@ int main(int argc, char **argv) {
     test_hostile_sets();
     test_result();
     test_journal_damage();
+    test_vlen_refs();
     int rc = test_finish();
     if (rc == 0) { /* keep the evidence of a failure, drop that of a success */
         char *cmd = fmt("rm -rf '%s'", work);
