@@ -368,8 +368,8 @@ static si_status open_inputs(si_job_state *J) {
  * hardware JPEG decoder where every rank's GPU has one (auto) or where the user insists (gpu,
  * gpu-exact: an error on a rank without), the CPU otherwise; the choice and why in decode_why.
  * The decoder is made here for the engine's slots: its handle and states come up on a thread of
- * their own while the engine sets up (the pipeline decodes a slot's batches on the CPU until its
- * state is made). Under auto a GPU of a kind that has the decoders (si_cuda_hw_jpeg_expected) is
+ * their own while the engine sets up (the pipeline decodes every batch on the CPU until they are
+ * made). Under auto a GPU of a kind that has the decoders (si_cuda_hw_jpeg_expected) is
  * taken at its word while the GPU's set-up thread still makes the handle (0.5-0.8 s on an H100):
  * where the library then fails after all, that rank's CPU decodes, said once (decode.c). The
  * engine only lends each slot a device area for it. Collective. */

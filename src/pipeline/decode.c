@@ -463,6 +463,7 @@ si_decode *si_decode_create(const si_pipeline_config *cfg, si_engine *e, si_sour
                          : decode_crops;
     return d;
 }
+
 void si_decode_free(si_decode *d) {
     if (!d) return;
     for (int t = 0; t < d->nthreads; t++) si_decoder_destroy(d->dec[t]);
