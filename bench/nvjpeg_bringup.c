@@ -23,7 +23,6 @@
 
 #include "nvjpeg_calls.h"
 
-#define BATCH  256
 #define ROUNDS 30
 
 static double t0;
@@ -58,23 +57,164 @@ static void *make(void *arg) {
     return NULL;
 }
 
-/* Batch b: the files in a rotation of b, each image's RGB at its place in dev. */
-static void fill(batch *bt, int b, uint8_t **jpg, size_t *len, int *w, int *h, int nf, uint8_t *dev,
-                 size_t per) {
+/* The GPU's context, the hardware handle and `states` decode states into st, made from
+ * `threads` threads at once; each step timed and printed. */
+static nvjpegHandle_t bring_up(int dev, unsigned flags, int states, int threads,
+                               nvjpegJpegState_t *st) {
+    const double c0 = wall();
+    if (cudaSetDevice(dev) != cudaSuccess || cudaFree(0) != cudaSuccess) die("GPU context", 0);
+    const double c1 = wall();
+    nvjpegHandle_t hw;
+    int r = (int)nv.create(NVJPEG_BACKEND_HARDWARE, NULL, NULL, flags, &hw);
+    if (r) die("nvjpegCreateEx (hardware)", r);
+    const double c2 = wall();
+    double *took = calloc((size_t)states, sizeof *took), *at = calloc((size_t)states, sizeof *at);
+    maker *mk = calloc((size_t)threads, sizeof *mk);
+    pthread_t *th = calloc((size_t)threads, sizeof *th);
+    for (int t = 0; t < threads; t++) {
+        const int first = states * t / threads;
+        mk[t] = (maker){hw, st, first, states * (t + 1) / threads - first, took, at};
+        pthread_create(&th[t], NULL, make, &mk[t]);
+    }
+    for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
+    const double c3 = wall();
+    printf("device %d: started %.3f; context %.3f s (up at %.3f); handle %.3f s (at %.3f); "
+           "%d states from %d threads %.3f s (done at %.3f)\n",
+           dev, c0, c1 - c0, c1, c2 - c1, c2, states, threads, c3 - c2, c3);
+    for (int i = 0; i < states; i++)
+        printf("  state %d: %.3f s, made at %.3f\n", i, took[i], at[i]);
+    free(took), free(at), free(mk), free(th);
+    return hw;
+}
+
+/* The named files, their bytes page-locked as a run holds them; rgb: each one's RGB bytes, per
+ * the largest of them (an output's place in a batch). */
+typedef struct {
+    int n;
+    uint8_t **jpg;
+    size_t *len, *rgb, per;
+    int *w;
+} files;
+
+static files load(nvjpegHandle_t hw, char **paths, int n) {
+    files fs = {n,
+                calloc((size_t)n, sizeof *fs.jpg),
+                calloc((size_t)n, sizeof *fs.len),
+                calloc((size_t)n, sizeof *fs.rgb),
+                0,
+                calloc((size_t)n, sizeof *fs.w)};
+    for (int f = 0; f < n; f++) {
+        FILE *fp = fopen(paths[f], "rb");
+        if (!fp) die(paths[f], 0);
+        fseek(fp, 0, SEEK_END);
+        fs.len[f] = (size_t)ftell(fp);
+        fseek(fp, 0, SEEK_SET);
+        if (cudaHostAlloc((void **)&fs.jpg[f], fs.len[f], 0) != cudaSuccess)
+            die("cudaHostAlloc", 0);
+        if (fread(fs.jpg[f], 1, fs.len[f], fp) != fs.len[f]) die(paths[f], 0);
+        fclose(fp);
+        int nc, ww[NVJPEG_MAX_COMPONENT], hh[NVJPEG_MAX_COMPONENT], r;
+        nvjpegChromaSubsampling_t ss;
+        if ((r = (int)nv.info(hw, fs.jpg[f], fs.len[f], &nc, &ss, ww, hh)))
+            die("nvjpegGetImageInfo", r);
+        fs.w[f] = ww[0];
+        fs.rgb[f] = (size_t)ww[0] * (size_t)hh[0] * 3;
+        if (fs.rgb[f] > fs.per) fs.per = fs.rgb[f];
+    }
+    return fs;
+}
+
+/* What the decode runs share: the handle and states, the files, four batches' arguments and
+ * outputs, the stream, and the reference pixels of batches 0-2. */
+typedef struct {
+    nvjpegHandle_t hw;
+    nvjpegJpegState_t *st;
+    const files *fs;
+    batch bt[4];
+    uint8_t *out[4], *ref;
+    cudaStream_t s;
+} bench;
+
+/* Batch b into bt: the files in a rotation of b, each image's RGB at its place in out[k]. */
+static void fill(bench *B, int k, int b) {
+    const files *fs = B->fs;
+    batch *bt = &B->bt[k];
     for (int i = 0; i < BATCH; i++) {
-        int f = (i + 7 * b) % nf;
-        bt->data[i] = jpg[f];
-        bt->lens[i] = len[f];
+        int f = (i + 7 * b) % fs->n;
+        bt->data[i] = fs->jpg[f];
+        bt->lens[i] = fs->len[f];
         memset(&bt->imgs[i], 0, sizeof bt->imgs[i]);
-        bt->imgs[i].channel[0] = dev + (size_t)i * per;
-        bt->imgs[i].pitch[0] = (size_t)w[f] * 3;
-        (void)h;
+        bt->imgs[i].channel[0] = B->out[k] + (size_t)i * fs->per;
+        bt->imgs[i].pitch[0] = (size_t)fs->w[f] * 3;
     }
 }
 
-static int run(nvjpegHandle_t hw, nvjpegJpegState_t st, batch *bt, cudaStream_t s) {
-    int r = (int)nv.init(hw, st, BATCH, 1, NVJPEG_OUTPUT_RGBI);
-    return r ? r : (int)nv.decode(hw, st, bt->data, bt->lens, bt->imgs, s);
+/* Batch arguments k queued on state st. */
+static void run(bench *B, nvjpegJpegState_t st, int k) {
+    batch *bt = &B->bt[k];
+    int r = (int)nv.init(B->hw, st, BATCH, 1, NVJPEG_OUTPUT_RGBI);
+    if (!r) r = (int)nv.decode(B->hw, st, bt->data, bt->lens, bt->imgs, B->s);
+    if (r) die("nvjpegDecodeBatched", r);
+}
+
+/* The reference: batches 0-2, each decoded with the call synchronized after it. */
+static void make_reference(bench *B) {
+    const size_t size = B->fs->per * BATCH;
+    B->ref = malloc(size * 3);
+    for (int b = 0; b < 3; b++) {
+        fill(B, 0, b);
+        run(B, B->st[0], 0);
+        cudaStreamSynchronize(B->s);
+        cudaMemcpy(B->ref + size * b, B->out[0], size, cudaMemcpyDeviceToHost);
+    }
+}
+
+/* Batches 0-2 queued back to back on ns states in turn, then one synchronize, 10 times: how
+ * many images' pixels differ from the reference. */
+static long differ_reused(bench *B, int ns) {
+    const files *fs = B->fs;
+    const size_t size = fs->per * BATCH;
+    uint8_t *got = malloc(size);
+    long differ = 0;
+    for (int round = 0; round < 10; round++) {
+        for (int k = 0; k < 3; k++) cudaMemset(B->out[k], 0, size);
+        cudaDeviceSynchronize();
+        for (int b = 0; b < 3; b++) {
+            fill(B, b, b);
+            run(B, B->st[b % ns], b);
+        }
+        cudaStreamSynchronize(B->s);
+        for (int b = 0; b < 3; b++) {
+            cudaMemcpy(got, B->out[b], size, cudaMemcpyDeviceToHost);
+            for (int i = 0; i < BATCH; i++) {
+                const size_t o = (size_t)i * fs->per;
+                differ += memcmp(got + o, B->ref + size * b + o, fs->rgb[(i + 7 * b) % fs->n]) != 0;
+            }
+        }
+    }
+    free(got);
+    return differ;
+}
+
+/* ROUNDS batches queued back to back on ns states in turn, best of 3: images/s, and the calls'
+ * host time an image (us) in *call_us. */
+static double rate(bench *B, int ns, double *call_us) {
+    for (int b = 0; b < 4; b++) fill(B, b, b);
+    cudaStreamSynchronize(B->s);
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double q0 = wall(), call = 0;
+        for (int b = 0; b < ROUNDS; b++) {
+            double x = wall();
+            run(B, B->st[b % ns], b % 4);
+            call += wall() - x;
+        }
+        cudaStreamSynchronize(B->s);
+        double r = BATCH * ROUNDS / (wall() - q0);
+        if (r > best) best = r;
+        *call_us = 1e6 * call / (BATCH * ROUNDS); /* the last repetition's */
+    }
+    return best;
 }
 
 int main(int argc, char **argv) {
@@ -97,113 +237,28 @@ int main(int argc, char **argv) {
     if (!e) t0 = wall();
     if (states < 3) states = 3;
     if (threads < 1) threads = 1;
-    const double start = wall();
     const char *why = nvjpeg_calls_load();
     if (why) {
         fprintf(stderr, "nvjpeg_bringup: %s\n", why);
         return 1;
     }
-    const double c0 = wall();
-    if (cudaSetDevice(dev) != cudaSuccess || cudaFree(0) != cudaSuccess) die("GPU context", 0);
-    const double c1 = wall();
-    nvjpegHandle_t hw;
-    int r = (int)nv.create(NVJPEG_BACKEND_HARDWARE, NULL, NULL, flags, &hw);
-    if (r) die("nvjpegCreateEx (hardware)", r);
-    const double c2 = wall();
     nvjpegJpegState_t *st = calloc((size_t)states, sizeof *st);
-    double *took = calloc((size_t)states, sizeof *took), *at = calloc((size_t)states, sizeof *at);
-    maker *mk = calloc((size_t)threads, sizeof *mk);
-    pthread_t *th = calloc((size_t)threads, sizeof *th);
-    for (int t = 0; t < threads; t++) {
-        mk[t] = (maker){
-            hw,   st, states * t / threads, states * (t + 1) / threads - states * t / threads,
-            took, at};
-        pthread_create(&th[t], NULL, make, &mk[t]);
-    }
-    for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
-    const double c3 = wall();
-    printf("device %d: started %.3f; context %.3f s (up at %.3f); handle %.3f s (at %.3f); "
-           "%d states from %d threads %.3f s (done at %.3f)\n",
-           dev, start, c1 - c0, c1, c2 - c1, c2, states, threads, c3 - c2, c3);
-    for (int i = 0; i < states; i++)
-        printf("  state %d: %.3f s, made at %.3f\n", i, took[i], at[i]);
-
-    /* the files: their bytes page-locked, as a run holds them */
-    const int nf = argc - a;
-    if (nf < 1) return 0;
-    uint8_t **jpg = calloc((size_t)nf, sizeof *jpg);
-    size_t *len = calloc((size_t)nf, sizeof *len), per = 0;
-    int *w = calloc((size_t)nf, sizeof *w), *h = calloc((size_t)nf, sizeof *h);
-    for (int f = 0; f < nf; f++) {
-        FILE *fp = fopen(argv[a + f], "rb");
-        if (!fp) die(argv[a + f], 0);
-        fseek(fp, 0, SEEK_END);
-        len[f] = (size_t)ftell(fp);
-        fseek(fp, 0, SEEK_SET);
-        if (cudaHostAlloc((void **)&jpg[f], len[f], 0) != cudaSuccess) die("cudaHostAlloc", 0);
-        if (fread(jpg[f], 1, len[f], fp) != len[f]) die(argv[a + f], 0);
-        fclose(fp);
-        int nc, ww[NVJPEG_MAX_COMPONENT], hh[NVJPEG_MAX_COMPONENT];
-        nvjpegChromaSubsampling_t ss;
-        if ((r = (int)nv.info(hw, jpg[f], len[f], &nc, &ss, ww, hh))) die("nvjpegGetImageInfo", r);
-        w[f] = ww[0], h[f] = hh[0];
-        if ((size_t)w[f] * h[f] * 3 > per) per = (size_t)w[f] * h[f] * 3;
-    }
-    uint8_t *out[4];
+    nvjpegHandle_t hw = bring_up(dev, flags, states, threads, st);
+    if (argc - a < 1) return 0;
+    const files fs = load(hw, argv + a, argc - a);
+    bench *B = calloc(1, sizeof *B);
+    *B = (bench){.hw = hw, .st = st, .fs = &fs};
     for (int k = 0; k < 4; k++)
-        if (cudaMalloc((void **)&out[k], per * BATCH) != cudaSuccess) die("cudaMalloc", 0);
-    batch *bt = calloc(4, sizeof *bt);
-    cudaStream_t s;
-    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-
-    /* reference: batch b's images each decoded with the call synchronized after it */
-    uint8_t *ref = malloc(per * BATCH * 3), *got = malloc(per * BATCH);
-    for (int b = 0; b < 3; b++) {
-        fill(&bt[0], b, jpg, len, w, h, nf, out[0], per);
-        if ((r = run(hw, st[0], &bt[0], s))) die("reference decode", r);
-        cudaStreamSynchronize(s);
-        cudaMemcpy(ref + per * BATCH * b, out[0], per * BATCH, cudaMemcpyDeviceToHost);
-    }
-    /* 1, 2, 3 states: three batches queued back to back, then one synchronize, 10 times */
+        if (cudaMalloc((void **)&B->out[k], fs.per * BATCH) != cudaSuccess) die("cudaMalloc", 0);
+    cudaStreamCreateWithFlags(&B->s, cudaStreamNonBlocking);
+    make_reference(B);
     for (int ns = 1; ns <= 3; ns++) {
-        long differ = 0;
-        for (int round = 0; round < 10; round++) {
-            for (int k = 0; k < 3; k++) cudaMemset(out[k], 0, per * BATCH);
-            cudaDeviceSynchronize();
-            for (int b = 0; b < 3; b++) {
-                fill(&bt[b], b, jpg, len, w, h, nf, out[b], per);
-                if ((r = run(hw, st[b % ns], &bt[b], s))) die("decode", r);
-            }
-            cudaStreamSynchronize(s);
-            for (int b = 0; b < 3; b++) {
-                cudaMemcpy(got, out[b], per * BATCH, cudaMemcpyDeviceToHost);
-                for (int i = 0; i < BATCH; i++) {
-                    int f = (i + 7 * b) % nf;
-                    size_t n = (size_t)w[f] * h[f] * 3, o = (size_t)i * per;
-                    differ += memcmp(got + o, ref + per * BATCH * b + o, n) != 0;
-                }
-            }
-        }
-        /* throughput: ROUNDS batches queued back to back on ns states in turn */
-        for (int b = 0; b < 4; b++) fill(&bt[b], b, jpg, len, w, h, nf, out[b], per);
-        cudaStreamSynchronize(s);
-        double best = 0;
-        for (int rep = 0; rep < 3; rep++) {
-            double q0 = wall(), call = 0;
-            for (int b = 0; b < ROUNDS; b++) {
-                double x = wall();
-                if ((r = run(hw, st[b % ns], &bt[b % 4], s))) die("decode", r);
-                call += wall() - x;
-            }
-            cudaStreamSynchronize(s);
-            double rate = BATCH * ROUNDS / (wall() - q0);
-            if (rate > best) best = rate;
-            if (rep == 2)
-                printf("device %d: %d state%s in turn: %.0f images/s (best of 3), the calls %.1f "
-                       "us an image; reused in flight: %ld of %d images differ\n",
-                       dev, ns, ns > 1 ? "s" : "", best, 1e6 * call / (BATCH * ROUNDS), differ,
-                       10 * 3 * BATCH);
-        }
+        const long differ = differ_reused(B, ns);
+        double call_us;
+        const double best = rate(B, ns, &call_us);
+        printf("device %d: %d state%s in turn: %.0f images/s (best of 3), the calls %.1f us an "
+               "image; reused in flight: %ld of %d images differ\n",
+               dev, ns, ns > 1 ? "s" : "", best, call_us, differ, 10 * 3 * BATCH);
     }
     return 0;
 }
