@@ -567,6 +567,40 @@ static si_status put_chunk(si_result *r, const si_post_plan *p, si_chunk *c, uin
     return st;
 }
 
+/* test_result's interruption after order[c] of the nc chunks (of `size` images, n in all): a
+ * close, a journal record torn at its end, a resume refused for another batch size, then the
+ * resume, which must find the chunks put so far done. The resumed writer, or NULL. */
+static si_result *interrupt_and_resume(si_result *r, const char *out, const si_result_schema *sc,
+                                       uint64_t n, const si_result_meta *m, uint32_t size,
+                                       const uint64_t *order, uint64_t c, uint64_t nc) {
+    CHECK(si_result_close(r) == SI_OK);
+    char *jp = si_result_journal_path(out);
+    FILE *jf = fopen(jp, "ab");
+    fwrite("CHNK\x01\x02\x03", 1, 7, jf); /* a record cut short by a kill */
+    fclose(jf);
+    free(jp);
+    si_result_meta other = *m;
+    other.resume_key = "model=a;batch=8";
+    uint32_t got_size = 0;
+    uint8_t *done = NULL;
+    r = NULL;
+    si_status st = si_result_resume(out, sc, n, &other, NULL, &got_size, &done, &r);
+    CHECK_MSG(st == SI_ERR_ARG && strstr(si_error_msg(), "batch=7") &&
+                  strstr(si_error_msg(), "batch=8"),
+              "%s", si_error_msg());
+    st = si_result_resume(out, sc, n, m, NULL, &got_size, &done, &r);
+    CHECK_MSG(st == SI_OK, "%s", si_error_msg());
+    if (!r) return NULL;
+    CHECK(got_size == size && si_result_chunks_done(r) == c + 1);
+    for (uint64_t q = 0; q < nc; q++) {
+        bool want = false;
+        for (uint64_t z = 0; z <= c; z++) want |= order[z] == q;
+        CHECK_MSG((bool)(done[q / 8] >> (q % 8) & 1) == want, "chunk %llu", (unsigned long long)q);
+    }
+    free(done);
+    return r;
+}
+
 /* The result writer over the list set (33k images): chunks put in a shuffled order, a close and
  * resume in the middle with a torn journal record, a chunk put twice, a resume with other
  * settings, and an empty run. */
@@ -641,34 +675,9 @@ static void test_result(void) {
                           si_error_msg());
             }
             if (variant == 1 && c == nc / 2) {
-                /* interrupted: close, tear the journal's end, resume */
-                CHECK(si_result_close(r) == SI_OK);
-                char *jp = si_result_journal_path(out);
-                FILE *jf = fopen(jp, "ab");
-                fwrite("CHNK\x01\x02\x03", 1, 7, jf); /* a record cut short by a kill */
-                fclose(jf);
-                si_result_meta other = m;
-                other.resume_key = "model=a;batch=8";
-                uint32_t got_size = 0;
-                uint8_t *done = NULL;
-                r = NULL;
-                st = si_result_resume(out, &sc, n, &other, NULL, &got_size, &done, &r);
-                CHECK_MSG(st == SI_ERR_ARG && strstr(si_error_msg(), "batch=7") &&
-                              strstr(si_error_msg(), "batch=8"),
-                          "%s", si_error_msg());
-                st = si_result_resume(out, &sc, n, &m, NULL, &got_size, &done, &r);
-                CHECK_MSG(st == SI_OK, "%s", si_error_msg());
+                r = interrupt_and_resume(r, out, &sc, n, &m, size, order, c, nc);
                 if (!r) break;
                 runs = 2;
-                CHECK(got_size == size && si_result_chunks_done(r) == c + 1);
-                for (uint64_t q = 0; q < nc; q++) {
-                    bool want = false;
-                    for (uint64_t z = 0; z <= c; z++) want |= order[z] == q;
-                    CHECK_MSG((bool)(done[q / 8] >> (q % 8) & 1) == want, "chunk %llu",
-                              (unsigned long long)q);
-                }
-                free(done);
-                free(jp);
             }
         }
         si_chunk_free(&ch);
