@@ -205,7 +205,10 @@ static void walk(const si_graph *g, int x, lview *w, int depth) {
     bool ok = false;
     switch (p->op) {
     case SI_OP_VIEW:
-        if (covers_row_major(g, &in)) return; /* x aliases row-major bytes: x is the source */
+        /* x aliases row-major bytes: x is the source, unless it has rank 4 (a backend may store
+         * such a value channel-last: the view reads the value before, Hugging Face's
+         * (N, T, E) projection rather than its (N, T, H, D) Reshape) */
+        if (covers_row_major(g, &in) && g->values[x].shape.ndim != 4) return;
         ok = lv_reshape(&in, &g->values[x].shape);
         break;
     case SI_OP_TRANSPOSE: ok = lv_transpose(&in, p->perm); break;
@@ -218,20 +221,13 @@ static void walk(const si_graph *g, int x, lview *w, int depth) {
 }
 
 /* --- the per-node plan ----------------------------------------------------------------------- */
-/* An operand's strided form. A source of rank 4 is never taken: backends may store those
- * channel-last. The batch axis must map straight through (same extent, the source's own
- * stride), so the view holds at every batch size. */
+/* An operand's strided form at one batch size. A source of rank 4 is never taken: backends may
+ * store those channel-last. */
 typedef struct {
     bool taken, to_trans_b; /* to_trans_b: K^T viewed turns out to be K with rows of stride 1 */
     int src, nd;
     int64_t off, dims[SI_MAX_DIMS], st[SI_MAX_DIMS];
 } operand;
-
-static bool batch_straight(const si_shape *src, const operand *o) {
-    int64_t acc = 1;
-    for (int d = 1; d < src->ndim; d++) acc *= src->dims[d];
-    return src->ndim >= 1 && o->dims[0] == src->dims[0] && (o->st[0] == acc || o->dims[0] == 1);
-}
 
 static void plan_input(const si_graph *g, const si_gnode *n, int i, operand *o) {
     memset(o, 0, sizeof *o);
@@ -247,14 +243,14 @@ static void plan_input(const si_graph *g, const si_gnode *n, int i, operand *o) 
         o->dims[nd - 2] = t, o->st[nd - 2] = u;
         o->to_trans_b = true;
     }
-    if (o->st[nd - 1] != 1 || !batch_straight(src, o)) return;
+    if (o->st[nd - 1] != 1) return;
     o->src = w.src;
     o->off = w.off;
     o->taken = true;
 }
 
-/* Y read once, by a Transpose that keeps the batch and the last axis in place, whose result
- * only Reshape-like views read: Y is written straight into that result. */
+/* Y read once, by a Transpose that keeps the last axis in place, whose result only Reshape-like
+ * views read: Y is written straight into that result. */
 static void plan_output(const si_graph *g, const si_gnode *n, operand *o) {
     memset(o, 0, sizeof *o);
     const si_value *y = &g->values[n->out];
@@ -264,7 +260,7 @@ static void plan_output(const si_graph *g, const si_gnode *n, operand *o) {
         for (int k = 0; k < g->nodes[j].n_in; k++)
             if (g->nodes[j].in[k] == n->out) t = &g->nodes[j];
     int nd = y->shape.ndim;
-    if (!t || t->op != SI_OP_TRANSPOSE || t->perm[0] != 0 || t->perm[nd - 1] != nd - 1) return;
+    if (!t || t->op != SI_OP_TRANSPOSE || t->perm[nd - 1] != nd - 1) return;
     const si_value *w = &g->values[t->out];
     for (int j = 0; j < g->n_nodes; j++)
         for (int k = 0; k < g->nodes[j].n_in; k++)
@@ -278,109 +274,180 @@ static void plan_output(const si_graph *g, const si_gnode *n, operand *o) {
     o->taken = true;
 }
 
-typedef struct {
-    operand op[4];
-} plan;
+/* The batch sizes a plan is made at: every offset, stride and extent of a view is a product of
+ * its source's extents, of which the batch is one, so it is a polynomial in the batch; where it
+ * is linear at four sizes it is linear at every size (a cubic would need three axes of the
+ * batch's extent). */
+static const int SAMPLE[] = {2, 3, 5, 7};
+#define N_SAMPLE (int)(sizeof SAMPLE / sizeof SAMPLE[0])
 
-static void plan_node(const si_graph *g, const si_gnode *n, plan *p) {
-    for (int i = 0; i < 3; i++) plan_input(g, n, i, &p->op[i]);
-    plan_output(g, n, &p->op[3]);
+/* x at batch b as x0 + xb * b, from its values at the sample sizes; false where it is not. */
+static bool linear(const int64_t *x, int64_t *x0, int64_t *xb) {
+    *xb = (x[1] - x[0]) / (SAMPLE[1] - SAMPLE[0]);
+    *x0 = x[0] - *xb * SAMPLE[0];
+    for (int k = 0; k < N_SAMPLE; k++)
+        if (x[k] != *x0 + *xb * SAMPLE[k]) return false;
+    return true;
 }
 
-/* The same view at batch 2 and 1, but for the batch's extent (and its stride, which an extent
- * of 1 leaves unsaid: batch 2's is the one kept). */
-static bool same_plan(const operand *a, const operand *b) {
-    if (a->taken != b->taken || !a->taken) return a->taken == b->taken;
-    return a->src == b->src && a->nd == b->nd && a->off == b->off &&
-           a->to_trans_b == b->to_trans_b &&
-           memcmp(a->st + 1, b->st + 1, sizeof(int64_t) * (size_t)(a->nd - 1)) == 0 &&
-           memcmp(a->dims + 1, b->dims + 1, sizeof(int64_t) * (size_t)(a->nd - 1)) == 0;
+/* Operand i's plans at the sample sizes as one view that holds at every batch: the same source
+ * and rank; the logical dim 0 a multiple of the batch (Swin's windows of every image) or fixed,
+ * as every other dim is; the source's extents fixed but on one axis, a multiple of the batch;
+ * offsets and strides linear in the batch. A growing extent is stored per image. */
+static bool combine(const operand *o, const si_shape *srcs, si_attn_view *a) {
+    for (int k = 0; k < N_SAMPLE; k++)
+        if (!o[k].taken || o[k].src != o[0].src || o[k].nd != o[0].nd ||
+            o[k].to_trans_b != o[0].to_trans_b || srcs[k].ndim != srcs[0].ndim)
+            return false;
+    int nd = o[0].nd;
+    int64_t x[N_SAMPLE], x0, xb;
+    *a = (si_attn_view){.src = srcs[0], .src_batch = -1, .taken = true};
+    a->shape.ndim = nd;
+    for (int d = 0; d < nd; d++) {
+        for (int k = 0; k < N_SAMPLE; k++) x[k] = o[k].dims[d];
+        if (!linear(x, &x0, &xb) || (xb != 0 && (xb < 0 || x0 != 0 || d != 0))) return false;
+        a->shape.dims[d] = xb ? xb : x0;
+        for (int k = 0; k < N_SAMPLE; k++) x[k] = o[k].st[d];
+        if (!linear(x, &a->st[d], &a->st_b[d])) return false;
+    }
+    for (int k = 0; k < N_SAMPLE; k++) x[k] = o[k].off;
+    if (!linear(x, &a->off, &a->off_b)) return false;
+    bool grows = o[1].dims[0] != o[0].dims[0];
+    for (int d = 0; d < srcs[0].ndim; d++) {
+        for (int k = 0; k < N_SAMPLE; k++) x[k] = srcs[k].dims[d];
+        if (!linear(x, &x0, &xb) || (xb != 0 && (xb < 0 || x0 != 0 || a->src_batch >= 0)))
+            return false;
+        if (xb) a->src_batch = d;
+        a->src.dims[d] = xb ? xb : x0;
+    }
+    /* a fixed logical batch reads a fixed source; a growing one, a growing source */
+    return grows == (a->src_batch >= 0);
 }
 
-static si_attn_view row_major_view(const si_shape *s) {
-    si_attn_view v = {.shape = *s, .src = *s};
-    int64_t acc = 1;
-    for (int d = s->ndim - 1; d >= 0; d--) v.st[d] = acc, acc *= s->dims[d];
-    return v;
-}
-
-/* Rewires node j by its plan: inputs to the sources, the output to the Transpose's result (the
- * Transpose dies); operands not taken keep row-major views of their values. */
-static int apply(si_graph *g, int j, const plan *p) {
+/* Rewires node j: inputs to the views' sources, the output to the Transpose's result (the
+ * Transpose dies); operands not taken stay their own values, row-major. */
+static int apply(si_graph *g, int j, const si_attn_view *view, const operand *o) {
     si_gnode *n = &g->nodes[j];
     int taken = 0;
     n->aview = si_xcalloc(4, sizeof *n->aview);
     for (int i = 0; i < 4; i++) {
-        const operand *o = &p->op[i];
-        int v = i < 3 ? n->in[i] : n->out;
-        if (!o->taken) {
-            n->aview[i] = row_major_view(&g->values[v].shape);
-            continue;
-        }
-        si_attn_view *a = &n->aview[i];
-        a->shape.ndim = o->nd;
-        memcpy(a->shape.dims, o->dims, sizeof(int64_t) * (size_t)o->nd);
-        memcpy(a->st, o->st, sizeof(int64_t) * (size_t)o->nd);
-        a->src = g->values[o->src].shape;
-        a->off = o->off;
+        if (!view[i].taken) continue;
+        n->aview[i] = view[i];
         if (i < 3) {
-            n->in[i] = o->src;
-            if (o->to_trans_b) n->trans_b = 1;
+            n->in[i] = o[i].src;
+            if (o[i].to_trans_b) n->trans_b = 1;
         } else {
-            g->nodes[g->values[o->src].producer].op = -1; /* the Transpose */
-            n->out = n->outs[0] = o->src;
-            g->values[o->src].producer = j;
+            g->nodes[g->values[o[i].src].producer].op = -1; /* the Transpose */
+            n->out = n->outs[0] = o[i].src;
+            g->values[o[i].src].producer = j;
         }
         taken++;
     }
     return taken;
 }
 
+/* Every attention node's four operands planned at every sample size: node j's operand i at
+ * size k in o[(4 * j + i) * N_SAMPLE + k], its source's shape in srcs at the same place. */
+static bool plan_samples(si_graph *g, operand *o, si_shape *srcs) {
+    for (int k = 0; k < N_SAMPLE; k++) {
+        if (si_graph_infer(g, SAMPLE[k]) != SI_OK) {
+            si_error_clear();
+            return false;
+        }
+        for (int j = 0; j < g->n_nodes; j++) {
+            const si_gnode *n = &g->nodes[j];
+            if (n->op != SI_OP_ATTENTION) continue;
+            for (int i = 0; i < 4; i++) {
+                size_t at = (size_t)(4 * j + i) * N_SAMPLE + (size_t)k;
+                if (i < 3)
+                    plan_input(g, n, i, &o[at]);
+                else
+                    plan_output(g, n, &o[at]);
+                srcs[at] = o[at].taken ? g->values[o[at].src].shape : (si_shape){0};
+            }
+        }
+    }
+    return true;
+}
+
 int si_fuse_attention_views(si_graph *g) {
-    int n_att = 0;
+    int n_att = 0, taken = 0;
     for (int j = 0; j < g->n_nodes; j++) n_att += g->nodes[j].op == SI_OP_ATTENTION;
     if (!n_att) return 0;
-    plan *at2 = si_xcalloc((size_t)g->n_nodes, sizeof *at2),
-         *at1 = si_xcalloc((size_t)g->n_nodes, sizeof *at1);
-    int taken = 0;
-    if (si_graph_infer(g, 2) == SI_OK) {
-        for (int j = 0; j < g->n_nodes; j++)
-            if (g->nodes[j].op == SI_OP_ATTENTION) plan_node(g, &g->nodes[j], &at2[j]);
-        if (si_graph_infer(g, 1) == SI_OK)
-            for (int j = 0; j < g->n_nodes; j++) {
-                if (g->nodes[j].op != SI_OP_ATTENTION) continue;
-                plan_node(g, &g->nodes[j], &at1[j]);
-                bool any = false;
-                for (int i = 0; i < 4; i++) {
-                    if (!same_plan(&at2[j].op[i], &at1[j].op[i])) at1[j].op[i].taken = false;
-                    at1[j].op[i].st[0] = at2[j].op[i].st[0];
-                    any |= at1[j].op[i].taken;
-                }
-                if (any) taken += apply(g, j, &at1[j]);
-            }
+    size_t cells = (size_t)(4 * N_SAMPLE) * (size_t)g->n_nodes;
+    operand *o = si_xcalloc(cells, sizeof *o);
+    si_shape *srcs = si_xcalloc(cells, sizeof *srcs);
+    bool planned = plan_samples(g, o, srcs);
+    for (int j = 0; planned && j < g->n_nodes; j++) {
+        if (g->nodes[j].op != SI_OP_ATTENTION) continue;
+        si_attn_view view[4];
+        operand first[4];
+        bool any = false;
+        for (int i = 0; i < 4; i++) {
+            size_t at = (size_t)(4 * j + i) * N_SAMPLE;
+            if (!combine(o + at, srcs + at, &view[i])) view[i] = (si_attn_view){0};
+            first[i] = o[at];
+            any |= view[i].taken;
+        }
+        if (any) taken += apply(g, j, view, first);
     }
-    free(at2);
-    free(at1);
+    free(o);
+    free(srcs);
     si_graph_compact(g);
     g->inferred_batch = -1;
     return taken;
 }
 
+static si_attn_view row_major_view(const si_shape *s) {
+    si_attn_view v = {.shape = *s, .src = *s, .src_batch = 0};
+    int64_t acc = 1;
+    for (int d = s->ndim - 1; d >= 0; d--) v.st[d] = acc, acc *= s->dims[d];
+    return v;
+}
+
+/* A taken view at a batch of nb images. */
+static void at_batch(si_attn_view *a, int64_t nb) {
+    if (a->src_batch >= 0) {
+        a->shape.dims[0] *= nb;
+        a->src.dims[a->src_batch] *= nb;
+    }
+    a->off += a->off_b * nb;
+    for (int d = 0; d < a->shape.ndim; d++) a->st[d] += a->st_b[d] * nb;
+    a->off_b = 0;
+    memset(a->st_b, 0, sizeof a->st_b);
+}
+
+static si_status misfit(const si_graph *g, const si_gnode *n, int i) {
+    return si_node_error(g, n, SI_ERR_UNSUPPORTED,
+                         "operand %d no longer has the shape its strided view was made for", i);
+}
+
 si_status si_attention_view_shapes(const si_graph *g, const si_gnode *n, si_attn_view op[4]) {
-    int64_t nb = g->values[n->in[0]].shape.dims[0];
-    for (int i = 0; i < 4; i++) {
-        op[i] = n->aview[i];
-        if (i < 3) {
-            const si_shape *s = &g->values[n->in[i]].shape;
-            if (s->ndim != op[i].src.ndim || s->dims[0] != nb ||
-                memcmp(s->dims + 1, op[i].src.dims + 1, sizeof(int64_t) * (size_t)(s->ndim - 1)))
-                return si_node_error(g, n, SI_ERR_UNSUPPORTED,
-                                     "input %d no longer has the shape its strided view was made "
-                                     "for",
-                                     i);
+    for (int i = 0; i < 3; i++) {
+        const si_attn_view *a = &n->aview[i];
+        const si_shape *s = &g->values[n->in[i]].shape;
+        if (!a->taken) {
+            op[i] = row_major_view(s);
+        } else {
+            int ax = a->src_batch;
+            bool fits = s->ndim == a->src.ndim && (ax < 0 || s->dims[ax] % a->src.dims[ax] == 0);
+            for (int d = 0; d < s->ndim && fits; d++)
+                fits = d == ax || s->dims[d] == a->src.dims[d];
+            if (!fits) return misfit(g, n, i);
+            op[i] = *a;
+            at_batch(&op[i], ax >= 0 ? s->dims[ax] / a->src.dims[ax] : 0);
         }
-        op[i].shape.dims[0] = nb;
-        op[i].src.dims[0] = nb;
+        if (op[i].shape.dims[0] != op[0].shape.dims[0]) return misfit(g, n, i);
+    }
+    op[3] = n->aview[3];
+    if (op[3].taken) { /* its dim 0 per image divides Q's */
+        int64_t per = op[3].src_batch >= 0 ? op[3].shape.dims[0] : 0;
+        if (per && op[0].shape.dims[0] % per) return misfit(g, n, 3);
+        at_batch(&op[3], per ? op[0].shape.dims[0] / per : 0);
+    } else { /* Y row-major: (..., T, Dv) of Q's batch dims */
+        si_shape y = op[0].shape;
+        y.dims[y.ndim - 1] = op[2].shape.dims[op[2].shape.ndim - 1];
+        op[3] = row_major_view(&y);
     }
     return SI_OK;
 }

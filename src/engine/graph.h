@@ -93,12 +93,18 @@ typedef struct {
 
 /* One operand of a fused attention node as a strided view (attention_views.c): Q, K or V read
  * from in[0..2], or Y written into out, at an element offset and strides, so the head split of
- * a packed QKV projection and the head merge after it are never copied. Dim 0 of both shapes is
- * the batch's (set at infer). */
+ * a packed QKV projection and the head merge after it are never copied. Dim 0 of the logical
+ * shape is the batch's; the source's batch axis may be any (a sequence-first (T, N, 3E)
+ * projection, as nn.MultiheadAttention writes it). As stored, off, st and the source's shape
+ * are at batch 0, and off_b, st_b what each grows by per image; si_attention_operands gives them
+ * at the inferred batch. */
 typedef struct {
     si_shape shape; /* the operand's logical shape */
     si_shape src;   /* the shape of the value read or written */
     int64_t off, st[SI_MAX_DIMS];
+    int64_t off_b, st_b[SI_MAX_DIMS];
+    int src_batch; /* the axis of src whose extent is the batch; -1: none (a fixed batch) */
+    bool taken;    /* false: the value itself, row-major */
 } si_attn_view;
 
 typedef enum { SI_PAD_NOTSET = 0, SI_PAD_SAME_UPPER, SI_PAD_SAME_LOWER, SI_PAD_VALID } si_auto_pad;
@@ -162,9 +168,11 @@ typedef struct si_graph {
     int *outputs;    /* value ids of the graph outputs */
     int folded_bn, fused_act, fused_residual, fused_bias, fused_attention, folded_scale,
         folded_consts, removed_nodes;
-    int attention_views; /* attention operands read or written in place (no layout copy) */
-    int dropped_copies;  /* Pads that add nothing and Slices that keep all, made identity views */
-    int concat_slices;   /* Concat inputs read through their Slice (the Slice gone) */
+    int attention_views;  /* attention operands read or written in place (no layout copy) */
+    int attention_missed; /* Softmaxes shaped like attention that did not fuse (each warned) */
+    int linear_moves;     /* Gemms made Linear layers, and Transposes moved across them */
+    int dropped_copies;   /* Pads that add nothing and Slices that keep all, made identity views */
+    int concat_slices;    /* Concat inputs read through their Slice (the Slice gone) */
     int token_early;     /* Gathers of one token moved up through row-wise nodes (token_select.c) */
     int inferred_batch;  /* batch size the shapes are inferred for, -1 if none yet */
     bool spatial_marked; /* si_value.spatial is set (at the first si_graph_infer) */
