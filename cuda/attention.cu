@@ -8,6 +8,7 @@
 // memory. On an H100 the ViTs' shapes (head size 64, up to 272 keys, no bias) go to the wgmma
 // kernel of cuda/attention_sm90.cu first. The CPU twin is si_cpu_attention (src/cpu/kernels.c).
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,17 +38,17 @@ __device__ inline void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_
 template <>
 __device__ inline void mma<__half>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 template <>
 __device__ inline void mma<__nv_bfloat16>(float c[4], const uint32_t a[4], uint32_t b0,
                                           uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // matrix b's offset in the bias: b decoded over the batch dims, the bias's index on each dim
@@ -151,8 +152,8 @@ struct swizzled_keys {
         const uint32_t lane = threadIdx.x % 32, mat = lane / 8, mr = lane % 8;
         ka = k0 + ((mat >> 1) * 8 + mr) * ROW;
         va = v0 + ((mat & 1) * 8 + mr) * ROW;
-        m6 = (mr & 6) << 4;              // chunk 2i + b, xor mr: ((2i ^ (mr & 6)) | ((b ^ mr) & 1))
-        kb = (((mat & 1) ^ mr) & 1) << 4; // b: K's chunk within the kk step
+        m6 = (mr & 6) << 4; // chunk 2i + b, xor mr: ((2i ^ (mr & 6)) | ((b ^ mr) & 1))
+        kb = (((mat & 1) ^ mr) & 1) << 4;  // b: K's chunk within the kk step
         vb = (((mat >> 1) ^ mr) & 1) << 4; // b: V's within the pair of n-tiles
     }
     __device__ uint32_t k(int nt, int kk) const {
@@ -162,7 +163,9 @@ struct swizzled_keys {
         return va + kk * 16 * ROW + ((((uint32_t)nt << 4) ^ m6) | vb);
     }
     // where chunk c of row r goes
-    static __device__ uint32_t at(int r, int c) { return r * ROW + ((c ^ (r & 7)) << 4); }
+    static __device__ uint32_t at(int r, int c) {
+        return r * ROW + ((c ^ (r & 7)) << 4);
+    }
 };
 
 // One warp's 16 query rows (their A fragments qa) against a tile of up to NK keys in shared
@@ -171,10 +174,10 @@ struct swizzled_keys {
 // keys inside S, s0 its first; bias NULL or the scores' bias at boff (rows row[]). Key groups
 // wholly beyond live are skipped; FULL: live == NK and no bias, nothing to test.
 template <typename T, int D, int NK = BN, bool FULL = false, class L>
-__device__ inline void flash_tile(const L &lay, int live,
-                                  const uint32_t (&qa)[D / 16][4], float (&o)[D / 8][4],
-                                  float (&m)[2], float (&l)[2], float sl2, const si_k_attn &p,
-                                  const T *bias, int64_t boff, const int (&row)[2], int s0) {
+__device__ inline void flash_tile(const L &lay, int live, const uint32_t (&qa)[D / 16][4],
+                                  float (&o)[D / 8][4], float (&m)[2], float (&l)[2], float sl2,
+                                  const si_k_attn &p, const T *bias, int64_t boff,
+                                  const int (&row)[2], int s0) {
     const int t4 = threadIdx.x % 4;
     const float LOG2E = 1.4426950408889634f;
     float sc[NK / 8][4];
@@ -353,7 +356,7 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1)
                          m, l, sl2, p, bias, boff, row, it * BN);
         __syncthreads(); // every warp is done with this buffer before it is loaded again
     }
-    cp_wait<0>(); // nothing in flight at exit (S == 0 issued Q and never waited)
+    cp_wait<0>();               // nothing in flight at exit (S == 0 issued Q and never waited)
     si_attn_offsets(p, b, off); // again: one 64-bit offset less live through the loop (spills)
     store_o<T, D>(y + off[3], p.ld[3], T_, row, o, l);
 }
@@ -372,11 +375,11 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1)
 constexpr int RES_WARPS = 16, RES_SLOTS = 4; // 128 registers a thread
 
 struct res_sync {
-    int next;                  // the next unit to take
-    int done[RES_SLOTS];       // units finished of the matrix in each slot
-    int ready[RES_SLOTS];      // which of the block's matrices (0, 1, ...) a slot holds, once landed
-    int64_t qoff[RES_SLOTS];   // where the slot's matrix starts in Q and in Y (their
-    int64_t yoff[RES_SLOTS];   // 64-bit divisions once a matrix, not once a unit)
+    int next;                // the next unit to take
+    int done[RES_SLOTS];     // units finished of the matrix in each slot
+    int ready[RES_SLOTS];    // which of the block's matrices (0, 1, ...) a slot holds, once landed
+    int64_t qoff[RES_SLOTS]; // where the slot's matrix starts in Q and in Y (their
+    int64_t yoff[RES_SLOTS]; // 64-bit divisions once a matrix, not once a unit)
 };
 
 template <typename T>
@@ -479,7 +482,7 @@ __global__ void __launch_bounds__(RES_WARPS * 32, 1)
             const swizzled_keys lay(ks + s0 * swizzled_keys::ROW, vs + s0 * swizzled_keys::ROW);
             const int live = S - s0;
             const T *nb = nullptr; // no bias
-            if (live >= BN) // a whole tile; the last one as narrow as its keys
+            if (live >= BN)        // a whole tile; the last one as narrow as its keys
                 flash_tile<T, D, BN, true>(lay, BN, qa, o, m, l, sl2, p, nb, 0, row, s0);
             else if (live > 32)
                 flash_tile<T, D, BN>(lay, live, qa, o, m, l, sl2, p, nb, 0, row, s0);
@@ -496,7 +499,7 @@ __global__ void __launch_bounds__(RES_WARPS * 32, 1)
         int fin = 0;
         if (lane == 0) fin = atomicAdd(&sy.done[slot], 1);
         fin = __shfl_sync(0xffffffff, fin, 0);
-        if (fin == tiles - 1) { // the slot's last reader: the matrix ns later goes there
+        if (fin == tiles - 1) {    // the slot's last reader: the matrix ns later goes there
             __threadfence_block(); // after every other reader's count (acquire)
             if (lane == 0) sy.done[slot] = 0;
             if (matrix(j + ns) < p.nb) {
@@ -619,9 +622,8 @@ template <typename T> int resident_slots(const si_k_attn &p, cudaError_t *err) {
                 cudaSuccess)
             return 0;
         mem -= (int)sizeof(res_sync) + 128; // the static res_sync shares the block's memory
-        if ((*err = cudaFuncSetAttribute(k_flash_res<T>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, mem)) !=
-            cudaSuccess)
+        if ((*err = cudaFuncSetAttribute(
+                 k_flash_res<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, mem)) != cudaSuccess)
             return 0;
         optin = mem;
     }
@@ -656,24 +658,22 @@ bool attn90_here() {
     if (here < 0) {
         int dev = 0, major = 0, minor = 0;
         const char *env = getenv("SI_ATTN90");
-        here = !(env && strcmp(env, "0") == 0) && cudaGetDevice(&dev) == cudaSuccess &&
-               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
-                   cudaSuccess &&
-               cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) ==
-                   cudaSuccess &&
-               major == 9 && minor == 0;
+        here =
+            !(env && strcmp(env, "0") == 0) && cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+            major == 9 && minor == 0;
     }
     return here == 1;
 }
 
 // si_k_attention_kernel's choice for element type T (t its code)
 template <typename T>
-int which(int t, const si_k_attn &p, const void *q, const void *k, const void *v,
-          const void *bias, const void *y) {
+int which(int t, const si_k_attn &p, const void *q, const void *k, const void *v, const void *bias,
+          const void *y) {
     if constexpr (sizeof(T) == 2) {
         if (!bias && attn90_here() && si_cuda_attn90_ok(t, &p, q, k, v, y)) return SI_ATTN_WGMMA;
-        if (p.dv == p.d && (p.d == 32 || p.d == 64 || p.d == 128) &&
-            flash_fits<T>(p, q, k, v, y)) {
+        if (p.dv == p.d && (p.d == 32 || p.d == 64 || p.d == 128) && flash_fits<T>(p, q, k, v, y)) {
             cudaError_t err = cudaSuccess;
             if (p.d == 64 && !bias && resident_slots<T>(p, &err) >= 2) return SI_ATTN_RESIDENT;
             return SI_ATTN_FLASH;
@@ -715,6 +715,28 @@ int si_k_attention_kernel(int t, const si_k_attn *p, const void *q, const void *
     case SI_GT_BF16: return which<__nv_bfloat16>(t, *p, q, k, v, bias, y);
     default: return which<float>(t, *p, q, k, v, bias, y);
     }
+}
+
+const char *si_k_attention_rows_why(int t, const si_k_attn *p, const void *q, const void *k,
+                                    const void *v, const void *y, char *buf, size_t cap) {
+    if (t == SI_GT_F32) return "FP32 (the fused kernels take FP16 and BF16)";
+    if (p->dv != p->d || (p->d != 32 && p->d != 64 && p->d != 128)) {
+        snprintf(buf, cap, "head size %lld (the fused kernels take 32, 64 and 128)",
+                 (long long)p->d);
+        return buf;
+    }
+    const void *ptrs[4] = {q, k, v, y};
+    static const char *names[4] = {"Q", "K", "V", "Y"};
+    size_t es = si_gtype_size(t);
+    for (int i = 0; i < 4; i++)
+        if (!si_attn_aligned(p, i, ptrs[i], es, i < 3 ? 16 : 2 * es)) {
+            snprintf(buf, cap,
+                     "%s%s's rows or matrices do not start on 16 bytes (rows of %lld elements)",
+                     names[i], i == 1 && !p->trans_b ? " (given transposed)" : "",
+                     (long long)p->ld[i]);
+            return buf;
+        }
+    return "offsets past 32 bits (a batch too large for the fused kernels' indexing)";
 }
 
 const char *si_k_attention_kernel_name(int kernel) {

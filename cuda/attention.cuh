@@ -29,6 +29,10 @@ enum { SI_ATTN_ROWS = 1, SI_ATTN_FLASH, SI_ATTN_RESIDENT, SI_ATTN_WGMMA };
 int si_k_attention_kernel(int t, const si_k_attn *p, const void *q, const void *k, const void *v,
                           const void *bias, const void *y);
 const char *si_k_attention_kernel_name(int kernel);
+/* Why si_k_attention_kernel chose the one-block-per-row kernel for these operands (in buf, or a
+ * static string). */
+const char *si_k_attention_rows_why(int t, const si_k_attn *p, const void *q, const void *k,
+                                    const void *v, const void *y, char *buf, size_t cap);
 /* Whether the one-block-per-row kernel (FP32, or head sizes other than 32/64/128) has the shared
  * memory for a row of s scores. */
 bool si_k_attention_fits(int64_t d, int64_t s);

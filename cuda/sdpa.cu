@@ -115,11 +115,23 @@ static desc sdpa_graph(cudnnHandle_t h, cudnnDataType_t dt, const si_k_attn *p, 
         *why = "batch dims that do not merge into two";
         return NULL;
     }
+    // cuDNN's layouts (BHSD, BSHD, interleaved) read the head dim contiguous, in 16-byte
+    // vectors; it accepted K^T's (the head dim strided) and computed something else (1.01 of
+    // max |y| off ViT-B/16 from torchvision, whose K reached it transposed)
+    if (!p->trans_b) {
+        *why = "K given transposed (its head dim strided): no layout of cuDNN's SDPA";
+        return NULL;
+    }
+    const int64_t es = dt == CUDNN_DATA_FLOAT ? 4 : 2;
+    for (int i = 0; i < 4; i++) {
+        const int64_t *st = i == 0 ? sq : i == 1 ? sk : i == 2 ? sv : so;
+        if ((p->ld[i] * es) % 16 || (st[0] * es) % 16 || (st[1] * es) % 16) {
+            *why = "strides that are not multiples of 16 bytes";
+            return NULL;
+        }
+    }
     sq[2] = p->ld[0], sq[3] = 1;
-    if (p->trans_b) // K's rows are keys; else K^T's rows are its dims
-        sk[2] = p->ld[1], sk[3] = 1;
-    else
-        sk[2] = 1, sk[3] = p->ld[1];
+    sk[2] = p->ld[1], sk[3] = 1; // K's rows are keys
     sv[2] = p->ld[2], sv[3] = 1;
     so[2] = p->ld[3], so[3] = 1;
     const int64_t one[4] = {1, 1, 1, 1};
@@ -190,10 +202,9 @@ static int our_kernel(cuda_state *cs, const si_graph *g, int j) {
     void *y;
     operands(cs, g, &cs->slots[0], j, in, &y);
     size_t es = si_gtype_size(cs->t);
-    return si_k_attention_kernel(cs->t, &x->p, (const char *)in[0] + x->off[0] * es,
-                                 (const char *)in[1] + x->off[1] * es,
-                                 (const char *)in[2] + x->off[2] * es, in[3],
-                                 (char *)y + x->off[3] * es);
+    return si_k_attention_kernel(
+        cs->t, &x->p, (const char *)in[0] + x->off[0] * es, (const char *)in[1] + x->off[1] * es,
+        (const char *)in[2] + x->off[2] * es, in[3], (char *)y + x->off[3] * es);
 }
 
 si_status si_cuda_attn_run(cuda_state *cs, slot_x *sl, const si_graph *g, int j,
@@ -399,8 +410,8 @@ static bool plan_agrees(cuda_state *cs, const si_graph *g, int j, desc plan, flo
 static void attn_key(const attn_x *x, int64_t key[ATTN_KEY]) {
     const si_k_attn *p = &x->p;
     memset(key, 0, sizeof(int64_t) * ATTN_KEY);
-    const int64_t head[] = {p->nb,    p->t,     p->s,     p->d,     p->dv,   p->trans_b,
-                            p->nbd,   p->ld[0], p->ld[1], p->ld[2], p->ld[3], x->ours};
+    const int64_t head[] = {p->nb,  p->t,     p->s,     p->d,     p->dv,    p->trans_b,
+                            p->nbd, p->ld[0], p->ld[1], p->ld[2], p->ld[3], x->ours};
     int k = 0;
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) key[k++] = head[i];
     for (int d = 0; d < p->nbd && k + 5 <= ATTN_KEY; d++) {
@@ -443,9 +454,9 @@ static char *plan_serialize(desc plan, size_t *n) {
         count <= 0)
         return NULL;
     char *data = (char *)malloc((size_t)count);
-    if (!data || cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
-                                          CUDNN_TYPE_CHAR, count, &count, data) !=
-                     CUDNN_STATUS_SUCCESS) {
+    if (!data ||
+        cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+                                 CUDNN_TYPE_CHAR, count, &count, data) != CUDNN_STATUS_SUCCESS) {
         free(data);
         return NULL;
     }
@@ -550,7 +561,34 @@ static bool cached_choice(si_engine *e, cuda_state *cs, int j, const int64_t key
     return true;
 }
 
+// A 16-bit attention node left to the one-block-per-row kernel, several times slower than the
+// fused ones (torchvision's ViT-B/16 ran 3.4 times slower a node before its K came in place):
+// said at load, with the reason, so that no model is slow in silence.
+static void warn_rows(cuda_state *cs, const si_graph *g, int j) {
+    const attn_x *x = &cs->attn[j];
+    if (x->plan || x->ours != SI_ATTN_ROWS || cs->t == SI_GT_F32) return;
+    const void *in[4];
+    void *y;
+    operands(cs, g, &cs->slots[0], j, in, &y);
+    size_t es = si_gtype_size(cs->t);
+    char buf[160];
+    const char *why = si_k_attention_rows_why(
+        cs->t, &x->p, (const char *)in[0] + x->off[0] * es, (const char *)in[1] + x->off[1] * es,
+        (const char *)in[2] + x->off[2] * es, (char *)y + x->off[3] * es, buf, sizeof buf);
+    si_log_warn("cuda: attention node '%s' runs on the row-by-row kernel, several times slower "
+                "than the fused ones: %s",
+                g->nodes[j].name, why);
+}
+
+static si_status attn_choose(si_engine *e, cuda_state *cs, int j, int mode, algo_memo *memo);
+
 si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode, algo_memo *memo) {
+    si_status st = attn_choose(e, cs, j, mode, memo);
+    if (st == SI_OK) warn_rows(cs, e->g, j);
+    return st;
+}
+
+static si_status attn_choose(si_engine *e, cuda_state *cs, int j, int mode, algo_memo *memo) {
     const si_graph *g = e->g;
     const si_gnode *n = &g->nodes[j];
     attn_x *x = &cs->attn[j];
