@@ -506,7 +506,7 @@ static void fold_batchnorm(si_graph *g) {
 
 /* A Linear layer: MatMul of a runtime tensor by a constant (K, N) matrix, one GEMM of all its
  * rows on a GPU; bias, residual and activation can ride along. */
-static bool is_linear(const si_graph *g, const si_gnode *p) {
+bool si_graph_is_linear(const si_graph *g, const si_gnode *p) {
     if (p->op != SI_OP_MATMUL || p->n_in < 2) return false; /* in[1] exists only then */
     const si_value *w = &g->values[p->in[1]];
     return w->kind == SI_VAL_CONST && w->shape.ndim == 2 && g->values[p->in[0]].shape.ndim >= 2;
@@ -514,7 +514,7 @@ static bool is_linear(const si_graph *g, const si_gnode *p) {
 
 static bool fusable_producer(const si_graph *g, const si_gnode *p) {
     return (p->op == SI_OP_CONV || p->op == SI_OP_BINARY || p->op == SI_OP_GEMM ||
-            is_linear(g, p)) &&
+            si_graph_is_linear(g, p)) &&
            p->act.kind == SI_ACT_NONE;
 }
 
@@ -528,7 +528,7 @@ static si_gnode *linear_by_column(si_graph *g, const si_gnode *a, si_binop op, i
             cv->dtype != SI_DT_FLOAT)
             continue;
         si_gnode *m = &g->nodes[mv->producer];
-        if (!is_linear(g, m) || m->residual >= 0 || m->act.kind) continue;
+        if (!si_graph_is_linear(g, m) || m->residual >= 0 || m->act.kind) continue;
         int64_t n = g->values[m->in[1]].shape.dims[1];
         const si_shape *cs = &cv->shape;
         if (cs->ndim < 1 || cs->dims[cs->ndim - 1] != n || si_shape_numel(cs) != n ||
@@ -609,7 +609,7 @@ static si_gnode *linear_through_transpose(si_graph *g, const si_gnode *a, int *c
         const si_value *mv = &g->values[tr->in[0]];
         if (mv->producer < 0 || mv->uses != 1) continue;
         si_gnode *m = &g->nodes[mv->producer];
-        if (!is_linear(g, m) || m->residual >= 0 || m->act.kind) continue;
+        if (!si_graph_is_linear(g, m) || m->residual >= 0 || m->act.kind) continue;
         int r = tv->shape.ndim, k = -1;
         for (int d = 0; d < r; d++)
             if (tr->perm[d] == r - 1) k = d;
@@ -799,11 +799,11 @@ static void fuse_residual(si_graph *g) {
             if (cv->producer < 0 || cv->uses != 1 || cv->kind != SI_VAL_RUNTIME) continue;
             si_gnode *c = &g->nodes[cv->producer];
             bool conv = c->op == SI_OP_CONV;
-            if ((!conv && !is_linear(g, c)) || c->act.kind || c->residual >= 0) continue;
+            if ((!conv && !si_graph_is_linear(g, c)) || c->act.kind || c->residual >= 0) continue;
             /* same shape only: the conv or GEMM writes each element once */
             const si_value *ov = &g->values[other];
             if (ov->kind != SI_VAL_RUNTIME || (conv && ov->shape.ndim != 4)) continue;
-            if (memcmp(&ov->shape, &cv->shape, sizeof ov->shape) != 0) continue;
+            if (!same_shape(&ov->shape, &cv->shape)) continue;
             if (ov->producer >= cv->producer) continue; /* r must exist before the conv runs */
             c->residual = other;
             si_node_add_input(c, other);
@@ -828,8 +828,7 @@ si_gnode *si_graph_insert_nodes(si_graph *g, int at, int count) {
     return &g->nodes[at];
 }
 
-/* A runtime float value of this shape, made by a pass (producer set by the caller). */
-static int add_runtime_value(si_graph *g, const char *name, const si_shape *shape) {
+int si_graph_add_runtime(si_graph *g, const char *name, const si_shape *shape) {
     int id = si_graph_add_const(g, name, shape, NULL);
     g->values[id].kind = SI_VAL_RUNTIME;
     return id;
@@ -859,14 +858,14 @@ static void fuse_residual_through_transpose(si_graph *g) {
             int mi = yv->producer;
             if (mi < 0 || yv->uses != 1 || zv->producer >= mi) continue;
             const si_gnode *m = &g->nodes[mi];
-            if (!is_linear(g, m) || m->act.kind || m->residual >= 0) continue;
+            if (!si_graph_is_linear(g, m) || m->act.kind || m->residual >= 0) continue;
             /* the new value and node: z as (N, H, W, C), inserted at mi */
             int z = a->in[1 - side];
             size_t len = strlen(g->values[z].name) + 8;
             char *name = si_xmalloc(len);
             snprintf(name, len, "%s/nhwc", g->values[z].name);
             si_shape nhwc = yv->shape; /* adding a value may move g->values */
-            int z2 = add_runtime_value(g, name, &nhwc);
+            int z2 = si_graph_add_runtime(g, name, &nhwc);
             si_gnode *t2 = si_graph_insert_nodes(g, mi, 1);
             t2->op = SI_OP_TRANSPOSE;
             t2->name = name;
@@ -1111,14 +1110,16 @@ static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
         free(at2);
         return st;
     }
+    g->linear_moves = si_linear_from_gemm(g);
+    fuse_linear_bias(g); /* before Transposes move across the Linear layers */
     g->fused_attention = si_fuse_attention(g, at2);
     free(at2);
+    if (g->fused_attention) g->linear_moves += si_move_transposes(g);
     int removed = g->removed_nodes; /* the layout ops the views replace die (not the model's) */
     if (g->fused_attention) g->attention_views = si_fuse_attention_views(g);
     g->concat_slices = si_fuse_concat_slices(g);
     if (g->attention_views || g->concat_slices) remove_dead(g);
     g->removed_nodes = removed;
-    fuse_linear_bias(g);
     fold_linear_scale(g);
     fuse_residual(g);
     fuse_residual_through_transpose(g);

@@ -80,6 +80,19 @@ int si_select_token_early(si_graph *g);
  * read no longer have the shapes the views were made for. */
 si_status si_attention_view_shapes(const si_graph *g, const si_gnode *n, si_attn_view op[4]);
 
+/* nn.MultiheadAttention's out-projection as a Linear layer: a Gemm by a constant matrix becomes
+ * MatMul and bias, and Reshape -> Linear -> Reshape that flattens and restores leading axes one
+ * Linear over them. Returns the rewrites. layout_moves.c. */
+int si_linear_from_gemm(si_graph *g);
+/* Transposes that keep the last axis moved across Linear layers: up to compose with the head
+ * merge after an attention, down below a packed projection whose heads the attention's views
+ * will read. Run after si_fuse_attention, before its views. Returns the moves. layout_moves.c. */
+int si_move_transposes(si_graph *g);
+/* A Linear layer: MatMul of a computed tensor by a constant (K, N) matrix. graph.c. */
+bool si_graph_is_linear(const si_graph *g, const si_gnode *n);
+/* A new runtime float value of this shape, made by a pass (the caller sets its producer). */
+int si_graph_add_runtime(si_graph *g, const char *name, const si_shape *shape);
+
 /* Inserts count empty nodes (no inputs or outputs; residual, bias and parameter slots -1) at
  * position at; the nodes from there on move count places and their outputs' producers follow.
  * The caller fills the new ones (in topological order) and sets their outputs' producers.
