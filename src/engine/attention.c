@@ -268,15 +268,19 @@ static bool combine_mask(si_graph *g, match *m) {
 }
 
 /* Softmax node sm over the last axis, read by one MatMul as its A: walk back to the scores. */
-static bool match_at(si_graph *g, si_gnode *sm, si_gnode **out_mm, match *m) {
+static bool match_at(si_graph *g, si_gnode *sm, si_gnode **out_mm, match *m, const char **why) {
     const si_value *sv = &g->values[sm->out];
     int nd = sv->shape.ndim;
+    *why = "the Softmax is not over the last axis of a rank-3 or larger tensor";
     if (nd < 3 || (sm->axis != -1 && sm->axis != nd - 1)) return false;
     if (sm->legacy_axis && sm->axis != nd - 1 && sm->axis != -1) return false;
     si_gnode *mm2 = NULL;
     for (int k = 0; k < g->n_nodes && sv->uses == 1; k++)
         if (g->nodes[k].op == SI_OP_MATMUL && g->nodes[k].in[0] == sm->out) mm2 = &g->nodes[k];
-    if (!mm2 || mm2->bias >= 0 || mm2->residual >= 0 || mm2->act.kind) return false;
+    *why = "the Softmax is not read by one MatMul alone, as its first input";
+    if (!mm2) return false;
+    *why = "the MatMul after the Softmax adds a bias, a residual or an activation";
+    if (mm2->bias >= 0 || mm2->residual >= 0 || mm2->act.kind) return false;
     memset(m, 0, sizeof *m);
     m->scale = 1.f;
     m->bias = m->mask = -1;
@@ -306,13 +310,21 @@ static bool match_at(si_graph *g, si_gnode *sm, si_gnode **out_mm, match *m) {
                 *m = t;
             }
         }
+        *why = "the Add before the Softmax adds to no scores MatMul of two computed tensors";
         if (m->bias < 0) return false;
+    } else if (ad && ad->op == SI_OP_BINARY && ad->binop == SI_BIN_ADD && m->scale != 1.f) {
+        *why = "the scale comes after the Add of a bias, so it scales the bias too";
+        return false;
     } else if (!match_scores(g, x, m)) {
+        *why = "the Softmax's input is not a MatMul of two computed tensors, read once, behind at "
+               "most a constant scale and an Add";
         return false;
     }
     m->v = mm2->in[1];
     *out_mm = mm2;
+    *why = "a window mask on scores of a rank other than 4";
     if (g->values[m->q].shape.ndim != 4 && m->mask >= 0) return false;
+    *why = "V is not a computed tensor, or the window mask and bias do not combine";
     return g->values[m->v].kind == SI_VAL_RUNTIME && (m->mask < 0 || combine_mask(g, m));
 }
 
@@ -330,13 +342,32 @@ static bool shapes_fit(const si_graph *g, const match *m) {
            (m->bias < 0 || g->values[m->bias].shape.ndim <= nd);
 }
 
+/* A Softmax over the last axis of a rank-3+ tensor whose output a MatMul reads as its A: the
+ * shape of attention, whether or not the rest of the pattern is there. */
+static bool looks_like_attention(const si_graph *g, const si_gnode *sm) {
+    if (g->values[sm->out].shape.ndim < 3) return false;
+    for (int k = 0; k < g->n_nodes; k++)
+        if (g->nodes[k].op == SI_OP_MATMUL && g->nodes[k].in[0] == sm->out) return true;
+    return false;
+}
+
 int si_fuse_attention(si_graph *g, const float *host_scalars_at_2) {
     int fused = 0;
     host_at_2 = host_scalars_at_2;
     for (int j = 0; j < g->n_nodes; j++) {
         si_gnode *sm = &g->nodes[j], *mm2;
         match m;
-        if (sm->op != SI_OP_SOFTMAX || !match_at(g, sm, &mm2, &m) || !shapes_fit(g, &m)) continue;
+        const char *why = NULL;
+        if (sm->op != SI_OP_SOFTMAX) continue;
+        bool matched = match_at(g, sm, &mm2, &m, &why);
+        if (!matched || !shapes_fit(g, &m)) {
+            if (matched) why = "Q, K and V's shapes do not agree";
+            if (looks_like_attention(g, sm) && g->attention_missed++ < 4)
+                si_log_warn("%s: Softmax node '%s' looks like attention but is not fused (%s): "
+                            "it runs as MatMul, Softmax and MatMul, writing every score to memory",
+                            g->path, sm->name, why);
+            continue;
+        }
         size_t len = strlen(mm2->op_type) + 64;
         char *type = si_xmalloc(len);
         snprintf(type, len, "Attention(MatMul+%sSoftmax+MatMul)",
