@@ -29,15 +29,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 
 def build(name):
-    """The module and its input side: timm for the transformer names, torchvision otherwise."""
-    from export_models import TRANSFORMERS  # the same table the ONNX exports come from
+    """The module and its input side: a transformer of tests/export_models.py (timm's, or
+    another model code's), torchvision otherwise."""
+    from export_models import ALL_TRANSFORMERS, transformer_module  # the ONNX exports' table
 
     base = name.split(".")[0]
-    if base in TRANSFORMERS:
-        import timm
-
-        arch, kwargs, side = TRANSFORMERS[base]
-        return timm.create_model(arch, pretrained=False, **kwargs), side
+    if base in ALL_TRANSFORMERS:
+        return transformer_module(base)
     import torchvision
 
     return getattr(torchvision.models, name)(weights=None), 224

@@ -43,7 +43,7 @@ def build(arch, seed):
     name) or torchvision's `arch` (seeded_model)."""
     import export_models
 
-    if arch in export_models.TRANSFORMERS:
+    if arch in export_models.ALL_TRANSFORMERS:
         return export_models.build_transformer(arch)[0]
     return seeded_model(arch, seed)
 

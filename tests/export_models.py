@@ -67,8 +67,44 @@ TRANSFORMERS = {
     "mobilevitv2": ("mobilevitv2_050", {}, 256),
     "fastvit": ("fastvit_t8", {}, 256),
 }
+
+
+def tv_vit_b_16():
+    """torchvision's ViT-B/16: nn.MultiheadAttention (batch_first, its packed in-projection run
+    sequence-first inside). Its head starts at zero: given weights, so the output says something."""
+    import torchvision
+
+    model = torchvision.models.vit_b_16(weights=None)
+    torch.nn.init.normal_(model.heads.head.weight, std=0.02)
+    return model
+
+
+def clip_mha_b_16():
+    """OpenAI CLIP's ViT-B/16 image tower, from its own code (tests/clip_openai.py)."""
+    from clip_openai import VisionTransformer
+
+    return VisionTransformer()
+
+
+# transformers from other code than timm's, treated as TRANSFORMERS: builder, input side
+OTHER_TRANSFORMERS = {
+    "tv_vit_b_16": (tv_vit_b_16, 224),
+    "clip_mha_b_16": (clip_mha_b_16, 224),
+}
+ALL_TRANSFORMERS = list(TRANSFORMERS) + list(OTHER_TRANSFORMERS)
 EXPORTERS = ["legacy", "dynamo"]
-ALL_MODELS = CLASSIFIERS + ["yolov8n"] + list(TRANSFORMERS)
+ALL_MODELS = CLASSIFIERS + ["yolov8n"] + ALL_TRANSFORMERS
+
+
+def transformer_module(base):
+    """A transformer of either table, random weights, and its input side."""
+    if base in OTHER_TRANSFORMERS:
+        builder, side = OTHER_TRANSFORMERS[base]
+        return builder(), side
+    import timm
+
+    arch, kwargs, side = TRANSFORMERS[base]
+    return timm.create_model(arch, pretrained=False, **kwargs), side
 
 
 def seed_for(name, what):
@@ -129,11 +165,8 @@ def set_norm_statistics(model, seed):
 
 
 def build_transformer(name):
-    import timm
-
-    arch, kwargs, side = TRANSFORMERS[name.split(".")[0]]
     torch.manual_seed(seed_for(name.split(".")[0], "weights"))
-    model = timm.create_model(arch, pretrained=False, **kwargs)
+    model, side = transformer_module(name.split(".")[0])
     n = set_norm_statistics(model, seed_for(name.split(".")[0], "norm"))
     return model.eval(), (1, 3, side, side), ["output"], n
 
@@ -222,7 +255,7 @@ def export_one(name, out_dir, yolo_size):
     exporter = name.split(".")[1] if "." in name else "legacy"
     if name == "yolov8n":
         model, shape, out_names, nbn = build_yolov8n(yolo_size)
-    elif name.split(".")[0] in TRANSFORMERS:
+    elif name.split(".")[0] in ALL_TRANSFORMERS:
         model, shape, out_names, nbn = build_transformer(name)
     else:
         model, shape, out_names, nbn = build_classifier(name)
@@ -232,6 +265,10 @@ def export_one(name, out_dir, yolo_size):
     os.makedirs(case_dir, exist_ok=True)
     path = os.path.join(case_dir, "model.onnx")
     t0 = time.perf_counter()
+    if exporter == "dynamo" and name.split(".")[0] in OTHER_TRANSFORMERS:
+        # torch.export specialises a batch of 1, and nn.MultiheadAttention's reshapes then keep
+        # it (ONNX Runtime refuses batch 2 too): traced at 2, as a user of these must
+        shape = (2,) + tuple(shape[1:])
     export(model, shape, out_names, path, exporter)
     t_export = time.perf_counter() - t0
 
@@ -295,10 +332,10 @@ def main():
     names = []
     for n in (n for n in args.models.split(",") if n):
         if n == "transformers":  # every transformer-family model, both exporters
-            names += [f"{t}.{e}" for t in TRANSFORMERS for e in EXPORTERS]
-        elif n in TRANSFORMERS:
+            names += [f"{t}.{e}" for t in ALL_TRANSFORMERS for e in EXPORTERS]
+        elif n in ALL_TRANSFORMERS:
             names += [f"{n}.{e}" for e in EXPORTERS]
-        elif n.split(".")[0] in TRANSFORMERS and n.split(".")[1:] in ([e] for e in EXPORTERS):
+        elif n.split(".")[0] in ALL_TRANSFORMERS and n.split(".")[1:] in ([e] for e in EXPORTERS):
             names.append(n)
         elif n in ALL_MODELS:
             names.append(n)
