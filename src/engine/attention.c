@@ -139,7 +139,7 @@ static bool scaled(si_graph *g, int v, int *u, float *f) {
 
 /* What one matched pattern absorbs: the nodes that die, and the fused node's inputs. */
 typedef struct {
-    int dead[12], n_dead;
+    int dead[16], n_dead;
     int q, k, v, bias, trans_b;
     int mask, windows; /* Swin's shifted-window mask (-1: none), tiled over `windows` */
     float scale;
@@ -275,8 +275,18 @@ static bool match_at(si_graph *g, si_gnode *sm, si_gnode **out_mm, match *m, con
     if (nd < 3 || (sm->axis != -1 && sm->axis != nd - 1)) return false;
     if (sm->legacy_axis && sm->axis != nd - 1 && sm->axis != -1) return false;
     si_gnode *mm2 = NULL;
-    for (int k = 0; k < g->n_nodes && sv->uses == 1; k++)
-        if (g->nodes[k].op == SI_OP_MATMUL && g->nodes[k].in[0] == sm->out) mm2 = &g->nodes[k];
+    /* identity views between (the legacy exporter's Casts of Hugging Face's probabilities to
+     * float32 and back to the query's type) die with the pattern */
+    int p = sm->out, casts[4], n_casts = 0;
+    for (int k = 0; k < g->n_nodes && g->values[p].uses == 1 && n_casts < 4; k++)
+        if (g->nodes[k].op == SI_OP_VIEW && g->nodes[k].view_kind == SI_VIEW_IDENTITY &&
+            g->nodes[k].in[0] == p) {
+            casts[n_casts++] = k;
+            p = g->nodes[k].out;
+            k = -1;
+        }
+    for (int k = 0; k < g->n_nodes && g->values[p].uses == 1; k++)
+        if (g->nodes[k].op == SI_OP_MATMUL && g->nodes[k].in[0] == p) mm2 = &g->nodes[k];
     *why = "the Softmax is not read by one MatMul alone, as its first input";
     if (!mm2) return false;
     *why = "the MatMul after the Softmax adds a bias, a residual or an activation";
@@ -285,6 +295,7 @@ static bool match_at(si_graph *g, si_gnode *sm, si_gnode **out_mm, match *m, con
     m->scale = 1.f;
     m->bias = m->mask = -1;
     m->dead[m->n_dead++] = (int)(sm - g->nodes);
+    for (int c = 0; c < n_casts; c++) m->dead[m->n_dead++] = casts[c];
     int x = sm->in[0], u;
     float f;
     if (!match_window_mask(g, &x, m) &&
@@ -346,8 +357,16 @@ static bool shapes_fit(const si_graph *g, const match *m) {
  * shape of attention, whether or not the rest of the pattern is there. */
 static bool looks_like_attention(const si_graph *g, const si_gnode *sm) {
     if (g->values[sm->out].shape.ndim < 3) return false;
+    int p = sm->out;
+    for (int k = 0, hops = 0; k < g->n_nodes && hops < 4; k++)
+        if (g->nodes[k].op == SI_OP_VIEW && g->nodes[k].view_kind == SI_VIEW_IDENTITY &&
+            g->nodes[k].in[0] == p) {
+            p = g->nodes[k].out;
+            k = -1;
+            hops++;
+        }
     for (int k = 0; k < g->n_nodes; k++)
-        if (g->nodes[k].op == SI_OP_MATMUL && g->nodes[k].in[0] == sm->out) return true;
+        if (g->nodes[k].op == SI_OP_MATMUL && g->nodes[k].in[0] == p) return true;
     return false;
 }
 
@@ -393,4 +412,41 @@ int si_fuse_attention(si_graph *g, const float *host_scalars_at_2) {
     }
     host_at_2 = NULL;
     return fused;
+}
+
+/* Whether value v holds known data, all zero. */
+static bool all_zero(const si_graph *g, int v) {
+    const si_value *c = &g->values[v];
+    if (c->kind == SI_VAL_RUNTIME || !c->data) return false;
+    for (int64_t i = 0; i < si_shape_numel(&c->shape); i++)
+        if (si_value_f64(c, i) != 0.0) return false;
+    return true;
+}
+
+int si_attention_drop_zero_bias(si_graph *g) {
+    bool *zero = si_xcalloc((size_t)g->n_nodes + 1, sizeof *zero);
+    int dropped = 0;
+    for (int j = 0; j < g->n_nodes; j++) zero[j] = g->nodes[j].op == SI_OP_ATTENTION;
+    for (int b = 2; b <= 3; b++) {
+        if (si_graph_infer(g, b) != SI_OK) {
+            si_error_clear();
+            memset(zero, 0, (size_t)g->n_nodes + 1);
+        }
+        for (int j = 0; j < g->n_nodes; j++) {
+            const si_gnode *n = &g->nodes[j];
+            zero[j] = zero[j] && n->n_in > 3 && !n->bias_tiles && all_zero(g, n->in[3]);
+        }
+    }
+    for (int j = 0; j < g->n_nodes; j++) {
+        if (!zero[j]) continue;
+        si_gnode *n = &g->nodes[j];
+        n->n_in = 3;
+        free(n->op_type);
+        n->op_type = si_xstrdup("Attention(MatMul+Softmax+MatMul)");
+        dropped++;
+    }
+    free(zero);
+    g->inferred_batch = -1;
+    if (dropped) si_graph_compact(g); /* recounts the uses the biases lost */
+    return dropped;
 }

@@ -1114,6 +1114,7 @@ static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
     fuse_linear_bias(g); /* before Transposes move across the Linear layers */
     g->fused_attention = si_fuse_attention(g, at2);
     free(at2);
+    if (g->fused_attention) g->zero_masks = si_attention_drop_zero_bias(g);
     if (g->fused_attention) g->linear_moves += si_move_transposes(g);
     int removed = g->removed_nodes; /* the layout ops the views replace die (not the model's) */
     if (g->fused_attention) g->attention_views = si_fuse_attention_views(g);

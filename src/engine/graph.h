@@ -169,6 +169,7 @@ typedef struct si_graph {
     int folded_bn, fused_act, fused_residual, fused_bias, fused_attention, folded_scale,
         folded_consts, removed_nodes;
     int attention_views;  /* attention operands read or written in place (no layout copy) */
+    int zero_masks;       /* attention biases dropped: zero at every batch */
     int attention_missed; /* Softmaxes shaped like attention that did not fuse (each warned) */
     int linear_moves;     /* Gemms made Linear layers, and Transposes moved across them */
     int dropped_copies;   /* Pads that add nothing and Slices that keep all, made identity views */

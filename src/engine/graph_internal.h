@@ -80,6 +80,11 @@ int si_select_token_early(si_graph *g);
  * read no longer have the shapes the views were made for. */
 si_status si_attention_view_shapes(const si_graph *g, const si_gnode *n, si_attn_view op[4]);
 
+/* Drops the bias of attention nodes where it is zero at batch 2 and 3, so at every batch (a
+ * value computed from shapes alone: Hugging Face's eager attention adds a mask of zeros made
+ * for the batch when no padding is given), so that the kernels without a bias run. Returns how
+ * many. attention.c. */
+int si_attention_drop_zero_bias(si_graph *g);
 /* nn.MultiheadAttention's out-projection as a Linear layer: a Gemm by a constant matrix becomes
  * MatMul and bias, and Reshape -> Linear -> Reshape that flattens and restores leading axes one
  * Linear over them. Returns the rewrites. layout_moves.c. */
