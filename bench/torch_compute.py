@@ -31,10 +31,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 def build(name):
     """The module and its input side: a transformer of tests/export_models.py (timm's, or
     another model code's), torchvision otherwise."""
-    from export_models import ALL_TRANSFORMERS, transformer_module  # the ONNX exports' table
+    from export_models import ALL_TRANSFORMERS, BENCH_TRANSFORMERS, transformer_module
 
     base = name.split(".")[0]
-    if base in ALL_TRANSFORMERS:
+    if base in ALL_TRANSFORMERS or base in BENCH_TRANSFORMERS:
         return transformer_module(base)
     import torchvision
 

@@ -44,13 +44,14 @@ rm -rf "$venv"
 # build YOLOv8n from its yaml without touching the network (YOLO_OFFLINE skips its online check).
 cfg=$(mktemp -d)
 YOLO_OFFLINE=1 YOLO_VERBOSE=False YOLO_CONFIG_DIR="$cfg" "$venv/bin/python" - <<'EOF'
-import torch, torchvision, onnx, onnxruntime, onnxscript, timm
+import torch, torchvision, onnx, onnxruntime, onnxscript, timm, transformers
 from ultralytics.nn.tasks import DetectionModel
 m = DetectionModel("yolov8n.yaml", nc=80, verbose=False)
 v = timm.create_model("vit_tiny_patch16_224", pretrained=False)
 print(f"setup_torch: torch {torch.__version__}, torchvision {torchvision.__version__}, "
       f"onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}, "
       f"onnxscript {onnxscript.__version__}, timm {timm.__version__}, "
+      f"transformers {transformers.__version__}, "
       f"yolov8n {sum(p.numel() for p in m.parameters())} params, "
       f"vit_tiny {sum(p.numel() for p in v.parameters())} params")
 EOF

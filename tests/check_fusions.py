@@ -52,6 +52,19 @@ EXPECT = {
                            ["Softmax", "Erf"]),
     "clip_mha_b_16.legacy": ({"attention": 12, "operands": 48, "residual": 12, "moves": 12},
                              ["Softmax", "Sigmoid"]),
+    # Hugging Face's towers (tests/hf_models.py: 4 blocks), eager and SDPA attention: separate
+    # q/k/v projections read in place through their (N, T, H, D) Reshapes; ViT's eager mask of
+    # zeros dropped ("zero masks"), so the kernels without a bias run
+    "hf_vit_eager": ({"attention": 4, "operands": 16, "bias": 24, "residual": 8, "zero": 4},
+                     ["Softmax"]),
+    "hf_clip_eager": ({"attention": 4, "operands": 16, "bias": 24, "residual": 8, "token": 1},
+                      ["Softmax", "Sigmoid"]),
+    "hf_clip_sdpa": ({"attention": 4, "operands": 16, "bias": 24, "residual": 8, "token": 1},
+                     ["Softmax", "Sigmoid"]),
+    "hf_dinov2_eager": ({"attention": 4, "operands": 16, "bias": 24, "residual": 8, "token": 1},
+                        ["Softmax"]),
+    "hf_dinov2_sdpa": ({"attention": 4, "operands": 16, "bias": 24, "residual": 8, "token": 1},
+                       ["Softmax"]),
     # LayerScale folded into fc2 through the Transpose back to (N, C, H, W), and the residual
     # added by fc2's GEMM (read through a Transpose of the same bytes on the GPU)
     "convnext_t": ({"bias": 36, "scales": 18, "residual": 18}, ["Erf"]),
@@ -74,12 +87,13 @@ def main():
                            capture_output=True, text=True, timeout=300)
         line = next((l for l in p.stdout.splitlines() if l.startswith("passes:")), "")
         got = {k: int(v) for v, k in re.findall(
-            r"(\d+) (activations|residual|bias|attention|scales)(?! operands)", line)}
+            r"(\d+) (activations|residual|bias|attention|scales)(?! operands| masks)", line)}
         got["operands"] = int((re.findall(r"(\d+) attention operands in place", line) or [0])[0])
         got["views"] = int((re.findall(r"(\d+) Pads/Slices that move nothing", line) or [0])[0])
         got["rolled"] = int((re.findall(r"(\d+) Concat inputs read through", line) or [0])[0])
         got["token"] = int((re.findall(r"(\d+) one-token Gathers moved up", line) or [0])[0])
         got["moves"] = int((re.findall(r"(\d+) Gemms made Linear", line) or [0])[0])
+        got["zero"] = int((re.findall(r"(\d+) attention masks of zeros dropped", line) or [0])[0])
         counts = {t: int(c) for c, t in
                   re.findall(r"^\s+(\d+)\s+(\S+)(?!.*on the host)", p.stdout, re.M)}
         mins, banned = EXPECT[base]

@@ -86,20 +86,49 @@ def clip_mha_b_16():
     return VisionTransformer()
 
 
+def hf(kind, attn, full=False):
+    """A Hugging Face transformers tower (tests/hf_models.py), its attention eager or SDPA; full:
+    the base model (12 blocks of 768) rather than the tests' 4 of 384."""
+    def builder():
+        import hf_models
+
+        return hf_models.build(kind, attn, full)
+    return builder
+
+
 # transformers from other code than timm's, treated as TRANSFORMERS: builder, input side
 OTHER_TRANSFORMERS = {
     "tv_vit_b_16": (tv_vit_b_16, 224),
     "clip_mha_b_16": (clip_mha_b_16, 224),
+    "hf_vit_eager": (hf("vit", "eager"), 224),
+    "hf_clip_eager": (hf("clip", "eager"), 224),
+    "hf_clip_sdpa": (hf("clip", "sdpa"), 224),
+    "hf_dinov2_eager": (hf("dinov2", "eager"), 224),
+    "hf_dinov2_sdpa": (hf("dinov2", "sdpa"), 224),
 }
+# the base-size Hugging Face towers, for the benchmarks (bench/torch_compute.py and
+# `--models hf_vit_b_16_eager` here); the tests export the small ones above
+BENCH_TRANSFORMERS = {
+    f"hf_{k}_b_{p}_{a}": (hf(k, a, True), 224)
+    for k, p in (("vit", 16), ("clip", 16), ("siglip", 16), ("dinov2", 14)) for a in ("eager", "sdpa")
+}
+OTHER_TRANSFORMERS_ALL = {**OTHER_TRANSFORMERS, **BENCH_TRANSFORMERS}
 ALL_TRANSFORMERS = list(TRANSFORMERS) + list(OTHER_TRANSFORMERS)
 EXPORTERS = ["legacy", "dynamo"]
+
+
+def exporters_of(name):
+    """Hugging Face's towers from the dynamo exporter alone (torch's default since 2.9): the
+    legacy one writes their shape arithmetic with GreaterOrEqual (ViT) and casts of sizes taken
+    from the image to int64 (DINOv2), which shardinfer does not run yet."""
+    return ["dynamo"] if name.startswith("hf_") else EXPORTERS
 ALL_MODELS = CLASSIFIERS + ["yolov8n"] + ALL_TRANSFORMERS
 
 
 def transformer_module(base):
     """A transformer of either table, random weights, and its input side."""
-    if base in OTHER_TRANSFORMERS:
-        builder, side = OTHER_TRANSFORMERS[base]
+    if base in OTHER_TRANSFORMERS_ALL:
+        builder, side = OTHER_TRANSFORMERS_ALL[base]
         return builder(), side
     import timm
 
@@ -255,7 +284,7 @@ def export_one(name, out_dir, yolo_size):
     exporter = name.split(".")[1] if "." in name else "legacy"
     if name == "yolov8n":
         model, shape, out_names, nbn = build_yolov8n(yolo_size)
-    elif name.split(".")[0] in ALL_TRANSFORMERS:
+    elif name.split(".")[0] in ALL_TRANSFORMERS or name.split(".")[0] in BENCH_TRANSFORMERS:
         model, shape, out_names, nbn = build_transformer(name)
     else:
         model, shape, out_names, nbn = build_classifier(name)
@@ -265,7 +294,7 @@ def export_one(name, out_dir, yolo_size):
     os.makedirs(case_dir, exist_ok=True)
     path = os.path.join(case_dir, "model.onnx")
     t0 = time.perf_counter()
-    if exporter == "dynamo" and name.split(".")[0] in OTHER_TRANSFORMERS:
+    if exporter == "dynamo" and name.split(".")[0] in OTHER_TRANSFORMERS_ALL:
         # torch.export specialises a batch of 1, and nn.MultiheadAttention's reshapes then keep
         # it (ONNX Runtime refuses batch 2 too): traced at 2, as a user of these must
         shape = (2,) + tuple(shape[1:])
@@ -332,9 +361,11 @@ def main():
     names = []
     for n in (n for n in args.models.split(",") if n):
         if n == "transformers":  # every transformer-family model, both exporters
-            names += [f"{t}.{e}" for t in ALL_TRANSFORMERS for e in EXPORTERS]
+            names += [f"{t}.{e}" for t in ALL_TRANSFORMERS for e in exporters_of(t)]
         elif n in ALL_TRANSFORMERS:
-            names += [f"{n}.{e}" for e in EXPORTERS]
+            names += [f"{n}.{e}" for e in exporters_of(n)]
+        elif n in BENCH_TRANSFORMERS:
+            names.append(f"{n}.dynamo")
         elif n.split(".")[0] in ALL_TRANSFORMERS and n.split(".")[1:] in ([e] for e in EXPORTERS):
             names.append(n)
         elif n in ALL_MODELS:
