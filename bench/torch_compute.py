@@ -96,19 +96,30 @@ def bench(name, batch, iters, repeats, precision, modes, prof=False):
     with torch.inference_mode():
         for mode in modes:
             t = time.perf_counter()
-            if mode == "eager":
-                for _ in range(3):
-                    model(x)
+            try:
+                if mode == "eager":
+                    for _ in range(3):
+                        model(x)
+                    torch.cuda.synchronize()
+                    fn = lambda: model(x)  # noqa: E731
+                    plain = fn
+                elif mode == "graph":
+                    plain = lambda: model(x)  # noqa: E731
+                    fn = as_graph(plain)
+                else:
+                    cm = torch.compile(model)
+                    plain = lambda: cm(x)  # noqa: E731; the kernels without the graph around them
+                    try:
+                        fn = as_graph(plain)
+                    except RuntimeError:  # not capturable (below): Inductor's kernels alone
+                        torch.cuda.synchronize()
+                        plain()
+                        fn = plain
+            except RuntimeError as e:  # Hugging Face's towers copy from the host while captured
+                print(f"torch_compute: model={name} mode={mode} failed: {str(e)[:160]}",
+                      flush=True)
                 torch.cuda.synchronize()
-                fn = lambda: model(x)  # noqa: E731
-                plain = fn
-            elif mode == "graph":
-                plain = lambda: model(x)  # noqa: E731
-                fn = as_graph(plain)
-            else:
-                cm = torch.compile(model)
-                plain = lambda: cm(x)  # noqa: E731; the kernels without the graph around them
-                fn = as_graph(plain)
+                continue
             setup = time.perf_counter() - t
             out[mode] = time_it(fn, batch, iters, repeats)
             print(f"torch_compute: model={name} mode={mode} batch={batch} precision={precision} "
