@@ -17,6 +17,7 @@ Usage: make_ref_cases.py --output-dir DIR [--demo-model M.onnx]
 """
 
 import argparse
+import functools
 import importlib.util
 import math
 import os
@@ -106,6 +107,10 @@ NODE_TEST_PATTERNS = [
     r"test_dropout_default(_ratio)?", r"test_gather_[0-9].*", r"test_gather_negative_indices",
     r"test_erf", r"test_tanh(_example)?", r"test_sqrt(_example)?", r"test_reciprocal(_example)?",
     r"test_gelu_(default|tanh)_[0-9]", r"test_pow(_.*)?",
+    r"test_exp(_example)?", r"test_log(_example)?", r"test_neg(_example)?", r"test_abs",
+    r"test_sin(_example)?", r"test_cos(_example)?", r"test_floor(_example)?",
+    r"test_ceil(_example)?", r"test_round", r"test_sign", r"test_softplus(_example)?",
+    r"test_mish(_expanded)?", r"test_(min|max)_(example|one_input|two_inputs|float32|float64)",
     # shape arithmetic, evaluated on the host
     r"test_shape(_.*)?", r"test_size(_example)?", r"test_constantofshape_.*", r"test_range_.*",
     r"test_equal(_bcast)?", r"test_where_.*", r"test_expand_.*", r"test_constant",
@@ -127,8 +132,13 @@ def node_test_dir():
     return d
 
 
+# expanded function bodies are left out (their ops are tested on their own), but for these,
+# whose bodies run the engine's ops unfused
+EXPANDED_NODE_TESTS = {"test_mish_expanded"}
+
+
 def wanted_node_test(name):
-    if "_expanded" in name or "training" in name:
+    if ("_expanded" in name and name not in EXPANDED_NODE_TESTS) or "training" in name:
         return False
     # float16/bfloat16 tensors and integer image data are outside what the engine claims; shape
     # arithmetic ops keep their integer tests (their inputs come from shapes in real models)
@@ -293,6 +303,18 @@ def _np_maxpool(x, a):
     return out
 
 
+def _softplus(x):
+    return np.logaddexp(x, 0)
+
+
+UNARY_NP = {
+    "Exp": np.exp, "Log": np.log, "Neg": np.negative, "Abs": np.abs, "Sin": np.sin,
+    "Cos": np.cos, "Floor": np.floor, "Ceil": np.ceil, "Round": np.round, "Sign": np.sign,
+    "Softplus": _softplus, "Mish": lambda x: x * np.tanh(_softplus(x)),
+    "HardSwish": lambda x: x * np.clip(x / 6 + 0.5, 0, 1),
+}
+
+
 def numpy_reference(model, feeds):
     env = {}
     for t in model.graph.initializer:
@@ -331,8 +353,20 @@ def numpy_reference(model, feeds):
             y = 1.0 / (1.0 + np.exp(-i[0]))
         elif op == "Mul":
             y = i[0] * i[1]
-        elif op == "Clip":
-            y = np.minimum(np.maximum(i[0], i[1]), i[2])
+        elif op == "Clip":  # either bound may be absent
+            y = i[0]
+            if len(i) > 1 and i[1] is not None:
+                y = np.maximum(y, i[1])
+            if len(i) > 2 and i[2] is not None:
+                y = np.minimum(y, i[2])
+        elif op in UNARY_NP:
+            y = UNARY_NP[op](i[0])
+        elif op == "HardSigmoid":
+            y = np.clip(a.get("alpha", 0.2) * i[0] + a.get("beta", 0.5), 0, 1)
+        elif op == "Min":
+            y = functools.reduce(np.minimum, i)
+        elif op == "Max":
+            y = functools.reduce(np.maximum, i)
         elif op == "Add":
             y = i[0] + i[1]
         elif op == "Pow":
@@ -1378,6 +1412,42 @@ def c_pow_sqrt(c):
     x = c.input("variance", uniform(c.rng, (2, 7, 48), 1e-3, 5.0))
     e = c.init("half", np.array(0.5, np.float32))
     c.output(c.node("Pow", [x, e], ["std"]))
+
+
+def c_max_bcast_exp(c):
+    # Max broadcast on both sides, the Exp after it fused into the binary op
+    x = c.input("a", normal(c.rng, (3, 1, 5, 6)))
+    y = c.input("b", normal(c.rng, (1, 4, 5, 1)))
+    c.output(c.node("Exp", [c.node("Max", [x, y], ["max"])], ["exp"]))
+
+
+def c_min_chan_softplus(c):
+    # a per-channel Min against an image (the GPU's squeeze-and-excitation path, the channel
+    # operand first), Softplus fused after it
+    x = c.input("scale", normal(c.rng, (2, 8, 1, 1)))
+    y = c.input("images", normal(c.rng, (2, 8, 5, 7)))
+    c.output(c.node("Softplus", [c.node("Min", [x, y], ["min"])], ["softplus"]))
+
+
+def c_conv_mish(c):
+    # the Mish of YOLOv4-style backbones, fused into the Conv
+    c.opset = 18  # Mish (HardSwish: 14)
+    x = c.input("images", uniform(c.rng, (3, 4, 9, 11)))
+    y = c.conv(x, "conv", 4, 8, 3, pads=[1, 1, 1, 1])
+    c.output(c.node("Mish", [y], ["mish"], name="mish"))
+
+
+def c_unary_ops(c):
+    # the unary ops on image data, each alone; inputs FP16 can hold exactly, so that Floor, Ceil,
+    # Round and Sign give the same integers on the GPU's FP16 run (halves among them)
+    c.opset = 18  # Mish (HardSwish: 14)
+    v = uniform(c.rng, (2, 3, 4, 5), -4.0, 4.0).astype(np.float16).astype(np.float32)
+    v.flat[:4] = [0.5, 1.5, 2.5, -2.5]
+    x = c.input("features", v)
+    for op in ("Exp", "Neg", "Abs", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "Softplus",
+               "Mish"):
+        c.output(c.node(op, [x], [op.lower()]))
+    c.output(c.node("Log", [c.node("Abs", [x], ["abs_for_log"])], ["log"]))
 
 
 def random_cases():

@@ -390,14 +390,12 @@ bool si_model_input_is_param(const si_model_proto *m, const char *name) {
 }
 
 bool si_model_input_host_only(const si_model_proto *m, const char *name) {
-    /* Sqrt is not here: it runs on image data too (a LayerNorm written out as ReduceMean, Pow,
-     * Sqrt, Div), so an input that feeds it is image data */
-    static const char *host_only[] = {"Shape",   "Size",     "ConstantOfShape",
-                                      "Range",   "Equal",    "Less",
-                                      "Greater", "Not",      "Where",
-                                      "Mod",     "Neg",      "Abs",
-                                      "Floor",   "Ceil",     "Min",
-                                      "Max",     "ScatterND"};
+    /* Sqrt, Neg, Abs, Floor, Ceil, Min and Max are not here: they run on image data too (a
+     * LayerNorm written out as ReduceMean, Pow, Sqrt, Div), so an input that feeds them is
+     * image data */
+    static const char *host_only[] = {"Shape", "Size", "ConstantOfShape", "Range",
+                                      "Equal", "Less", "Greater",         "Not",
+                                      "Where", "Mod",  "ScatterND"};
     bool used = false;
     for (int i = 0; i < m->n_nodes; i++)
         for (int j = 0; j < m->nodes[i].n_inputs; j++) {

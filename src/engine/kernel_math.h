@@ -11,6 +11,12 @@
 #include "base/hd.h"
 #include "ops.h"
 
+/* log(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)): the spec's form overflows to inf above
+ * x = 88 and loses every digit of small results to the 1 it adds. NaN stays NaN. */
+SI_HD static inline float si_softplus(float v) {
+    return (v > 0.f ? v : 0.f) + log1pf(expf(-fabsf(v)));
+}
+
 /* The activations, kind for kind. NaN propagates through every kind but RELU. */
 SI_HD static inline float si_act_eval(float v, si_act a) {
     switch (a.kind) {
@@ -47,11 +53,23 @@ SI_HD static inline float si_act_eval(float v, si_act a) {
         float u = 0.79788456080286536f * (v + 0.044715f * v * v * v); /* sqrt(2 / pi) */
         return v / (1.f + expf(-2.f * u));
     }
+    case SI_ACT_EXP: return expf(v);
+    case SI_ACT_LOG: return logf(v);
+    case SI_ACT_NEG: return -v;
+    case SI_ACT_ABS: return fabsf(v);
+    case SI_ACT_SIN: return sinf(v);
+    case SI_ACT_COS: return cosf(v);
+    case SI_ACT_FLOOR: return floorf(v);
+    case SI_ACT_CEIL: return ceilf(v);
+    /* rintf rounds halves to even in the default rounding mode, which nothing here changes */
+    case SI_ACT_ROUND: return rintf(v);
+    case SI_ACT_SIGN: return v > 0.f ? 1.f : v < 0.f ? -1.f : v;
+    case SI_ACT_SOFTPLUS: return si_softplus(v);
+    case SI_ACT_MISH: return v * tanhf(si_softplus(v));
     default: return v;
     }
 }
 
-/* The binary ops (Add, Sub, Mul, Div, Pow) of one pair of values. */
 /* A sum-like reduction's term and its finish over cnt values (kernel_math.h's callers keep
  * Max and Min apart: they fold by comparison). */
 SI_HD static inline double si_reduce_term(int op, double v) {
@@ -65,12 +83,16 @@ SI_HD static inline double si_reduce_final(int op, double acc, double cnt) {
                                 : acc;
 }
 
+/* The binary ops (Add, Sub, Mul, Div, Pow, Min, Max) of one pair of values. */
 SI_HD static inline float si_bin_eval(int op, float a, float b) {
     switch (op) {
     case SI_BIN_SUB: return a - b;
     case SI_BIN_MUL: return a * b;
     case SI_BIN_DIV: return a / b;
     case SI_BIN_POW: return powf(a, b);
+    /* a + b is the NaN when either is one: fminf and fmaxf would return the other value */
+    case SI_BIN_MIN: return a != a || b != b ? a + b : a < b ? a : b;
+    case SI_BIN_MAX: return a != a || b != b ? a + b : a > b ? a : b;
     default: return a + b;
     }
 }

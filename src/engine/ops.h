@@ -20,8 +20,20 @@ typedef enum {
     SI_ACT_RECIPROCAL, /* 1 / x */
     SI_ACT_GELU,       /* x / 2 * (1 + erf(x / sqrt(2))): Gelu, approximate = "none" */
     SI_ACT_GELU_TANH,  /* x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))): "tanh" */
-    SI_ACT_SWISH       /* x * sigmoid(alpha * x): CLIP's QuickGELU (alpha 1.702), exported as
+    SI_ACT_SWISH,      /* x * sigmoid(alpha * x): CLIP's QuickGELU (alpha 1.702), exported as
                           Mul(x, Sigmoid(Mul(x, alpha))) */
+    SI_ACT_EXP,
+    SI_ACT_LOG,
+    SI_ACT_NEG,
+    SI_ACT_ABS,
+    SI_ACT_SIN,
+    SI_ACT_COS,
+    SI_ACT_FLOOR,
+    SI_ACT_CEIL,
+    SI_ACT_ROUND,    /* to nearest, halves to even (ONNX Round) */
+    SI_ACT_SIGN,     /* -1, 0 or 1 (NaN stays NaN) */
+    SI_ACT_SOFTPLUS, /* log(1 + exp(x)) */
+    SI_ACT_MISH      /* x * tanh(softplus(x)) */
 } si_act_kind;
 typedef struct {
     int kind;
@@ -54,7 +66,9 @@ typedef enum {
     SI_BIN_SUB,
     SI_BIN_MUL,
     SI_BIN_DIV,
-    SI_BIN_POW /* powf(a, b) */
+    SI_BIN_POW, /* powf(a, b) */
+    SI_BIN_MIN, /* Min and Max of two inputs: NaN if either is NaN, as numpy's minimum */
+    SI_BIN_MAX
 } si_binop;
 
 typedef enum { SI_PAD_CONSTANT = 0, SI_PAD_REFLECT, SI_PAD_EDGE, SI_PAD_WRAP } si_pad_mode;
