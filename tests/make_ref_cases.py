@@ -1414,6 +1414,37 @@ def c_pow_sqrt(c):
     c.output(c.node("Pow", [x, e], ["std"]))
 
 
+def c_fold_elementwise(c):
+    # every elementwise op with a host row, on constants: all fold at load, so the engine runs
+    # the two Adds alone (tests/CMakeLists.txt's fold_elementwise checks that); values reach
+    # Round's halves, Swin V2's logit scale exp(clamp(p, max = log 100)) is the first row
+    c.opset = 18  # Mish (HardSwish: 14)
+    p = c.rng.uniform(-6.0, 6.0, size=(3, 8)).astype(np.float32)
+    p[0, :4] = [0.5, 1.5, 2.5, -2.5]
+    p[1, 0] = 5.0  # above log 100: clamped
+    p = nonzero(p)
+    pc = c.init("p", p)
+    top = c.init("log100", np.array(math.log(100.0), np.float32))
+    rows = [c.node("Exp", [c.node("Clip", [pc, "", top], ["clamped"])], ["logit_scale"]),
+            c.node("Log", [c.node("Abs", [pc], ["abs"])], ["log"])]
+    for op in ("Sin", "Cos", "Floor", "Ceil", "Round", "Softplus", "Mish", "Sigmoid",
+               "HardSwish"):
+        rows.append(c.node(op, [pc], [op.lower()]))
+    rows.append(c.node("Sign", [c.node("Neg", [pc], ["neg"])], ["sign"]))
+    rows.append(c.node("HardSigmoid", [pc], ["hardsigmoid"], alpha=0.3, beta=0.4))
+    rows.append(c.node("Min", [pc, rows[2], rows[3]], ["min3"]))
+    rows.append(c.node("Max", [rows[4], rows[5]], ["max2"]))
+    lo, hi = c.init("lo", np.array(-0.5, np.float32)), c.init("hi", np.array(0.75, np.float32))
+    rows.append(c.node("Clip", [pc, lo, hi], ["clip"]))
+    table = c.node("Concat", rows, ["table"], axis=0)
+    x = c.input("features", normal(c.rng, (len(rows) * 3, 8)))
+    c.output(c.node("Add", [x, table], ["sum"]))
+    # a Clip whose bounds are folded constants (Neg of an initializer) runs on image data
+    y = c.input("more", uniform(c.rng, (3, 8), -2.0, 2.0))
+    half = c.init("half", np.array(1.25, np.float32))
+    c.output(c.node("Clip", [y, c.node("Neg", [half], ["neg_half"]), half], ["clipped"]))
+
+
 def c_max_bcast_exp(c):
     # Max broadcast on both sides, the Exp after it fused into the binary op
     x = c.input("a", normal(c.rng, (3, 1, 5, 6)))
