@@ -359,6 +359,10 @@ def numpy_reference(model, feeds):
                 y = np.maximum(y, i[1])
             if len(i) > 2 and i[2] is not None:
                 y = np.minimum(y, i[2])
+        elif op == "Shape":
+            y = np.array(i[0].shape, np.int64)
+        elif op == "Cast" and a["to"] == TensorProto.FLOAT:
+            y = i[0].astype(np.float64)
         elif op in UNARY_NP:
             y = UNARY_NP[op](i[0])
         elif op == "HardSigmoid":
@@ -1443,6 +1447,16 @@ def c_fold_elementwise(c):
     y = c.input("more", uniform(c.rng, (3, 8), -2.0, 2.0))
     half = c.init("half", np.array(1.25, np.float32))
     c.output(c.node("Clip", [y, c.node("Neg", [half], ["neg_half"]), half], ["clipped"]))
+
+
+def c_clip_bounds_from_shape(c):
+    # bounds that follow from shapes (+-the batch size, 2 here): read at the batch being run,
+    # not folded at load
+    x = c.input("features", uniform(c.rng, (2, 3, 4, 5), -5.0, 5.0), ["batch", 3, 4, 5])
+    n = c.node("Gather", [c.node("Shape", [x], ["shape"]), c.init("zero", np.array(0, np.int64))],
+               ["n"], axis=0)
+    hi = c.node("Cast", [n], ["hi"], to=TensorProto.FLOAT)
+    c.output(c.node("Clip", [x, c.node("Neg", [hi], ["lo"]), hi], ["clipped"]))
 
 
 def c_max_bcast_exp(c):

@@ -772,7 +772,8 @@ static void fuse_swish(si_graph *g) {
 static void fuse_activations(si_graph *g) {
     for (int j = 0; j < g->n_nodes; j++) {
         si_gnode *a = &g->nodes[j];
-        if (a->op != SI_OP_ACTIVATION) continue;
+        /* a Clip whose bounds follow from shapes keeps them as inputs of its own */
+        if (a->op != SI_OP_ACTIVATION || a->n_in > 1) continue;
         si_value *xv = &g->values[a->in[0]];
         if (xv->producer < 0 || xv->uses != 1 || xv->kind != SI_VAL_RUNTIME) continue;
         si_gnode *p = &g->nodes[xv->producer];

@@ -158,19 +158,26 @@ static bool convert_gelu(si_builder *b, const si_node_proto *n, si_gnode *gn, in
     return true;
 }
 
-/* A float scalar parameter that must be constant (Clip's bounds). */
-static bool const_scalar(si_builder *b, const si_node_proto *n, int i, float *out) {
-    if (i >= n->n_inputs || !n->inputs[i][0]) return true;
-    const si_value *v = si_imp_const_in(b, n, i);
-    if (!v || si_shape_numel(&v->shape) != 1) {
-        si_b_unsupported(b, n, "input %d ('%s') must be a constant scalar", i, n->inputs[i]);
+/* Clip's bound i (1 min, 2 max): a constant (folded ones too) is read now; a value that follows
+ * from shapes becomes parameter slot i - 1, read at every shape inference (infer_act); one
+ * computed from image data is refused. */
+static bool clip_bound(si_builder *b, const si_node_proto *n, si_gnode *gn, int i, float *out) {
+    int id = si_b_input(b, n, i);
+    if (id < 0) return true;
+    const si_value *v = &b->g->values[id];
+    if (v->kind == SI_VAL_HOST) return si_imp_add_param(b, n, gn, i, &gn->pslot[i - 1]);
+    if (v->kind != SI_VAL_CONST || si_shape_numel(&v->shape) != 1) {
+        si_b_unsupported(b, n,
+                         "bound %d ('%s') must be a scalar that is a constant or follows "
+                         "from shapes, not one computed from image data",
+                         i, n->inputs[i]);
         return false;
     }
     *out = (float)si_value_f64(v, 0);
     return true;
 }
 
-/* Clip's bounds: attributes before opset 11, constant scalar inputs after. */
+/* Clip's bounds: attributes before opset 11, scalar inputs after. */
 static bool convert_clip(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
     si_node_add_input(gn, x);
     gn->act.kind = SI_ACT_CLIP;
@@ -181,7 +188,7 @@ static bool convert_clip(si_builder *b, const si_node_proto *n, si_gnode *gn, in
     }
     gn->act.lo = -INFINITY;
     gn->act.hi = INFINITY;
-    return const_scalar(b, n, 1, &gn->act.lo) && const_scalar(b, n, 2, &gn->act.hi);
+    return clip_bound(b, n, gn, 1, &gn->act.lo) && clip_bound(b, n, gn, 2, &gn->act.hi);
 }
 
 /* The attributes and outputs of a BatchNormalization that only inference supports. */
@@ -333,9 +340,18 @@ static si_status infer_binary(si_graph *g, si_gnode *n, const si_shape *x, si_sh
     return si_imp_broadcast(g, n, x, &g->values[n->in[1]].shape, y);
 }
 
-static si_status infer_same(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
-    (void)g;
-    (void)n;
+/* An activation: its input's shape; Clip's bounds that follow from shapes (parameter slots 0
+ * and 1) read for this batch. */
+static si_status infer_act(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
+    float *bound[2] = {&n->act.lo, &n->act.hi};
+    for (int k = 0; k < 2; k++) {
+        const si_value *v = si_imp_param(g, n, k);
+        if (!v) continue;
+        if (si_value_numel(v) != 1 || !v->data)
+            return si_node_error(g, n, SI_ERR_FORMAT, "bound %d has %lld values, not one", k + 1,
+                                 (long long)si_value_numel(v));
+        *bound[k] = (float)si_value_f64(v, 0);
+    }
     *y = *x;
     return SI_OK;
 }
@@ -390,7 +406,7 @@ static si_status infer_reduce(si_graph *g, si_gnode *n, const si_shape *x, si_sh
 }
 
 #define ACT(name, fn)                                                                              \
-    { .onnx = name, .kind = SI_OP_ACTIVATION, .convert = fn, .infer = infer_same }
+    { .onnx = name, .kind = SI_OP_ACTIVATION, .convert = fn, .infer = infer_act }
 #define BIN(name)                                                                                  \
     { .onnx = name, .kind = SI_OP_BINARY, .convert = convert_binary, .infer = infer_binary }
 #define REDUCE(name)                                                                               \
