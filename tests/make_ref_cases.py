@@ -315,6 +315,37 @@ UNARY_NP = {
 }
 
 
+def _np_gathernd(x, idx, b):
+    idx = np.where(idx < 0, idx + np.array(x.shape[b:b + idx.shape[-1]]), idx)
+    bs = int(np.prod(x.shape[:b]))
+    xb = x.reshape((bs,) + x.shape[b:])
+    ib = idx.reshape((bs, -1, idx.shape[-1]))
+    rows = [[xb[n][tuple(t)] for t in ib[n]] for n in range(bs)]
+    return np.array(rows).reshape(idx.shape[:-1] + x.shape[b + idx.shape[-1]:])
+
+
+def _np_gather_elements(x, idx, axis):
+    # element by element: take_along_axis would need the indices' other dims to equal the data's
+    y = np.empty(idx.shape, x.dtype)
+    for pos in np.ndindex(*idx.shape):
+        src = list(pos)
+        src[axis] = idx[pos] % x.shape[axis]
+        y[pos] = x[tuple(src)]
+    return y
+
+
+def _np_scatter_elements(x, idx, upd, axis, red):
+    y = x.copy()
+    idx = np.where(idx < 0, idx + x.shape[axis], idx)
+    for pos in np.ndindex(*idx.shape):
+        dst = list(pos)
+        dst[axis] = idx[pos]
+        dst = tuple(dst)
+        y[dst] = {"add": y[dst] + upd[pos], "mul": y[dst] * upd[pos], "max": max(y[dst], upd[pos]),
+                  "min": min(y[dst], upd[pos])}.get(red, upd[pos])
+    return y
+
+
 def numpy_reference(model, feeds):
     env = {}
     for t in model.graph.initializer:
@@ -363,6 +394,17 @@ def numpy_reference(model, feeds):
             y = np.array(i[0].shape, np.int64)
         elif op == "Cast" and a["to"] == TensorProto.FLOAT:
             y = i[0].astype(np.float64)
+        elif op == "Unsqueeze":
+            y = np.expand_dims(i[0], tuple(int(v) for v in i[1]))
+        elif op == "Expand":
+            y = i[0] * np.ones([int(v) for v in i[1]], i[0].dtype)
+        elif op == "GatherND":
+            y = _np_gathernd(i[0], i[1], a.get("batch_dims", 0))
+        elif op == "GatherElements":
+            y = _np_gather_elements(i[0], i[1], a.get("axis", 0))
+        elif op == "ScatterElements":
+            red = a.get("reduction", b"none")
+            y = _np_scatter_elements(i[0], i[1], i[2], a.get("axis", 0), red.decode())
         elif op in UNARY_NP:
             y = UNARY_NP[op](i[0])
         elif op == "HardSigmoid":
@@ -1493,6 +1535,35 @@ def c_unary_ops(c):
                "Mish"):
         c.output(c.node(op, [x], [op.lower()]))
     c.output(c.node("Log", [c.node("Abs", [x], ["abs_for_log"])], ["log"]))
+
+
+def index_table(rng, shape, extent, negative=True):
+    """int64 indices in [-extent, extent) (or [0, extent)), as the indexing ops take them."""
+    return rng.integers(-extent if negative else 0, extent, size=shape).astype(np.int64)
+
+
+def c_fold_index_tables(c):
+    # relative-position tables indexed by constant index tables (BEiT, Swin V2, LeViT write
+    # them with Gather; GatherND, GatherElements and ScatterElements do the same on constants):
+    # all fold at load, int64 ones included, so one Add runs (fold_index_tables checks)
+    c.opset = 18
+    table = c.init("bias_table", normal(c.rng, (13, 4)))
+    pairs = c.init("pairs", index_table(c.rng, (6, 6, 1), 13))
+    bias = c.node("GatherND", [table, pairs], ["bias"])  # (6, 6, 4)
+    order = c.init("order", index_table(c.rng, (6, 6, 4), 6, negative=False))
+    bias = c.node("GatherElements", [bias, order], ["shuffled"], axis=1)
+    ids = c.init("ids", np.arange(24, dtype=np.int64).reshape(6, 4) * 3)
+    cols = c.init("cols", np.array([[1, 0], [2, 1], [0, 3]], np.int64))
+    taken = c.node("GatherND", [ids, cols], ["taken"])  # int64 (3,)
+    zeros = c.init("zeros", np.zeros((6, 6, 4), np.float32))
+    where = c.init("where", index_table(c.rng, (3, 6, 4), 6))
+    upd = c.node("Cast", [c.node("Unsqueeze", [taken, c.init("axes", np.array([1, 2]))],
+                                 ["taken3"])], ["takenf"], to=TensorProto.FLOAT)
+    upd = c.node("Expand", [upd, c.init("shape", np.array([3, 6, 4], np.int64))], ["upd"])
+    marks = c.node("ScatterElements", [zeros, where, upd], ["marks"], axis=0, reduction="add")
+    table = c.node("Add", [bias, marks], ["table"])
+    x = c.input("scores", normal(c.rng, (2, 6, 6, 4)))
+    c.output(c.node("Add", [x, table], ["biased"]))
 
 
 def random_cases():

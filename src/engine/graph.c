@@ -19,6 +19,7 @@ const char *si_op_name(int op) {
                                   "Resize", "Softmax",   "Pad",          "Reduce",
                                   "Host",   "LayerNorm", "InstanceNorm", "Attention"};
     _Static_assert(sizeof names / sizeof names[0] == SI_OP_COUNT, "an si_op without a name");
+    _Static_assert(SI_INDEX_MAXD == SI_MAX_DIMS, "the indexing ops' geometry has the graph's rank");
     return op >= 0 && op < SI_OP_COUNT ? names[op] : "?";
 }
 

@@ -97,6 +97,39 @@ SI_HD static inline float si_bin_eval(int op, float a, float b) {
     }
 }
 
+/* Index v of an extent len (negative from the end), or -1 when outside [-len, len). */
+SI_HD static inline int64_t si_index_in(int64_t v, int64_t len) {
+    if (v < 0) v += len;
+    return v >= 0 && v < len ? v : -1;
+}
+
+/* The data offset that element i of GatherElements' or ScatterElements' indices, of value v,
+ * addresses; -1 when v is out of range (shape inference refuses such indices; a backend that
+ * meets one anyway reads 0 or skips the write, never outside the data). */
+SI_HD static inline int64_t si_elements_offset(const si_elements_geom *g, int64_t i, int64_t v) {
+    int64_t k = si_index_in(v, g->len), off = 0;
+    if (k < 0) return -1;
+    for (int d = g->nd - 1; d >= 0; d--) {
+        int64_t c = i % g->idims[d];
+        i /= g->idims[d];
+        off += (d == g->axis ? k : c) * g->xstride[d];
+    }
+    return off;
+}
+
+/* The data offset of GatherND's row t, whose k coordinates are tuple[0..k); -1 when one is out
+ * of range (as si_elements_offset). */
+SI_HD static inline int64_t si_gathernd_offset(const si_gathernd_geom *g, int64_t t,
+                                               const int64_t *tuple) {
+    int64_t off = t / g->per_batch * g->batch_stride;
+    for (int j = 0; j < g->k; j++) {
+        int64_t c = si_index_in(tuple[j], g->dims[j]);
+        if (c < 0) return -1;
+        off += c * g->strides[j];
+    }
+    return off;
+}
+
 /* The taps k in [0, kn) with lo <= start + k * d < hi, as [*k0, *k1). */
 SI_HD static inline void si_tap_range(int start, int kn, int d, int lo, int hi, int *k0, int *k1) {
     int a = start >= lo ? 0 : (lo - start + d - 1) / d;

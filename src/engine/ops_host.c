@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "graph_internal.h"
+#include "kernel_math.h"
 
 /* gn->host_op: the row of the op in host_rows. */
 enum {
@@ -58,6 +59,9 @@ enum {
     H_HARDSIGMOID,
     H_HARDSWISH,
     H_CLIP,
+    H_GATHER_ND,
+    H_GATHER_ELEMENTS,
+    H_SCATTER_ELEMENTS,
     H_COUNT
 };
 
@@ -146,19 +150,27 @@ static bool conv_reshape(si_builder *b, const si_node_proto *n, si_gnode *gn) {
     return true;
 }
 
-/* ScatterND's reduction: host_i[0] = 0 none, 1 add, 2 mul, 3 max, 4 min. */
+/* ScatterND's reduction: host_i[0], an si_scatter_reduction. */
 static bool conv_scatternd(si_builder *b, const si_node_proto *n, si_gnode *gn) {
-    static const char *names[] = {"none", "add", "mul", "max", "min"};
-    const si_attr *r = si_node_attr(n, "reduction");
-    gn->host_i[0] = 0;
-    if (!r || !r->s) return true;
-    for (int k = 0; k < 5; k++)
-        if (!strcmp(r->s, names[k])) {
-            gn->host_i[0] = k;
-            return true;
-        }
-    si_b_unsupported(b, n, "reduction '%s'", r->s);
-    return false;
+    int red;
+    if (!si_scatter_reduction_of(b, n, &red)) return false;
+    gn->host_i[0] = red;
+    return true;
+}
+
+/* ScatterElements: host_i[0] the axis, host_i[1] the reduction. */
+static bool conv_scatter_elements(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    int red;
+    if (!si_scatter_reduction_of(b, n, &red)) return false;
+    gn->host_i[0] = si_attr_int(n, "axis", 0);
+    gn->host_i[1] = red;
+    return true;
+}
+
+static bool conv_batch_dims(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    (void)b;
+    gn->host_i[0] = si_attr_int(n, "batch_dims", 0);
+    return true;
 }
 
 /* HardSigmoid's alpha and beta, kept in gn->act as the device op keeps them. */
@@ -805,6 +817,31 @@ static si_status eval_where(si_graph *g, si_gnode *n, const si_value *x, si_valu
     return SI_OK;
 }
 
+/* y[j] reduced with (si_scatter_reduction red) element i of up: exact on int64 (wrapping, not
+ * undefined, where a hostile constant overflows), in double for float; Max and Min let a NaN
+ * win, as the device's. */
+static void scatter_elem(si_value *y, int64_t j, const si_value *up, int64_t i, int64_t red) {
+    if (y->dtype == SI_DT_INT64) {
+        int64_t a = ((int64_t *)y->data)[j], b = si_value_i64(up, i);
+        ((int64_t *)y->data)[j] = red == SI_SCATTER_ADD   ? (int64_t)((uint64_t)a + (uint64_t)b)
+                                  : red == SI_SCATTER_MUL ? (int64_t)((uint64_t)a * (uint64_t)b)
+                                  : red == SI_SCATTER_MAX ? (a > b ? a : b)
+                                  : red == SI_SCATTER_MIN ? (a < b ? a : b)
+                                                          : b;
+        return;
+    }
+    double a = si_value_f64(y, j), b = si_value_f64(up, i), r = b;
+    bool nan = a != a || b != b;
+    switch (red) {
+    case SI_SCATTER_ADD: r = a + b; break;
+    case SI_SCATTER_MUL: r = a * b; break;
+    case SI_SCATTER_MAX: r = nan ? a + b : a > b ? a : b; break;
+    case SI_SCATTER_MIN: r = nan ? a + b : a < b ? a : b; break;
+    default: break;
+    }
+    put(y, j, r);
+}
+
 /* ScatterND: a copy of data with the slices data[indices[i]] replaced by (or reduced with)
  * updates[i], in order; indices' last dim k addresses data's first k dims. */
 static si_status eval_scatternd(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
@@ -840,18 +877,85 @@ static si_status eval_scatternd(si_graph *g, si_gnode *n, const si_value *x, si_
             off = off * dim + v;
         }
         off *= slice;
-        for (int64_t e = 0; e < slice; e++) {
-            double a = si_value_f64(y, off + e), b = si_value_f64(up, c * slice + e);
-            double r = n->host_i[0] == 1   ? a + b
-                       : n->host_i[0] == 2 ? a * b
-                       : n->host_i[0] == 3 ? (a > b ? a : b)
-                       : n->host_i[0] == 4 ? (a < b ? a : b)
-                                           : b;
-            if (y->dtype == SI_DT_INT64 && n->host_i[0] == 0)
-                ((int64_t *)y->data)[off + e] = si_value_i64(up, c * slice + e);
-            else
-                put(y, off + e, r);
-        }
+        for (int64_t e = 0; e < slice; e++)
+            scatter_elem(y, off + e, up, c * slice + e, n->host_i[0]);
+    }
+    return SI_OK;
+}
+
+/* The error for GatherND's row t, whose tuple leaves the data. */
+static si_status gathernd_range_error(si_graph *g, si_gnode *n, const si_gathernd_geom *geo,
+                                      const int64_t *tuple, int64_t t) {
+    int j = 0;
+    while (j < geo->k - 1 && si_index_in(tuple[j], geo->dims[j]) >= 0) j++;
+    return si_node_error(g, n, SI_ERR_FORMAT,
+                         "index %lld (element %lld) is out of range for a dimension of %lld",
+                         (long long)tuple[j], (long long)(t * geo->k + j), (long long)geo->dims[j]);
+}
+
+/* GatherND of host tensors (a constant table indexed by constant tuples), any dtype. */
+static si_status eval_gather_nd(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    const si_value *ix = hin(g, n, 1);
+    si_gathernd_geom geo;
+    if (!ix || !ix->data) return si_node_error(g, n, SI_ERR_FORMAT, "the indices are missing");
+    si_status st = si_gathernd_geom_of(g, n, &x->shape, &ix->shape, n->host_i[0], &geo, &y->shape);
+    if (st != SI_OK) return st;
+    y->dtype = x->dtype;
+    ALLOC_OR_FAIL(y);
+    for (int64_t t = 0; t < geo.rows; t++) {
+        int64_t tuple[SI_MAX_DIMS], off;
+        for (int j = 0; j < geo.k; j++) tuple[j] = si_value_i64(ix, t * geo.k + j);
+        if ((off = si_gathernd_offset(&geo, t, tuple)) < 0)
+            return gathernd_range_error(g, n, &geo, tuple, t);
+        for (int64_t e = 0; e < geo.slice; e++) copy_elem(y, t * geo.slice + e, x, off + e);
+    }
+    return SI_OK;
+}
+
+/* Element i of GatherElements' or ScatterElements' indices as a data offset, or an error. */
+static si_status elements_offset(si_graph *g, si_gnode *n, const si_elements_geom *geo,
+                                 const si_value *ix, int64_t i, int64_t *off) {
+    if ((*off = si_elements_offset(geo, i, si_value_i64(ix, i))) >= 0) return SI_OK;
+    return si_node_error(
+        g, n, SI_ERR_FORMAT, "index %lld (element %lld) is out of range for axis %d of length %lld",
+        (long long)si_value_i64(ix, i), (long long)i, geo->axis, (long long)geo->len);
+}
+
+static si_status eval_gather_elements(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    const si_value *ix = hin(g, n, 1);
+    si_elements_geom geo;
+    if (!ix || !ix->data) return si_node_error(g, n, SI_ERR_FORMAT, "the indices are missing");
+    si_status st = si_elements_geom_of(g, n, &x->shape, &ix->shape, n->host_i[0], &geo);
+    if (st != SI_OK) return st;
+    y->dtype = x->dtype;
+    y->shape = ix->shape;
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0, off; i < si_value_numel(ix); i++) {
+        if ((st = elements_offset(g, n, &geo, ix, i, &off)) != SI_OK) return st;
+        copy_elem(y, i, x, off);
+    }
+    return SI_OK;
+}
+
+/* ScatterElements: a copy of data, then each update reduced into the element its index
+ * addresses, in order (the last of duplicates wins without a reduction). */
+static si_status eval_scatter_elements(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    const si_value *ix = hin(g, n, 1), *up = hin(g, n, 2);
+    si_elements_geom geo;
+    if (!ix || !up || !ix->data || !up->data)
+        return si_node_error(g, n, SI_ERR_FORMAT, "ScatterElements needs data, indices, updates");
+    si_status st = si_elements_geom_of(g, n, &x->shape, &ix->shape, n->host_i[0], &geo);
+    if (st != SI_OK) return st;
+    if (up->shape.ndim != ix->shape.ndim ||
+        memcmp(up->shape.dims, ix->shape.dims, sizeof(int64_t) * (size_t)up->shape.ndim))
+        return si_node_error(g, n, SI_ERR_FORMAT, "updates and indices differ in shape");
+    y->shape = x->shape;
+    y->dtype = x->dtype == SI_DT_FLOAT || up->dtype == SI_DT_FLOAT ? SI_DT_FLOAT : SI_DT_INT64;
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0; i < si_value_numel(x); i++) copy_elem(y, i, x, i);
+    for (int64_t i = 0, off; i < si_value_numel(ix); i++) {
+        if ((st = elements_offset(g, n, &geo, ix, i, &off)) != SI_OK) return st;
+        scatter_elem(y, off, up, i, n->host_i[1]);
     }
     return SI_OK;
 }
@@ -1017,6 +1121,13 @@ static const host_row host_rows[H_COUNT] = {
     [H_HARDSIGMOID] = {.onnx = "HardSigmoid", .convert = conv_hardsigmoid, .eval = eval_unary},
     [H_HARDSWISH] = UNARY("HardSwish"),
     [H_CLIP] = {.onnx = "Clip", .convert = conv_clip, .eval = eval_clip},
+    [H_GATHER_ND] = {.onnx = "GatherND", .convert = conv_batch_dims, .eval = eval_gather_nd},
+    [H_GATHER_ELEMENTS] = {.onnx = "GatherElements",
+                           .convert = conv_axis0,
+                           .eval = eval_gather_elements},
+    [H_SCATTER_ELEMENTS] = {.onnx = "ScatterElements",
+                            .convert = conv_scatter_elements,
+                            .eval = eval_scatter_elements},
 };
 
 static int host_op_of(const char *op) {
