@@ -83,7 +83,9 @@ static si_status run_binary(const op_ctx *c) {
     int nd = yv->shape.ndim;
     // squeeze-and-excitation: NHWC x (N, C, H, W) op a per-channel (N or 1, C, 1, 1)
     for (int side = 0; side < 2 && nd == 4 && si_devplan_nhwc(yv); side++) {
-        if (side == 1 && n->binop != SI_BIN_ADD && n->binop != SI_BIN_MUL) break;
+        if (side == 1 && n->binop != SI_BIN_ADD && n->binop != SI_BIN_MUL &&
+            n->binop != SI_BIN_MIN && n->binop != SI_BIN_MAX) // the operands swap: commutative
+            break;
         const si_value *full = &g->values[n->in[side]], *per = &g->values[n->in[1 - side]];
         si_tview vp = tv_align(tv_rowmajor(&per->shape), 4);
         int64_t C = yv->shape.dims[1], N = yv->shape.dims[0];

@@ -17,6 +17,7 @@ Usage: make_ref_cases.py --output-dir DIR [--demo-model M.onnx]
 """
 
 import argparse
+import functools
 import importlib.util
 import math
 import os
@@ -106,6 +107,10 @@ NODE_TEST_PATTERNS = [
     r"test_dropout_default(_ratio)?", r"test_gather_[0-9].*", r"test_gather_negative_indices",
     r"test_erf", r"test_tanh(_example)?", r"test_sqrt(_example)?", r"test_reciprocal(_example)?",
     r"test_gelu_(default|tanh)_[0-9]", r"test_pow(_.*)?",
+    r"test_exp(_example)?", r"test_log(_example)?", r"test_neg(_example)?", r"test_abs",
+    r"test_sin(_example)?", r"test_cos(_example)?", r"test_floor(_example)?",
+    r"test_ceil(_example)?", r"test_round", r"test_sign", r"test_softplus(_example)?",
+    r"test_mish(_expanded)?", r"test_(min|max)_(example|one_input|two_inputs|float32|float64)",
     # shape arithmetic, evaluated on the host
     r"test_shape(_.*)?", r"test_size(_example)?", r"test_constantofshape_.*", r"test_range_.*",
     r"test_equal(_bcast)?", r"test_where_.*", r"test_expand_.*", r"test_constant",
@@ -127,8 +132,13 @@ def node_test_dir():
     return d
 
 
+# expanded function bodies are left out (their ops are tested on their own), but for these,
+# whose bodies run the engine's ops unfused
+EXPANDED_NODE_TESTS = {"test_mish_expanded"}
+
+
 def wanted_node_test(name):
-    if "_expanded" in name or "training" in name:
+    if ("_expanded" in name and name not in EXPANDED_NODE_TESTS) or "training" in name:
         return False
     # float16/bfloat16 tensors and integer image data are outside what the engine claims; shape
     # arithmetic ops keep their integer tests (their inputs come from shapes in real models)
@@ -293,6 +303,49 @@ def _np_maxpool(x, a):
     return out
 
 
+def _softplus(x):
+    return np.logaddexp(x, 0)
+
+
+UNARY_NP = {
+    "Exp": np.exp, "Log": np.log, "Neg": np.negative, "Abs": np.abs, "Sin": np.sin,
+    "Cos": np.cos, "Floor": np.floor, "Ceil": np.ceil, "Round": np.round, "Sign": np.sign,
+    "Softplus": _softplus, "Mish": lambda x: x * np.tanh(_softplus(x)),
+    "HardSwish": lambda x: x * np.clip(x / 6 + 0.5, 0, 1),
+}
+
+
+def _np_gathernd(x, idx, b):
+    idx = np.where(idx < 0, idx + np.array(x.shape[b:b + idx.shape[-1]]), idx)
+    bs = int(np.prod(x.shape[:b]))
+    xb = x.reshape((bs,) + x.shape[b:])
+    ib = idx.reshape((bs, -1, idx.shape[-1]))
+    rows = [[xb[n][tuple(t)] for t in ib[n]] for n in range(bs)]
+    return np.array(rows).reshape(idx.shape[:-1] + x.shape[b + idx.shape[-1]:])
+
+
+def _np_gather_elements(x, idx, axis):
+    # element by element: take_along_axis would need the indices' other dims to equal the data's
+    y = np.empty(idx.shape, x.dtype)
+    for pos in np.ndindex(*idx.shape):
+        src = list(pos)
+        src[axis] = idx[pos] % x.shape[axis]
+        y[pos] = x[tuple(src)]
+    return y
+
+
+def _np_scatter_elements(x, idx, upd, axis, red):
+    y = x.copy()
+    idx = np.where(idx < 0, idx + x.shape[axis], idx)
+    for pos in np.ndindex(*idx.shape):
+        dst = list(pos)
+        dst[axis] = idx[pos]
+        dst = tuple(dst)
+        y[dst] = {"add": y[dst] + upd[pos], "mul": y[dst] * upd[pos], "max": max(y[dst], upd[pos]),
+                  "min": min(y[dst], upd[pos])}.get(red, upd[pos])
+    return y
+
+
 def numpy_reference(model, feeds):
     env = {}
     for t in model.graph.initializer:
@@ -331,8 +384,35 @@ def numpy_reference(model, feeds):
             y = 1.0 / (1.0 + np.exp(-i[0]))
         elif op == "Mul":
             y = i[0] * i[1]
-        elif op == "Clip":
-            y = np.minimum(np.maximum(i[0], i[1]), i[2])
+        elif op == "Clip":  # either bound may be absent
+            y = i[0]
+            if len(i) > 1 and i[1] is not None:
+                y = np.maximum(y, i[1])
+            if len(i) > 2 and i[2] is not None:
+                y = np.minimum(y, i[2])
+        elif op == "Shape":
+            y = np.array(i[0].shape, np.int64)
+        elif op == "Cast" and a["to"] == TensorProto.FLOAT:
+            y = i[0].astype(np.float64)
+        elif op == "Unsqueeze":
+            y = np.expand_dims(i[0], tuple(int(v) for v in i[1]))
+        elif op == "Expand":
+            y = i[0] * np.ones([int(v) for v in i[1]], i[0].dtype)
+        elif op == "GatherND":
+            y = _np_gathernd(i[0], i[1], a.get("batch_dims", 0))
+        elif op == "GatherElements":
+            y = _np_gather_elements(i[0], i[1], a.get("axis", 0))
+        elif op == "ScatterElements":
+            red = a.get("reduction", b"none")
+            y = _np_scatter_elements(i[0], i[1], i[2], a.get("axis", 0), red.decode())
+        elif op in UNARY_NP:
+            y = UNARY_NP[op](i[0])
+        elif op == "HardSigmoid":
+            y = np.clip(a.get("alpha", 0.2) * i[0] + a.get("beta", 0.5), 0, 1)
+        elif op == "Min":
+            y = functools.reduce(np.minimum, i)
+        elif op == "Max":
+            y = functools.reduce(np.maximum, i)
         elif op == "Add":
             y = i[0] + i[1]
         elif op == "Pow":
@@ -1378,6 +1458,112 @@ def c_pow_sqrt(c):
     x = c.input("variance", uniform(c.rng, (2, 7, 48), 1e-3, 5.0))
     e = c.init("half", np.array(0.5, np.float32))
     c.output(c.node("Pow", [x, e], ["std"]))
+
+
+def c_fold_elementwise(c):
+    # every elementwise op with a host row, on constants: all fold at load, so the engine runs
+    # the two Adds alone (tests/CMakeLists.txt's fold_elementwise checks that); values reach
+    # Round's halves, Swin V2's logit scale exp(clamp(p, max = log 100)) is the first row
+    c.opset = 18  # Mish (HardSwish: 14)
+    p = c.rng.uniform(-6.0, 6.0, size=(3, 8)).astype(np.float32)
+    p[0, :4] = [0.5, 1.5, 2.5, -2.5]
+    p[1, 0] = 5.0  # above log 100: clamped
+    p = nonzero(p)
+    pc = c.init("p", p)
+    top = c.init("log100", np.array(math.log(100.0), np.float32))
+    rows = [c.node("Exp", [c.node("Clip", [pc, "", top], ["clamped"])], ["logit_scale"]),
+            c.node("Log", [c.node("Abs", [pc], ["abs"])], ["log"])]
+    for op in ("Sin", "Cos", "Floor", "Ceil", "Round", "Softplus", "Mish", "Sigmoid",
+               "HardSwish"):
+        rows.append(c.node(op, [pc], [op.lower()]))
+    rows.append(c.node("Sign", [c.node("Neg", [pc], ["neg"])], ["sign"]))
+    rows.append(c.node("HardSigmoid", [pc], ["hardsigmoid"], alpha=0.3, beta=0.4))
+    rows.append(c.node("Min", [pc, rows[2], rows[3]], ["min3"]))
+    rows.append(c.node("Max", [rows[4], rows[5]], ["max2"]))
+    lo, hi = c.init("lo", np.array(-0.5, np.float32)), c.init("hi", np.array(0.75, np.float32))
+    rows.append(c.node("Clip", [pc, lo, hi], ["clip"]))
+    table = c.node("Concat", rows, ["table"], axis=0)
+    x = c.input("features", normal(c.rng, (len(rows) * 3, 8)))
+    c.output(c.node("Add", [x, table], ["sum"]))
+    # a Clip whose bounds are folded constants (Neg of an initializer) runs on image data
+    y = c.input("more", uniform(c.rng, (3, 8), -2.0, 2.0))
+    half = c.init("half", np.array(1.25, np.float32))
+    c.output(c.node("Clip", [y, c.node("Neg", [half], ["neg_half"]), half], ["clipped"]))
+
+
+def c_clip_bounds_from_shape(c):
+    # bounds that follow from shapes (+-the batch size, 2 here): read at the batch being run,
+    # not folded at load
+    x = c.input("features", uniform(c.rng, (2, 3, 4, 5), -5.0, 5.0), ["batch", 3, 4, 5])
+    n = c.node("Gather", [c.node("Shape", [x], ["shape"]), c.init("zero", np.array(0, np.int64))],
+               ["n"], axis=0)
+    hi = c.node("Cast", [n], ["hi"], to=TensorProto.FLOAT)
+    c.output(c.node("Clip", [x, c.node("Neg", [hi], ["lo"]), hi], ["clipped"]))
+
+
+def c_max_bcast_exp(c):
+    # Max broadcast on both sides, the Exp after it fused into the binary op
+    x = c.input("a", normal(c.rng, (3, 1, 5, 6)))
+    y = c.input("b", normal(c.rng, (1, 4, 5, 1)))
+    c.output(c.node("Exp", [c.node("Max", [x, y], ["max"])], ["exp"]))
+
+
+def c_min_chan_softplus(c):
+    # a per-channel Min against an image (the GPU's squeeze-and-excitation path, the channel
+    # operand first), Softplus fused after it
+    x = c.input("scale", normal(c.rng, (2, 8, 1, 1)))
+    y = c.input("images", normal(c.rng, (2, 8, 5, 7)))
+    c.output(c.node("Softplus", [c.node("Min", [x, y], ["min"])], ["softplus"]))
+
+
+def c_conv_mish(c):
+    # the Mish of YOLOv4-style backbones, fused into the Conv
+    c.opset = 18  # Mish (HardSwish: 14)
+    x = c.input("images", uniform(c.rng, (3, 4, 9, 11)))
+    y = c.conv(x, "conv", 4, 8, 3, pads=[1, 1, 1, 1])
+    c.output(c.node("Mish", [y], ["mish"], name="mish"))
+
+
+def c_unary_ops(c):
+    # the unary ops on image data, each alone; inputs FP16 can hold exactly, so that Floor, Ceil,
+    # Round and Sign give the same integers on the GPU's FP16 run (halves among them)
+    c.opset = 18  # Mish (HardSwish: 14)
+    v = uniform(c.rng, (2, 3, 4, 5), -4.0, 4.0).astype(np.float16).astype(np.float32)
+    v.flat[:4] = [0.5, 1.5, 2.5, -2.5]
+    x = c.input("features", v)
+    for op in ("Exp", "Neg", "Abs", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "Softplus",
+               "Mish"):
+        c.output(c.node(op, [x], [op.lower()]))
+    c.output(c.node("Log", [c.node("Abs", [x], ["abs_for_log"])], ["log"]))
+
+
+def index_table(rng, shape, extent, negative=True):
+    """int64 indices in [-extent, extent) (or [0, extent)), as the indexing ops take them."""
+    return rng.integers(-extent if negative else 0, extent, size=shape).astype(np.int64)
+
+
+def c_fold_index_tables(c):
+    # relative-position tables indexed by constant index tables (BEiT, Swin V2, LeViT write
+    # them with Gather; GatherND, GatherElements and ScatterElements do the same on constants):
+    # all fold at load, int64 ones included, so one Add runs (fold_index_tables checks)
+    c.opset = 18
+    table = c.init("bias_table", normal(c.rng, (13, 4)))
+    pairs = c.init("pairs", index_table(c.rng, (6, 6, 1), 13))
+    bias = c.node("GatherND", [table, pairs], ["bias"])  # (6, 6, 4)
+    order = c.init("order", index_table(c.rng, (6, 6, 4), 6, negative=False))
+    bias = c.node("GatherElements", [bias, order], ["shuffled"], axis=1)
+    ids = c.init("ids", np.arange(24, dtype=np.int64).reshape(6, 4) * 3)
+    cols = c.init("cols", np.array([[1, 0], [2, 1], [0, 3]], np.int64))
+    taken = c.node("GatherND", [ids, cols], ["taken"])  # int64 (3,)
+    zeros = c.init("zeros", np.zeros((6, 6, 4), np.float32))
+    where = c.init("where", index_table(c.rng, (3, 6, 4), 6))
+    upd = c.node("Cast", [c.node("Unsqueeze", [taken, c.init("axes", np.array([1, 2]))],
+                                 ["taken3"])], ["takenf"], to=TensorProto.FLOAT)
+    upd = c.node("Expand", [upd, c.init("shape", np.array([3, 6, 4], np.int64))], ["upd"])
+    marks = c.node("ScatterElements", [zeros, where, upd], ["marks"], axis=0, reduction="add")
+    table = c.node("Add", [bias, marks], ["table"])
+    x = c.input("scores", normal(c.rng, (2, 6, 6, 4)))
+    c.output(c.node("Add", [x, table], ["biased"]))
 
 
 def random_cases():

@@ -103,6 +103,18 @@ static double act_ref(double v, si_act a) {
     case SI_ACT_GELU: return 0.5 * v * (1 + erf(v / sqrt(2.0)));
     case SI_ACT_GELU_TANH: return 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
     case SI_ACT_SWISH: return v / (1 + exp(-a.alpha * v));
+    case SI_ACT_EXP: return exp(v);
+    case SI_ACT_LOG: return log(v); /* NaN below 0 */
+    case SI_ACT_NEG: return -v;
+    case SI_ACT_ABS: return fabs(v);
+    case SI_ACT_SIN: return sin(v);
+    case SI_ACT_COS: return cos(v);
+    case SI_ACT_FLOOR: return floor(v);
+    case SI_ACT_CEIL: return ceil(v);
+    case SI_ACT_ROUND: return nearbyint(v);
+    case SI_ACT_SIGN: return v > 0 ? 1 : v < 0 ? -1 : 0;
+    case SI_ACT_SOFTPLUS: return log(1 + exp(v));
+    case SI_ACT_MISH: return v * tanh(log(1 + exp(v)));
     default: return v;
     }
 }
@@ -126,6 +138,18 @@ static void test_activations(void) {
         {.kind = SI_ACT_GELU},
         {.kind = SI_ACT_GELU_TANH},
         {.kind = SI_ACT_SWISH, .alpha = 1.702f},
+        {.kind = SI_ACT_EXP},
+        {.kind = SI_ACT_LOG},
+        {.kind = SI_ACT_NEG},
+        {.kind = SI_ACT_ABS},
+        {.kind = SI_ACT_SIN},
+        {.kind = SI_ACT_COS},
+        {.kind = SI_ACT_FLOOR},
+        {.kind = SI_ACT_CEIL},
+        {.kind = SI_ACT_ROUND},
+        {.kind = SI_ACT_SIGN},
+        {.kind = SI_ACT_SOFTPLUS},
+        {.kind = SI_ACT_MISH},
     };
     int64_t n = 4000;
     float *x = frand(n);
@@ -152,6 +176,18 @@ static void test_activations(void) {
     si_act hs = {.kind = SI_ACT_HARDSWISH};
     CHECK(si_act_apply(-3.f, hs) == 0.f && si_act_apply(3.f, hs) == 3.f);
     CHECK(isnan(si_act_apply(NAN, (si_act){.kind = SI_ACT_SIGMOID})));
+    /* Round: halves to even, as ONNX's (and numpy's) */
+    si_act rd = {.kind = SI_ACT_ROUND};
+    CHECK(si_act_apply(2.5f, rd) == 2.f && si_act_apply(3.5f, rd) == 4.f &&
+          si_act_apply(-2.5f, rd) == -2.f && si_act_apply(0.5f, rd) == 0.f);
+    CHECK(isnan(si_act_apply(NAN, (si_act){.kind = SI_ACT_SIGN})));
+    /* Softplus and Mish far out: no overflow to inf above 88, no NaN from inf - inf */
+    for (int k = SI_ACT_SOFTPLUS; k <= SI_ACT_MISH; k++) {
+        si_act sp = {.kind = k};
+        CHECK(si_act_apply(1000.f, sp) == 1000.f && si_act_apply(INFINITY, sp) == INFINITY);
+        CHECK(fabsf(si_act_apply(-1000.f, sp)) == 0.f && isnan(si_act_apply(NAN, sp)));
+    }
+    CHECK(si_act_apply(-20.f, (si_act){.kind = SI_ACT_SOFTPLUS}) > 2e-9f); /* exp(-20), not 0 */
     /* Gelu's tails: exact limits (at -inf the spec's formula, too, is NaN: -inf * 0) */
     for (int k = SI_ACT_GELU; k <= SI_ACT_GELU_TANH; k++) {
         si_act g = {.kind = k};
@@ -572,6 +608,8 @@ static double bin_ref(si_binop op, double a, double b) {
     case SI_BIN_SUB: return a - b;
     case SI_BIN_MUL: return a * b;
     case SI_BIN_DIV: return a / b;
+    case SI_BIN_MIN: return fmin(a, b); /* no NaN among the random values */
+    case SI_BIN_MAX: return fmax(a, b);
     default: return pow(a, b);
     }
 }
@@ -580,7 +618,7 @@ static double bin_ref(si_binop op, double a, double b) {
  * negative bases with whole exponents (x^2 as exporters write it), where powf must not give NaN. */
 static void test_binary(void) {
     for (int it = 0; it < 200; it++) {
-        si_binop op = (si_binop)(it % (SI_BIN_POW + 1));
+        si_binop op = (si_binop)(it % (SI_BIN_MAX + 1));
         int nd = ri(1, 4);
         int64_t ad[MAXD], bd[MAXD], yd[MAXD];
         for (int d = 0; d < nd; d++) {
@@ -613,6 +651,13 @@ static void test_binary(void) {
         free(b);
         free(y);
         free(want);
+    }
+    /* Min and Max: a NaN on either side gives NaN, as numpy's minimum (fminf would drop it) */
+    int64_t d2[1] = {2};
+    float a2[2] = {NAN, 1.f}, b2[2] = {1.f, NAN}, y2[2];
+    for (int op = SI_BIN_MIN; op <= SI_BIN_MAX; op++) {
+        si_cpu_binary((si_binop)op, 1, d2, a2, d2, b2, d2, y2, (si_act){.kind = SI_ACT_NONE});
+        CHECK(isnan(y2[0]) && isnan(y2[1]));
     }
 }
 

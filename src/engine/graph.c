@@ -19,6 +19,7 @@ const char *si_op_name(int op) {
                                   "Resize", "Softmax",   "Pad",          "Reduce",
                                   "Host",   "LayerNorm", "InstanceNorm", "Attention"};
     _Static_assert(sizeof names / sizeof names[0] == SI_OP_COUNT, "an si_op without a name");
+    _Static_assert(SI_INDEX_MAXD == SI_MAX_DIMS, "the indexing ops' geometry has the graph's rank");
     return op >= 0 && op < SI_OP_COUNT ? names[op] : "?";
 }
 
@@ -390,14 +391,12 @@ bool si_model_input_is_param(const si_model_proto *m, const char *name) {
 }
 
 bool si_model_input_host_only(const si_model_proto *m, const char *name) {
-    /* Sqrt is not here: it runs on image data too (a LayerNorm written out as ReduceMean, Pow,
-     * Sqrt, Div), so an input that feeds it is image data */
-    static const char *host_only[] = {"Shape",   "Size",     "ConstantOfShape",
-                                      "Range",   "Equal",    "Less",
-                                      "Greater", "Not",      "Where",
-                                      "Mod",     "Neg",      "Abs",
-                                      "Floor",   "Ceil",     "Min",
-                                      "Max",     "ScatterND"};
+    /* Sqrt, Neg, Abs, Floor, Ceil, Min and Max are not here: they run on image data too (a
+     * LayerNorm written out as ReduceMean, Pow, Sqrt, Div), so an input that feeds them is
+     * image data */
+    static const char *host_only[] = {"Shape", "Size", "ConstantOfShape", "Range",
+                                      "Equal", "Less", "Greater",         "Not",
+                                      "Where", "Mod",  "ScatterND"};
     bool used = false;
     for (int i = 0; i < m->n_nodes; i++)
         for (int j = 0; j < m->nodes[i].n_inputs; j++) {
@@ -774,7 +773,8 @@ static void fuse_swish(si_graph *g) {
 static void fuse_activations(si_graph *g) {
     for (int j = 0; j < g->n_nodes; j++) {
         si_gnode *a = &g->nodes[j];
-        if (a->op != SI_OP_ACTIVATION) continue;
+        /* a Clip whose bounds follow from shapes keeps them as inputs of its own */
+        if (a->op != SI_OP_ACTIVATION || a->n_in > 1) continue;
         si_value *xv = &g->values[a->in[0]];
         if (xv->producer < 0 || xv->uses != 1 || xv->kind != SI_VAL_RUNTIME) continue;
         si_gnode *p = &g->nodes[xv->producer];

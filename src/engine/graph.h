@@ -22,9 +22,9 @@ typedef enum {
     SI_OP_GLOBAL_AVGPOOL,
     SI_OP_GEMM,
     SI_OP_MATMUL,
-    SI_OP_BINARY,     /* Add, Sub, Mul, Div, Pow with broadcasting */
-    SI_OP_ACTIVATION, /* Relu, Clip, Sigmoid, HardSigmoid, HardSwish, LeakyRelu, Erf, Tanh, Sqrt,
-                         Reciprocal, Gelu */
+    SI_OP_BINARY,     /* Add, Sub, Mul, Div, Pow, Min, Max with broadcasting */
+    SI_OP_ACTIVATION, /* Relu, Clip, Sigmoid, HardSigmoid, HardSwish, LeakyRelu, Gelu and the
+                         unary math ops (Erf, Tanh, Sqrt, Reciprocal, Exp, Log, ...: si_act_kind) */
     SI_OP_AFFINE,     /* BatchNormalization not folded into a Conv */
     SI_OP_VIEW,       /* Flatten, Reshape, Squeeze, Unsqueeze, Identity, Dropout: same bytes */
     SI_OP_CONCAT,

@@ -106,6 +106,23 @@ si_gnode *si_graph_insert_nodes(si_graph *g, int at, int count);
 /* Appends input value `id` to the node. */
 void si_node_add_input(si_gnode *gn, int id);
 
+/* The indexing ops' geometry from the data's shape x and the indices' ix (ops_index.c), for the
+ * device rows and the host rows alike: the shapes checked (an error names the node), then every
+ * index of iv against the data (an index out of range is an error at load when the indices are
+ * constants, at shape inference when they follow from shapes). GatherND's output shape into y. */
+si_status si_elements_geom_of(const si_graph *g, const si_gnode *n, const si_shape *x,
+                              const si_shape *ix, int64_t axis, si_elements_geom *geo);
+si_status si_elements_check(const si_graph *g, const si_gnode *n, const si_elements_geom *geo,
+                            const si_value *iv);
+si_status si_gathernd_geom_of(const si_graph *g, const si_gnode *n, const si_shape *x,
+                              const si_shape *ix, int64_t batch_dims, si_gathernd_geom *geo,
+                              si_shape *y);
+si_status si_gathernd_check(const si_graph *g, const si_gnode *n, const si_gathernd_geom *geo,
+                            const si_value *iv);
+/* ScatterElements' and ScatterND's reduction attribute as si_scatter_reduction; false when it
+ * names none (recorded). */
+bool si_scatter_reduction_of(si_builder *b, const si_node_proto *n, int *red);
+
 /* Host tensor helpers (ops_host.c): element count and int64 reads of CONST/HOST values. */
 int64_t si_value_numel(const si_value *v);
 int64_t si_value_i64(const si_value *v, int64_t i); /* element i as int64 (floats truncate) */

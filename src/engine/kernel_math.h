@@ -11,6 +11,12 @@
 #include "base/hd.h"
 #include "ops.h"
 
+/* log(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)): the spec's form overflows to inf above
+ * x = 88 and loses every digit of small results to the 1 it adds. NaN stays NaN. */
+SI_HD static inline float si_softplus(float v) {
+    return (v > 0.f ? v : 0.f) + log1pf(expf(-fabsf(v)));
+}
+
 /* The activations, kind for kind. NaN propagates through every kind but RELU. */
 SI_HD static inline float si_act_eval(float v, si_act a) {
     switch (a.kind) {
@@ -47,11 +53,23 @@ SI_HD static inline float si_act_eval(float v, si_act a) {
         float u = 0.79788456080286536f * (v + 0.044715f * v * v * v); /* sqrt(2 / pi) */
         return v / (1.f + expf(-2.f * u));
     }
+    case SI_ACT_EXP: return expf(v);
+    case SI_ACT_LOG: return logf(v);
+    case SI_ACT_NEG: return -v;
+    case SI_ACT_ABS: return fabsf(v);
+    case SI_ACT_SIN: return sinf(v);
+    case SI_ACT_COS: return cosf(v);
+    case SI_ACT_FLOOR: return floorf(v);
+    case SI_ACT_CEIL: return ceilf(v);
+    /* rintf rounds halves to even in the default rounding mode, which nothing here changes */
+    case SI_ACT_ROUND: return rintf(v);
+    case SI_ACT_SIGN: return v > 0.f ? 1.f : v < 0.f ? -1.f : v;
+    case SI_ACT_SOFTPLUS: return si_softplus(v);
+    case SI_ACT_MISH: return v * tanhf(si_softplus(v));
     default: return v;
     }
 }
 
-/* The binary ops (Add, Sub, Mul, Div, Pow) of one pair of values. */
 /* A sum-like reduction's term and its finish over cnt values (kernel_math.h's callers keep
  * Max and Min apart: they fold by comparison). */
 SI_HD static inline double si_reduce_term(int op, double v) {
@@ -65,14 +83,51 @@ SI_HD static inline double si_reduce_final(int op, double acc, double cnt) {
                                 : acc;
 }
 
+/* The binary ops (Add, Sub, Mul, Div, Pow, Min, Max) of one pair of values. */
 SI_HD static inline float si_bin_eval(int op, float a, float b) {
     switch (op) {
     case SI_BIN_SUB: return a - b;
     case SI_BIN_MUL: return a * b;
     case SI_BIN_DIV: return a / b;
     case SI_BIN_POW: return powf(a, b);
+    /* a + b is the NaN when either is one: fminf and fmaxf would return the other value */
+    case SI_BIN_MIN: return a != a || b != b ? a + b : a < b ? a : b;
+    case SI_BIN_MAX: return a != a || b != b ? a + b : a > b ? a : b;
     default: return a + b;
     }
+}
+
+/* Index v of an extent len (negative from the end), or -1 when outside [-len, len). */
+SI_HD static inline int64_t si_index_in(int64_t v, int64_t len) {
+    if (v < 0) v += len;
+    return v >= 0 && v < len ? v : -1;
+}
+
+/* The data offset that element i of GatherElements' or ScatterElements' indices, of value v,
+ * addresses; -1 when v is out of range (shape inference refuses such indices; a backend that
+ * meets one anyway reads 0 or skips the write, never outside the data). */
+SI_HD static inline int64_t si_elements_offset(const si_elements_geom *g, int64_t i, int64_t v) {
+    int64_t k = si_index_in(v, g->len), off = 0;
+    if (k < 0) return -1;
+    for (int d = g->nd - 1; d >= 0; d--) {
+        int64_t c = i % g->idims[d];
+        i /= g->idims[d];
+        off += (d == g->axis ? k : c) * g->xstride[d];
+    }
+    return off;
+}
+
+/* The data offset of GatherND's row t, whose k coordinates are tuple[0..k); -1 when one is out
+ * of range (as si_elements_offset). */
+SI_HD static inline int64_t si_gathernd_offset(const si_gathernd_geom *g, int64_t t,
+                                               const int64_t *tuple) {
+    int64_t off = t / g->per_batch * g->batch_stride;
+    for (int j = 0; j < g->k; j++) {
+        int64_t c = si_index_in(tuple[j], g->dims[j]);
+        if (c < 0) return -1;
+        off += c * g->strides[j];
+    }
+    return off;
 }
 
 /* The taps k in [0, kn) with lo <= start + k * d < hi, as [*k0, *k1). */

@@ -4,6 +4,8 @@
 #ifndef SI_OPS_H
 #define SI_OPS_H
 
+#include <stdint.h>
+
 /* An activation, standalone or fused into the op that precedes it. */
 typedef enum {
     SI_ACT_NONE = 0,
@@ -20,8 +22,20 @@ typedef enum {
     SI_ACT_RECIPROCAL, /* 1 / x */
     SI_ACT_GELU,       /* x / 2 * (1 + erf(x / sqrt(2))): Gelu, approximate = "none" */
     SI_ACT_GELU_TANH,  /* x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))): "tanh" */
-    SI_ACT_SWISH       /* x * sigmoid(alpha * x): CLIP's QuickGELU (alpha 1.702), exported as
+    SI_ACT_SWISH,      /* x * sigmoid(alpha * x): CLIP's QuickGELU (alpha 1.702), exported as
                           Mul(x, Sigmoid(Mul(x, alpha))) */
+    SI_ACT_EXP,
+    SI_ACT_LOG,
+    SI_ACT_NEG,
+    SI_ACT_ABS,
+    SI_ACT_SIN,
+    SI_ACT_COS,
+    SI_ACT_FLOOR,
+    SI_ACT_CEIL,
+    SI_ACT_ROUND,    /* to nearest, halves to even (ONNX Round) */
+    SI_ACT_SIGN,     /* -1, 0 or 1 (NaN stays NaN) */
+    SI_ACT_SOFTPLUS, /* log(1 + exp(x)) */
+    SI_ACT_MISH      /* x * tanh(softplus(x)) */
 } si_act_kind;
 typedef struct {
     int kind;
@@ -54,8 +68,42 @@ typedef enum {
     SI_BIN_SUB,
     SI_BIN_MUL,
     SI_BIN_DIV,
-    SI_BIN_POW /* powf(a, b) */
+    SI_BIN_POW, /* powf(a, b) */
+    SI_BIN_MIN, /* Min and Max of two inputs: NaN if either is NaN, as numpy's minimum */
+    SI_BIN_MAX
 } si_binop;
+
+/* The indexing ops' geometry, filled at shape inference (the indices checked against the data
+ * there) and read by every backend through kernel_math.h's si_elements_offset and
+ * si_gathernd_offset. SI_INDEX_MAXD is the graph's SI_MAX_DIMS (graph.c checks). */
+#define SI_INDEX_MAXD 8
+
+/* GatherElements and ScatterElements: element i of the index tensor (row-major over idims, the
+ * rank of the data) addresses the data at its own coordinates but along axis, where the index's
+ * value (in [-len, len)) is the coordinate. No other dim of idims exceeds the data's. */
+typedef struct {
+    int nd, axis;
+    int64_t len;                    /* the data's extent along axis */
+    int64_t idims[SI_INDEX_MAXD];   /* indices' shape (updates', the gathered output's) */
+    int64_t xstride[SI_INDEX_MAXD]; /* the data's row-major strides */
+} si_elements_geom;
+
+/* GatherND: rows rows of slice elements each; row t reads batch t / per_batch of the data
+ * (batch_stride apart) at the k coordinates indices[t * k ...], each in [-dims[j], dims[j]). */
+typedef struct {
+    int k;
+    int64_t rows, per_batch, slice, batch_stride;
+    int64_t dims[SI_INDEX_MAXD], strides[SI_INDEX_MAXD];
+} si_gathernd_geom;
+
+/* ScatterElements' (and ScatterND's) reduction of the data's value a with the update b. */
+typedef enum {
+    SI_SCATTER_NONE = 0, /* b: the last update of an element wins */
+    SI_SCATTER_ADD,
+    SI_SCATTER_MUL,
+    SI_SCATTER_MAX,
+    SI_SCATTER_MIN
+} si_scatter_reduction;
 
 typedef enum { SI_PAD_CONSTANT = 0, SI_PAD_REFLECT, SI_PAD_EDGE, SI_PAD_WRAP } si_pad_mode;
 

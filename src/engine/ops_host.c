@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "graph_internal.h"
+#include "kernel_math.h"
 
 /* gn->host_op: the row of the op in host_rows. */
 enum {
@@ -46,6 +47,21 @@ enum {
     H_SQRT,
     H_TRANSPOSE,
     H_SCATTERND,
+    H_EXP,
+    H_LOG,
+    H_SIN,
+    H_COS,
+    H_ROUND,
+    H_SIGN,
+    H_SOFTPLUS,
+    H_MISH,
+    H_SIGMOID,
+    H_HARDSIGMOID,
+    H_HARDSWISH,
+    H_CLIP,
+    H_GATHER_ND,
+    H_GATHER_ELEMENTS,
+    H_SCATTER_ELEMENTS,
     H_COUNT
 };
 
@@ -134,19 +150,44 @@ static bool conv_reshape(si_builder *b, const si_node_proto *n, si_gnode *gn) {
     return true;
 }
 
-/* ScatterND's reduction: host_i[0] = 0 none, 1 add, 2 mul, 3 max, 4 min. */
+/* ScatterND's reduction: host_i[0], an si_scatter_reduction. */
 static bool conv_scatternd(si_builder *b, const si_node_proto *n, si_gnode *gn) {
-    static const char *names[] = {"none", "add", "mul", "max", "min"};
-    const si_attr *r = si_node_attr(n, "reduction");
-    gn->host_i[0] = 0;
-    if (!r || !r->s) return true;
-    for (int k = 0; k < 5; k++)
-        if (!strcmp(r->s, names[k])) {
-            gn->host_i[0] = k;
-            return true;
-        }
-    si_b_unsupported(b, n, "reduction '%s'", r->s);
-    return false;
+    int red;
+    if (!si_scatter_reduction_of(b, n, &red)) return false;
+    gn->host_i[0] = red;
+    return true;
+}
+
+/* ScatterElements: host_i[0] the axis, host_i[1] the reduction. */
+static bool conv_scatter_elements(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    int red;
+    if (!si_scatter_reduction_of(b, n, &red)) return false;
+    gn->host_i[0] = si_attr_int(n, "axis", 0);
+    gn->host_i[1] = red;
+    return true;
+}
+
+static bool conv_batch_dims(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    (void)b;
+    gn->host_i[0] = si_attr_int(n, "batch_dims", 0);
+    return true;
+}
+
+/* HardSigmoid's alpha and beta, kept in gn->act as the device op keeps them. */
+static bool conv_hardsigmoid(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    (void)b;
+    gn->act.alpha = si_attr_float(n, "alpha", 0.2f);
+    gn->act.beta = si_attr_float(n, "beta", 0.5f);
+    return true;
+}
+
+/* Clip before opset 11 has its bounds as attributes (host_i[0] = 1, the bounds in gn->act);
+ * from 11 on they are inputs 1 and 2, either optional. */
+static bool conv_clip(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    gn->host_i[0] = b->m->opset < 11;
+    gn->act.lo = si_attr_float(n, "min", -FLT_MAX);
+    gn->act.hi = si_attr_float(n, "max", FLT_MAX);
+    return true;
 }
 
 static bool conv_mod(si_builder *b, const si_node_proto *n, si_gnode *gn) {
@@ -640,25 +681,98 @@ static si_status eval_range(si_graph *g, si_gnode *n, const si_value *s, si_valu
     return SI_OK;
 }
 
-/* Not, Neg, Abs, Floor, Ceil, Sqrt. */
+/* The unary ops of a float value, in double (a constant folded once at load: Swin V2's logit
+ * scale exp(clamp(p, max = log 100)) is one of these). */
+static double unary_f64(int op, double v, const si_act *a) {
+    switch (op) {
+    case H_NOT: return v == 0;
+    case H_NEG: return -v;
+    case H_ABS: return fabs(v);
+    case H_FLOOR: return floor(v);
+    case H_CEIL: return ceil(v);
+    case H_SQRT: return sqrt(v);
+    case H_EXP: return exp(v);
+    case H_LOG: return log(v);
+    case H_SIN: return sin(v);
+    case H_COS: return cos(v);
+    case H_ROUND: return nearbyint(v); /* halves to even in the default rounding mode */
+    case H_SIGN: return v > 0 ? 1 : v < 0 ? -1 : v;
+    case H_SOFTPLUS: return (v > 0 ? v : 0) + log1p(exp(-fabs(v)));
+    case H_MISH: return v * tanh((v > 0 ? v : 0) + log1p(exp(-fabs(v))));
+    case H_SIGMOID: return 1 / (1 + exp(-v));
+    case H_HARDSIGMOID: return fmax(0, fmin(1, a->alpha * v + a->beta));
+    case H_HARDSWISH: return v * fmax(0, fmin(1, v / 6 + 0.5));
+    default: SI_ASSERT(!"a unary host row without its formula"); return v;
+    }
+}
+
+/* The unary ops that map integers to integers, exactly on int64 (above 2^53 a double would
+ * round); false for the others. */
+static bool unary_i64(int op, int64_t v, int64_t *r) {
+    switch (op) {
+    case H_NEG: *r = v == INT64_MIN ? v : -v; return true; /* -INT64_MIN overflows: wraps */
+    case H_ABS: *r = v < 0 && v != INT64_MIN ? -v : v; return true;
+    case H_SIGN: *r = (v > 0) - (v < 0); return true;
+    case H_FLOOR:
+    case H_CEIL:
+    case H_ROUND: *r = v; return true;
+    default: return false;
+    }
+}
+
+/* Not, Neg, Abs, Floor, Ceil, Sqrt, Exp, Log, Sin, Cos, Round, Sign, Softplus, Mish, Sigmoid,
+ * HardSigmoid, HardSwish. */
 static si_status eval_unary(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
     int op = n->host_op;
     y->dtype = op == H_NOT ? SI_DT_INT64 : x->dtype;
     y->shape = x->shape;
     ALLOC_OR_FAIL(y);
     for (int64_t i = 0; i < si_value_numel(x); i++) {
-        double v = si_value_f64(x, i);
-        if (op == H_NEG && x->dtype == SI_DT_INT64) {
-            ((int64_t *)y->data)[i] = -si_value_i64(x, i);
+        int64_t r;
+        if (x->dtype == SI_DT_INT64 && op != H_NOT && unary_i64(op, si_value_i64(x, i), &r))
+            ((int64_t *)y->data)[i] = r;
+        else
+            put(y, i, unary_f64(op, si_value_f64(x, i), &n->act));
+    }
+    return SI_OK;
+}
+
+/* One bound of a Clip from opset 11 (input k, a scalar), or the attribute's; *has false when
+ * neither gives one. */
+static si_status clip_bound(si_graph *g, si_gnode *n, int k, double attr, double *v, bool *has) {
+    const si_value *b = n->host_i[0] ? NULL : hin(g, n, k);
+    *has = n->host_i[0] || b;
+    *v = attr;
+    if (!b) return SI_OK;
+    if (si_value_numel(b) != 1)
+        return si_node_error(g, n, SI_ERR_FORMAT, "bound %d has %lld values, not one", k,
+                             (long long)si_value_numel(b));
+    *v = si_value_f64(b, 0);
+    return SI_OK;
+}
+
+/* max then min, as ONNX defines it (min > max yields max); int64 data stays exact. */
+static si_status eval_clip(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    double lo, hi;
+    bool has_lo, has_hi;
+    si_status st = clip_bound(g, n, 1, n->act.lo, &lo, &has_lo);
+    if (st == SI_OK) st = clip_bound(g, n, 2, n->act.hi, &hi, &has_hi);
+    if (st != SI_OK) return st;
+    y->dtype = x->dtype;
+    y->shape = x->shape;
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0; i < si_value_numel(x); i++) {
+        if (x->dtype == SI_DT_INT64) {
+            int64_t v = si_value_i64(x, i);
+            if (has_lo && v < si_f2i_sat(ceil(lo))) v = si_f2i_sat(ceil(lo));
+            if (has_hi && v > si_f2i_sat(floor(hi))) v = si_f2i_sat(floor(hi));
+            ((int64_t *)y->data)[i] = v;
             continue;
         }
-        put(y, i,
-            op == H_NOT     ? v == 0
-            : op == H_NEG   ? -v
-            : op == H_ABS   ? fabs(v)
-            : op == H_FLOOR ? floor(v)
-            : op == H_CEIL  ? ceil(v)
-                            : sqrt(v));
+        double v = si_value_f64(x, i);
+        if (has_lo && v < lo) v = lo;
+        if (has_hi && v > hi) v = hi;
+        put(y, i, v);
     }
     return SI_OK;
 }
@@ -703,6 +817,31 @@ static si_status eval_where(si_graph *g, si_gnode *n, const si_value *x, si_valu
     return SI_OK;
 }
 
+/* y[j] reduced with (si_scatter_reduction red) element i of up: exact on int64 (wrapping, not
+ * undefined, where a hostile constant overflows), in double for float; Max and Min let a NaN
+ * win, as the device's. */
+static void scatter_elem(si_value *y, int64_t j, const si_value *up, int64_t i, int64_t red) {
+    if (y->dtype == SI_DT_INT64) {
+        int64_t a = ((int64_t *)y->data)[j], b = si_value_i64(up, i);
+        ((int64_t *)y->data)[j] = red == SI_SCATTER_ADD   ? (int64_t)((uint64_t)a + (uint64_t)b)
+                                  : red == SI_SCATTER_MUL ? (int64_t)((uint64_t)a * (uint64_t)b)
+                                  : red == SI_SCATTER_MAX ? (a > b ? a : b)
+                                  : red == SI_SCATTER_MIN ? (a < b ? a : b)
+                                                          : b;
+        return;
+    }
+    double a = si_value_f64(y, j), b = si_value_f64(up, i), r = b;
+    bool nan = a != a || b != b;
+    switch (red) {
+    case SI_SCATTER_ADD: r = a + b; break;
+    case SI_SCATTER_MUL: r = a * b; break;
+    case SI_SCATTER_MAX: r = nan ? a + b : a > b ? a : b; break;
+    case SI_SCATTER_MIN: r = nan ? a + b : a < b ? a : b; break;
+    default: break;
+    }
+    put(y, j, r);
+}
+
 /* ScatterND: a copy of data with the slices data[indices[i]] replaced by (or reduced with)
  * updates[i], in order; indices' last dim k addresses data's first k dims. */
 static si_status eval_scatternd(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
@@ -738,18 +877,85 @@ static si_status eval_scatternd(si_graph *g, si_gnode *n, const si_value *x, si_
             off = off * dim + v;
         }
         off *= slice;
-        for (int64_t e = 0; e < slice; e++) {
-            double a = si_value_f64(y, off + e), b = si_value_f64(up, c * slice + e);
-            double r = n->host_i[0] == 1   ? a + b
-                       : n->host_i[0] == 2 ? a * b
-                       : n->host_i[0] == 3 ? (a > b ? a : b)
-                       : n->host_i[0] == 4 ? (a < b ? a : b)
-                                           : b;
-            if (y->dtype == SI_DT_INT64 && n->host_i[0] == 0)
-                ((int64_t *)y->data)[off + e] = si_value_i64(up, c * slice + e);
-            else
-                put(y, off + e, r);
-        }
+        for (int64_t e = 0; e < slice; e++)
+            scatter_elem(y, off + e, up, c * slice + e, n->host_i[0]);
+    }
+    return SI_OK;
+}
+
+/* The error for GatherND's row t, whose tuple leaves the data. */
+static si_status gathernd_range_error(si_graph *g, si_gnode *n, const si_gathernd_geom *geo,
+                                      const int64_t *tuple, int64_t t) {
+    int j = 0;
+    while (j < geo->k - 1 && si_index_in(tuple[j], geo->dims[j]) >= 0) j++;
+    return si_node_error(g, n, SI_ERR_FORMAT,
+                         "index %lld (element %lld) is out of range for a dimension of %lld",
+                         (long long)tuple[j], (long long)(t * geo->k + j), (long long)geo->dims[j]);
+}
+
+/* GatherND of host tensors (a constant table indexed by constant tuples), any dtype. */
+static si_status eval_gather_nd(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    const si_value *ix = hin(g, n, 1);
+    si_gathernd_geom geo;
+    if (!ix || !ix->data) return si_node_error(g, n, SI_ERR_FORMAT, "the indices are missing");
+    si_status st = si_gathernd_geom_of(g, n, &x->shape, &ix->shape, n->host_i[0], &geo, &y->shape);
+    if (st != SI_OK) return st;
+    y->dtype = x->dtype;
+    ALLOC_OR_FAIL(y);
+    for (int64_t t = 0; t < geo.rows; t++) {
+        int64_t tuple[SI_MAX_DIMS], off;
+        for (int j = 0; j < geo.k; j++) tuple[j] = si_value_i64(ix, t * geo.k + j);
+        if ((off = si_gathernd_offset(&geo, t, tuple)) < 0)
+            return gathernd_range_error(g, n, &geo, tuple, t);
+        for (int64_t e = 0; e < geo.slice; e++) copy_elem(y, t * geo.slice + e, x, off + e);
+    }
+    return SI_OK;
+}
+
+/* Element i of GatherElements' or ScatterElements' indices as a data offset, or an error. */
+static si_status elements_offset(si_graph *g, si_gnode *n, const si_elements_geom *geo,
+                                 const si_value *ix, int64_t i, int64_t *off) {
+    if ((*off = si_elements_offset(geo, i, si_value_i64(ix, i))) >= 0) return SI_OK;
+    return si_node_error(
+        g, n, SI_ERR_FORMAT, "index %lld (element %lld) is out of range for axis %d of length %lld",
+        (long long)si_value_i64(ix, i), (long long)i, geo->axis, (long long)geo->len);
+}
+
+static si_status eval_gather_elements(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    const si_value *ix = hin(g, n, 1);
+    si_elements_geom geo;
+    if (!ix || !ix->data) return si_node_error(g, n, SI_ERR_FORMAT, "the indices are missing");
+    si_status st = si_elements_geom_of(g, n, &x->shape, &ix->shape, n->host_i[0], &geo);
+    if (st != SI_OK) return st;
+    y->dtype = x->dtype;
+    y->shape = ix->shape;
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0, off; i < si_value_numel(ix); i++) {
+        if ((st = elements_offset(g, n, &geo, ix, i, &off)) != SI_OK) return st;
+        copy_elem(y, i, x, off);
+    }
+    return SI_OK;
+}
+
+/* ScatterElements: a copy of data, then each update reduced into the element its index
+ * addresses, in order (the last of duplicates wins without a reduction). */
+static si_status eval_scatter_elements(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    const si_value *ix = hin(g, n, 1), *up = hin(g, n, 2);
+    si_elements_geom geo;
+    if (!ix || !up || !ix->data || !up->data)
+        return si_node_error(g, n, SI_ERR_FORMAT, "ScatterElements needs data, indices, updates");
+    si_status st = si_elements_geom_of(g, n, &x->shape, &ix->shape, n->host_i[0], &geo);
+    if (st != SI_OK) return st;
+    if (up->shape.ndim != ix->shape.ndim ||
+        memcmp(up->shape.dims, ix->shape.dims, sizeof(int64_t) * (size_t)up->shape.ndim))
+        return si_node_error(g, n, SI_ERR_FORMAT, "updates and indices differ in shape");
+    y->shape = x->shape;
+    y->dtype = x->dtype == SI_DT_FLOAT || up->dtype == SI_DT_FLOAT ? SI_DT_FLOAT : SI_DT_INT64;
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0; i < si_value_numel(x); i++) copy_elem(y, i, x, i);
+    for (int64_t i = 0, off; i < si_value_numel(ix); i++) {
+        if ((st = elements_offset(g, n, &geo, ix, i, &off)) != SI_OK) return st;
+        scatter_elem(y, off, up, i, n->host_i[1]);
     }
     return SI_OK;
 }
@@ -764,8 +970,6 @@ static bool int_binary(int op, int64_t fmod_flag, int64_t a, int64_t b, int64_t 
         if (!b) return false;
         *r = a / b;
         return true;
-    case H_MIN: *r = a < b ? a : b; return true;
-    case H_MAX: *r = a > b ? a : b; return true;
     default: /* Mod: fmod=0 takes the divisor's sign, as Python */
         if (!b) return false;
         *r = a % b;
@@ -780,8 +984,6 @@ static double float_binary(int op, int64_t fmod_flag, double a, double b) {
     case H_SUB: return a - b;
     case H_MUL: return a * b;
     case H_DIV: return a / b;
-    case H_MIN: return a < b ? a : b;
-    case H_MAX: return a > b ? a : b;
     case H_EQUAL: return a == b;
     case H_LESS: return a < b;
     case H_GREATER: return a > b;
@@ -789,7 +991,7 @@ static double float_binary(int op, int64_t fmod_flag, double a, double b) {
     }
 }
 
-/* Add, Sub, Mul, Div, Min, Max, Mod, Equal, Less, Greater with broadcasting. */
+/* Add, Sub, Mul, Div, Mod, Equal, Less, Greater with broadcasting. */
 static si_status eval_binary(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
     const si_value *x1 = hin(g, n, 1);
     int op = n->host_op;
@@ -812,6 +1014,41 @@ static si_status eval_binary(si_graph *g, si_gnode *n, const si_value *x, si_val
             continue;
         }
         put(y, i, float_binary(op, n->host_i[0], si_value_f64(x, ia), si_value_f64(x1, ib)));
+    }
+    return SI_OK;
+}
+
+/* Min and Max of any number of inputs with broadcasting: int64 when every input is, exactly;
+ * in float a NaN anywhere gives NaN, as numpy's minimum and maximum. */
+static si_status eval_minmax(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    bool ints = true, is_max = n->host_op == H_MAX;
+    y->shape = x->shape;
+    for (int k = 0; k < n->n_in; k++) {
+        const si_value *v = &g->values[n->in[k]];
+        si_shape t = y->shape;
+        if (!v->data) return si_node_error(g, n, SI_ERR_INTERNAL, "input has no host data");
+        if (!bcast_shape(&t, &v->shape, &y->shape))
+            return si_node_error(g, n, SI_ERR_FORMAT, "shapes cannot be broadcast");
+        ints &= v->dtype == SI_DT_INT64;
+    }
+    y->dtype = ints ? SI_DT_INT64 : SI_DT_FLOAT;
+    ALLOC_OR_FAIL(y);
+    for (int64_t i = 0; i < si_shape_numel(&y->shape); i++) {
+        const si_value *v = &g->values[n->in[0]];
+        int64_t off = bcast_offset(&v->shape, &y->shape, i), ri = si_value_i64(v, off);
+        double rf = si_value_f64(v, off);
+        for (int k = 1; k < n->n_in; k++) {
+            v = &g->values[n->in[k]];
+            off = bcast_offset(&v->shape, &y->shape, i);
+            int64_t bi = si_value_i64(v, off);
+            double bf = si_value_f64(v, off);
+            if (is_max ? bi > ri : bi < ri) ri = bi;
+            if (bf != bf || (rf == rf && (is_max ? bf > rf : bf < rf))) rf = bf;
+        }
+        if (ints)
+            ((int64_t *)y->data)[i] = ri;
+        else
+            put(y, i, rf);
     }
     return SI_OK;
 }
@@ -862,8 +1099,8 @@ static const host_row host_rows[H_COUNT] = {
     [H_SUB] = BINARY("Sub"),
     [H_MUL] = BINARY("Mul"),
     [H_DIV] = BINARY("Div"),
-    [H_MIN] = BINARY("Min"),
-    [H_MAX] = BINARY("Max"),
+    [H_MIN] = {.onnx = "Min", .eval = eval_minmax},
+    [H_MAX] = {.onnx = "Max", .eval = eval_minmax},
     [H_MOD] = {.onnx = "Mod", .convert = conv_mod, .eval = eval_binary},
     [H_NEG] = UNARY("Neg"),
     [H_ABS] = UNARY("Abs"),
@@ -872,6 +1109,25 @@ static const host_row host_rows[H_COUNT] = {
     [H_SQRT] = UNARY("Sqrt"),
     [H_TRANSPOSE] = {.onnx = "Transpose", .convert = conv_axes_attr, .eval = eval_transpose},
     [H_SCATTERND] = {.onnx = "ScatterND", .convert = conv_scatternd, .eval = eval_scatternd},
+    [H_EXP] = UNARY("Exp"),
+    [H_LOG] = UNARY("Log"),
+    [H_SIN] = UNARY("Sin"),
+    [H_COS] = UNARY("Cos"),
+    [H_ROUND] = UNARY("Round"),
+    [H_SIGN] = UNARY("Sign"),
+    [H_SOFTPLUS] = UNARY("Softplus"),
+    [H_MISH] = UNARY("Mish"),
+    [H_SIGMOID] = UNARY("Sigmoid"),
+    [H_HARDSIGMOID] = {.onnx = "HardSigmoid", .convert = conv_hardsigmoid, .eval = eval_unary},
+    [H_HARDSWISH] = UNARY("HardSwish"),
+    [H_CLIP] = {.onnx = "Clip", .convert = conv_clip, .eval = eval_clip},
+    [H_GATHER_ND] = {.onnx = "GatherND", .convert = conv_batch_dims, .eval = eval_gather_nd},
+    [H_GATHER_ELEMENTS] = {.onnx = "GatherElements",
+                           .convert = conv_axis0,
+                           .eval = eval_gather_elements},
+    [H_SCATTER_ELEMENTS] = {.onnx = "ScatterElements",
+                            .convert = conv_scatter_elements,
+                            .eval = eval_scatter_elements},
 };
 
 static int host_op_of(const char *op) {

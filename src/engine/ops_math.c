@@ -35,17 +35,22 @@ static bool convert_matmul(si_builder *b, const si_node_proto *n, si_gnode *gn, 
     return true;
 }
 
+/* The broadcasting binary ops, by ONNX name. */
+static const struct {
+    const char *onnx;
+    si_binop op;
+} binary_ops[] = {
+    {"Add", SI_BIN_ADD}, {"Sub", SI_BIN_SUB}, {"Mul", SI_BIN_MUL}, {"Div", SI_BIN_DIV},
+    {"Pow", SI_BIN_POW}, {"Min", SI_BIN_MIN}, {"Max", SI_BIN_MAX},
+};
+
 static bool convert_binary(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
-    const char *op = n->op_type;
     if (b->m->opset < 7 && si_attr_int(n, "broadcast", 0) && si_node_attr(n, "axis")) {
         si_b_unsupported(b, n, "legacy broadcast with an axis attribute (opset < 7)");
         return false;
     }
-    gn->binop = op[0] == 'A'   ? SI_BIN_ADD
-                : op[0] == 'S' ? SI_BIN_SUB
-                : op[0] == 'M' ? SI_BIN_MUL
-                : op[0] == 'P' ? SI_BIN_POW
-                               : SI_BIN_DIV;
+    for (size_t i = 0; i < sizeof binary_ops / sizeof binary_ops[0]; i++)
+        if (!strcmp(n->op_type, binary_ops[i].onnx)) gn->binop = binary_ops[i].op;
     int y = si_b_input(b, n, 1);
     if (y < 0) {
         si_b_unsupported(b, n, "needs two inputs");
@@ -53,6 +58,23 @@ static bool convert_binary(si_builder *b, const si_node_proto *n, si_gnode *gn, 
     }
     si_node_add_input(gn, x);
     si_node_add_input(gn, y);
+    return true;
+}
+
+/* Min and Max take any number of inputs: one is its own result (a view), two a binary op. More
+ * would need a node per pair, which conversion (one node in, one out) cannot make; no vision
+ * model we know of writes them on image data (the host row folds any number). */
+static bool convert_minmax(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    int count = 0;
+    for (int i = 0; i < n->n_inputs; i++) count += n->inputs[i][0] != 0;
+    if (count > 2) {
+        si_b_unsupported(b, n, "more than two inputs on image data (%d)", count);
+        return false;
+    }
+    if (count == 2) return convert_binary(b, n, gn, x);
+    gn->op = SI_OP_VIEW;
+    gn->view_kind = SI_VIEW_IDENTITY;
+    si_node_add_input(gn, x);
     return true;
 }
 
@@ -102,10 +124,14 @@ static const struct {
     const char *onnx;
     si_act_kind kind;
 } unary_kinds[] = {
-    {"Erf", SI_ACT_ERF},
-    {"Tanh", SI_ACT_TANH},
-    {"Sqrt", SI_ACT_SQRT},
-    {"Reciprocal", SI_ACT_RECIPROCAL},
+    {"Erf", SI_ACT_ERF},           {"Tanh", SI_ACT_TANH},
+    {"Sqrt", SI_ACT_SQRT},         {"Reciprocal", SI_ACT_RECIPROCAL},
+    {"Exp", SI_ACT_EXP},           {"Log", SI_ACT_LOG},
+    {"Neg", SI_ACT_NEG},           {"Abs", SI_ACT_ABS},
+    {"Sin", SI_ACT_SIN},           {"Cos", SI_ACT_COS},
+    {"Floor", SI_ACT_FLOOR},       {"Ceil", SI_ACT_CEIL},
+    {"Round", SI_ACT_ROUND},       {"Sign", SI_ACT_SIGN},
+    {"Softplus", SI_ACT_SOFTPLUS}, {"Mish", SI_ACT_MISH},
 };
 
 static bool convert_unary(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
@@ -132,19 +158,26 @@ static bool convert_gelu(si_builder *b, const si_node_proto *n, si_gnode *gn, in
     return true;
 }
 
-/* A float scalar parameter that must be constant (Clip's bounds). */
-static bool const_scalar(si_builder *b, const si_node_proto *n, int i, float *out) {
-    if (i >= n->n_inputs || !n->inputs[i][0]) return true;
-    const si_value *v = si_imp_const_in(b, n, i);
-    if (!v || si_shape_numel(&v->shape) != 1) {
-        si_b_unsupported(b, n, "input %d ('%s') must be a constant scalar", i, n->inputs[i]);
+/* Clip's bound i (1 min, 2 max): a constant (folded ones too) is read now; a value that follows
+ * from shapes becomes parameter slot i - 1, read at every shape inference (infer_act); one
+ * computed from image data is refused. */
+static bool clip_bound(si_builder *b, const si_node_proto *n, si_gnode *gn, int i, float *out) {
+    int id = si_b_input(b, n, i);
+    if (id < 0) return true;
+    const si_value *v = &b->g->values[id];
+    if (v->kind == SI_VAL_HOST) return si_imp_add_param(b, n, gn, i, &gn->pslot[i - 1]);
+    if (v->kind != SI_VAL_CONST || si_shape_numel(&v->shape) != 1) {
+        si_b_unsupported(b, n,
+                         "bound %d ('%s') must be a scalar that is a constant or follows "
+                         "from shapes, not one computed from image data",
+                         i, n->inputs[i]);
         return false;
     }
     *out = (float)si_value_f64(v, 0);
     return true;
 }
 
-/* Clip's bounds: attributes before opset 11, constant scalar inputs after. */
+/* Clip's bounds: attributes before opset 11, scalar inputs after. */
 static bool convert_clip(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
     si_node_add_input(gn, x);
     gn->act.kind = SI_ACT_CLIP;
@@ -155,7 +188,7 @@ static bool convert_clip(si_builder *b, const si_node_proto *n, si_gnode *gn, in
     }
     gn->act.lo = -INFINITY;
     gn->act.hi = INFINITY;
-    return const_scalar(b, n, 1, &gn->act.lo) && const_scalar(b, n, 2, &gn->act.hi);
+    return clip_bound(b, n, gn, 1, &gn->act.lo) && clip_bound(b, n, gn, 2, &gn->act.hi);
 }
 
 /* The attributes and outputs of a BatchNormalization that only inference supports. */
@@ -307,9 +340,18 @@ static si_status infer_binary(si_graph *g, si_gnode *n, const si_shape *x, si_sh
     return si_imp_broadcast(g, n, x, &g->values[n->in[1]].shape, y);
 }
 
-static si_status infer_same(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
-    (void)g;
-    (void)n;
+/* An activation: its input's shape; Clip's bounds that follow from shapes (parameter slots 0
+ * and 1) read for this batch. */
+static si_status infer_act(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
+    float *bound[2] = {&n->act.lo, &n->act.hi};
+    for (int k = 0; k < 2; k++) {
+        const si_value *v = si_imp_param(g, n, k);
+        if (!v) continue;
+        if (si_value_numel(v) != 1 || !v->data)
+            return si_node_error(g, n, SI_ERR_FORMAT, "bound %d has %lld values, not one", k + 1,
+                                 (long long)si_value_numel(v));
+        *bound[k] = (float)si_value_f64(v, 0);
+    }
     *y = *x;
     return SI_OK;
 }
@@ -364,7 +406,7 @@ static si_status infer_reduce(si_graph *g, si_gnode *n, const si_shape *x, si_sh
 }
 
 #define ACT(name, fn)                                                                              \
-    { .onnx = name, .kind = SI_OP_ACTIVATION, .convert = fn, .infer = infer_same }
+    { .onnx = name, .kind = SI_OP_ACTIVATION, .convert = fn, .infer = infer_act }
 #define BIN(name)                                                                                  \
     { .onnx = name, .kind = SI_OP_BINARY, .convert = convert_binary, .infer = infer_binary }
 #define REDUCE(name)                                                                               \
@@ -378,6 +420,8 @@ const si_import_row si_import_math_rows[] = {
     BIN("Mul"),
     BIN("Div"),
     BIN("Pow"),
+    {.onnx = "Min", .kind = SI_OP_BINARY, .convert = convert_minmax, .infer = infer_binary},
+    {.onnx = "Max", .kind = SI_OP_BINARY, .convert = convert_minmax, .infer = infer_binary},
     ACT("Relu", convert_relu),
     ACT("Sigmoid", convert_sigmoid),
     ACT("HardSigmoid", convert_hardsigmoid),
@@ -388,6 +432,18 @@ const si_import_row si_import_math_rows[] = {
     ACT("Tanh", convert_unary),
     ACT("Sqrt", convert_unary),
     ACT("Reciprocal", convert_unary),
+    ACT("Exp", convert_unary),
+    ACT("Log", convert_unary),
+    ACT("Neg", convert_unary),
+    ACT("Abs", convert_unary),
+    ACT("Sin", convert_unary),
+    ACT("Cos", convert_unary),
+    ACT("Floor", convert_unary),
+    ACT("Ceil", convert_unary),
+    ACT("Round", convert_unary),
+    ACT("Sign", convert_unary),
+    ACT("Softplus", convert_unary),
+    ACT("Mish", convert_unary),
     ACT("Gelu", convert_gelu),
     {.onnx = "BatchNormalization",
      .kind = SI_OP_AFFINE,
