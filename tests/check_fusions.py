@@ -52,6 +52,12 @@ EXPECT = {
                            ["Softmax", "Erf"]),
     "clip_mha_b_16.legacy": ({"attention": 12, "operands": 48, "residual": 12, "moves": 12},
                              ["Softmax", "Sigmoid"]),
+    # EVA-02: rotary embeddings on q and k (computed, so read as written); V and Y in place
+    "eva02_b_14": ({"attention": 12, "operands": 36, "bias": 72, "residual": 24}, ["Softmax"]),
+    # BEiT and LeViT: the relative-position bias gathered from its table at load, added in the
+    # fused node
+    "beit_b_16": ({"attention": 12, "operands": 48, "bias": 48, "residual": 24}, ["Softmax"]),
+    "levit_128": ({"attention": 14, "operands": 56}, ["Softmax"]),
     # Hugging Face's towers (tests/hf_models.py: 4 blocks), eager and SDPA attention: separate
     # q/k/v projections read in place through their (N, T, H, D) Reshapes; ViT's eager mask of
     # zeros dropped ("zero masks"), so the kernels without a bias run

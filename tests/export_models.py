@@ -64,6 +64,12 @@ TRANSFORMERS = {
     "swin_t": ("swin_tiny_patch4_window7_224", {}, 224),
     "convnext_t": ("convnext_tiny", {}, 224),
     "convnextv2_t": ("convnextv2_tiny", {}, 224),
+    # rotary position embeddings applied to q and k before attention (Neg, Mul, Add)
+    "eva02_b_14": ("eva02_base_patch14_224", {}, 224),
+    # relative-position biases gathered from tables by constant indices (GatherND), folded at
+    # load; BEiT's table starts at zero, so its bias goes as a mask of zeros
+    "beit_b_16": ("beit_base_patch16_224", {}, 224),
+    "levit_128": ("levit_128", {}, 224),
     "mobilevitv2": ("mobilevitv2_050", {}, 256),
     "fastvit": ("fastvit_t8", {}, 256),
 }
@@ -118,9 +124,15 @@ EXPORTERS = ["legacy", "dynamo"]
 
 
 def exporters_of(name):
-    """Hugging Face's towers from the dynamo exporter alone (torch's default since 2.9): the
+    """BEiT from the legacy exporter alone, EVA-02 from the dynamo one (the other fails in torch
+    2.11); Hugging Face's towers from the dynamo one alone
+    (torch's default since 2.9): the
     legacy one writes their shape arithmetic with GreaterOrEqual (ViT) and casts of sizes taken
     from the image to int64 (DINOv2), which shardinfer does not run yet."""
+    if name == "beit_b_16":  # torch 2.11's dynamo exporter fails to decompose it
+        return ["legacy"]
+    if name == "eva02_b_14":  # its legacy export passes a tensor as SDPA's is_causal
+        return ["dynamo"]
     return ["dynamo"] if name.startswith("hf_") else EXPORTERS
 ALL_MODELS = CLASSIFIERS + ["yolov8n"] + ALL_TRANSFORMERS
 
@@ -184,6 +196,13 @@ def set_norm_statistics(model, seed):
                 if m.bias is not None:
                     m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.1)
                 n += 1
+            # relative-position bias tables (BEiT, Swin; LeViT's attention_biases) start at
+            # zero, which would leave the gathered bias untested (it goes as a mask of zeros)
+            for pn in ("relative_position_bias_table", "attention_biases"):
+                p = getattr(m, pn, None)
+                if isinstance(p, torch.nn.Parameter):
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+                    n += 1
             for pn in ("gamma", "beta"):  # timm's LayerScale (gamma) and GRN (gamma, beta)
                 p = getattr(m, pn, None)
                 if isinstance(p, torch.nn.Parameter) and p.dim() >= 1:
