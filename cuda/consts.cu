@@ -88,7 +88,7 @@ si_status si_cuda_upload_consts(si_engine *e, cuda_state *cs) {
     for (int j = 0; j < g->n_nodes; j++) {
         const si_gnode *n = &g->nodes[j];
         if (p->aux_off[j] == SIZE_MAX) continue;
-        { // Gather's indices as int64
+        { // the indexing ops' indices (parameter slot 0) as int64
             const si_value *iv = &g->values[n->in[n->pslot[0]]];
             int64_t ni = si_shape_numel(&iv->shape);
             int64_t *dst = (int64_t *)(h + p->aux_off[j]);

@@ -334,6 +334,27 @@ static si_status run_gather(const op_ctx *c) {
     return SI_OK;
 }
 
+// the indexing ops' indices, int64 at the plan's aux_off (consts.cu put them there)
+static const int64_t *index_dev(const op_ctx *c) {
+    return (const int64_t *)(c->cs->consts + c->cs->plan.aux_off[c->j]);
+}
+
+static si_status run_gather_nd(const op_ctx *c) {
+    cudaCheck(si_k_gather_nd(c->s, c->t, &c->n->gnd, c->x, index_dev(c), c->y));
+    return SI_OK;
+}
+
+static si_status run_gather_elements(const op_ctx *c) {
+    cudaCheck(si_k_gather_elements(c->s, c->t, &c->n->elems, c->x, index_dev(c), c->y));
+    return SI_OK;
+}
+
+static si_status run_scatter_elements(const op_ctx *c) {
+    cudaCheck(si_k_scatter_elements(c->s, c->t, &c->n->elems, c->n->reduction, c->x,
+                                    si_shape_numel(&c->xv->shape), index_dev(c), c->in[2], c->y));
+    return SI_OK;
+}
+
 static si_status run_pad(const op_ctx *c) {
     const si_gnode *n = c->n;
     const si_shape *xs = &c->xv->shape;
@@ -377,6 +398,9 @@ static constexpr op_entry op_table[] = {
     {SI_OP_LAYERNORM, NULL, run_lnorm},
     {SI_OP_INSTANCENORM, NULL, run_inorm},
     {SI_OP_ATTENTION, NULL, run_attention},
+    {SI_OP_GATHER_ND, NULL, run_gather_nd},
+    {SI_OP_GATHER_ELEMENTS, NULL, run_gather_elements},
+    {SI_OP_SCATTER_ELEMENTS, NULL, run_scatter_elements},
 };
 
 static constexpr bool table_in_order(void) {

@@ -805,6 +805,85 @@ cudaError_t si_k_gather(cudaStream_t s, int t, const void *x, int64_t outer, int
     return cudaGetLastError();
 }
 
+template <typename T>
+__global__ void k_gather_nd(si_gathernd_geom geo, const T *__restrict__ x,
+                            const int64_t *__restrict__ idx, T *__restrict__ y) {
+    int64_t total = geo.rows * geo.slice;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t t = i / geo.slice, off = si_gathernd_offset(&geo, t, idx + t * geo.k);
+        y[i] = off < 0 ? si_from_f<T>(0.f) : x[off + i % geo.slice];
+    }
+}
+
+cudaError_t si_k_gather_nd(cudaStream_t s, int t, const si_gathernd_geom *geo, const void *x,
+                           const int64_t *idx_dev, void *y) {
+    int64_t total = geo->rows * geo->slice;
+    if (total == 0) return cudaSuccess;
+    SI_DISPATCH(t, T,
+                k_gather_nd<T>
+                <<<blocks_for(total, 256), 256, 0, s>>>(*geo, (const T *)x, idx_dev, (T *)y));
+    return cudaGetLastError();
+}
+
+static int64_t idims_numel(const si_elements_geom *geo) {
+    int64_t n = 1;
+    for (int d = 0; d < geo->nd; d++) n *= geo->idims[d];
+    return n;
+}
+
+template <typename T>
+__global__ void k_gather_elements(si_elements_geom geo, int64_t n, const T *__restrict__ x,
+                                  const int64_t *__restrict__ idx, T *__restrict__ y) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t off = si_elements_offset(&geo, i, idx[i]);
+        y[i] = off < 0 ? si_from_f<T>(0.f) : x[off];
+    }
+}
+
+cudaError_t si_k_gather_elements(cudaStream_t s, int t, const si_elements_geom *geo, const void *x,
+                                 const int64_t *idx_dev, void *y) {
+    int64_t n = idims_numel(geo);
+    if (n == 0) return cudaSuccess;
+    SI_DISPATCH(t, T,
+                k_gather_elements<T>
+                <<<blocks_for(n, 256), 256, 0, s>>>(*geo, n, (const T *)x, idx_dev, (T *)y));
+    return cudaGetLastError();
+}
+
+// one thread per column along the axis: the updates of one element all lie in its column, so
+// they meet in index order without atomics, as the CPU's loop has them
+template <typename T>
+__global__ void k_scatter_elements(si_elements_geom geo, int red, int64_t cols, int64_t len,
+                                   int64_t inner, const int64_t *__restrict__ idx,
+                                   const T *__restrict__ upd, T *__restrict__ y) {
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < cols;
+         c += (int64_t)gridDim.x * blockDim.x)
+        for (int64_t j = 0; j < len; j++) {
+            int64_t i = (c / inner * len + j) * inner + c % inner;
+            int64_t off = si_elements_offset(&geo, i, idx[i]);
+            if (off >= 0) st(y, off, si_scatter_eval(red, ld(y, off), ld(upd, i)));
+        }
+}
+
+cudaError_t si_k_scatter_elements(cudaStream_t s, int t, const si_elements_geom *geo, int red,
+                                  const void *x, int64_t nx, const int64_t *idx_dev,
+                                  const void *upd, void *y) {
+    if (y != x) {
+        cudaError_t ce =
+            cudaMemcpyAsync(y, x, (size_t)nx * si_gtype_size(t), cudaMemcpyDeviceToDevice, s);
+        if (ce != cudaSuccess) return ce;
+    }
+    int64_t n = idims_numel(geo), len = geo->idims[geo->axis], inner = 1;
+    for (int d = geo->axis + 1; d < geo->nd; d++) inner *= geo->idims[d];
+    if (n == 0) return cudaSuccess;
+    SI_DISPATCH(t, T,
+                k_scatter_elements<T><<<blocks_for(n / len, 128), 128, 0, s>>>(
+                    *geo, red, n / len, len, inner, idx_dev, (const T *)upd, (T *)y));
+    return cudaGetLastError();
+}
+
 struct pad_desc {
     int mode, nd;
     float value;

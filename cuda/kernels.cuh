@@ -78,6 +78,17 @@ cudaError_t si_k_reduce(cudaStream_t s, int t, int op, int ndim, const int64_t *
                         const void *x, const uint8_t *reduce, void *y);
 cudaError_t si_k_gather(cudaStream_t s, int t, const void *x, int64_t outer, int64_t len,
                         int64_t inner, const int64_t *idx_dev, int64_t n, void *y);
+/* GatherND, GatherElements and ScatterElements by their geometry (engine/ops.h), the indices
+ * int64 on the device; twins of si_cpu_gather_nd and friends, an index out of range (refused at
+ * load) read as 0 or skipped just as there. ScatterElements copies x (nx values) into y, then
+ * one thread per column along the axis reduces its updates in index order. */
+cudaError_t si_k_gather_nd(cudaStream_t s, int t, const si_gathernd_geom *geo, const void *x,
+                           const int64_t *idx_dev, void *y);
+cudaError_t si_k_gather_elements(cudaStream_t s, int t, const si_elements_geom *geo, const void *x,
+                                 const int64_t *idx_dev, void *y);
+cudaError_t si_k_scatter_elements(cudaStream_t s, int t, const si_elements_geom *geo, int red,
+                                  const void *x, int64_t nx, const int64_t *idx_dev,
+                                  const void *upd, void *y);
 cudaError_t si_k_pad(cudaStream_t s, int t, int mode, int ndim, const int64_t *x_dims,
                      const void *x, const int64_t *pads, float value, const int64_t *y_dims,
                      void *y);

@@ -689,6 +689,47 @@ static void test_gather(void) {
     CHECK(negs > 100);
 }
 
+/* The indexing kernels on ONNX's own examples (GatherElements' test_gather_elements_0, GatherND's
+ * example with batch_dims 1 on floats, ScatterElements' duplicates added), then an index out of
+ * range, which shape inference refuses but the kernels must survive: 0 gathered, nothing
+ * written. */
+static void test_indexing(void) {
+    const float x[4] = {1, 2, 3, 4};
+    int64_t ge_idx[4] = {0, 0, 1, 0};
+    si_elements_geom ge = {.nd = 2, .axis = 1, .len = 2, .idims = {2, 2}, .xstride = {2, 1}};
+    float y[4];
+    si_cpu_gather_elements(&ge, x, ge_idx, y);
+    CHECK(y[0] == 1 && y[1] == 1 && y[2] == 4 && y[3] == 3);
+    /* data (2, 2, 2), indices (2, 1), batch_dims 1: y = [[2, 3], [4, 5]] */
+    const float d[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    int64_t nd_idx[2] = {1, 0};
+    si_gathernd_geom gn = {.k = 1,
+                           .rows = 2,
+                           .per_batch = 1,
+                           .slice = 2,
+                           .batch_stride = 4,
+                           .dims = {2},
+                           .strides = {2}};
+    si_cpu_gather_nd(&gn, d, nd_idx, y);
+    CHECK(y[0] == 2 && y[1] == 3 && y[2] == 4 && y[3] == 5);
+    /* data (1, 5), indices [[1, 1]] along axis 1, updates [[1.1, 2.1]] added: 1 + 1.1 + 2.1 */
+    const float s[5] = {1, 2, 3, 4, 5}, u[2] = {1.1f, 2.1f};
+    int64_t se_idx[2] = {1, 1};
+    si_elements_geom se = {.nd = 2, .axis = 1, .len = 5, .idims = {1, 2}, .xstride = {5, 1}};
+    float z[5];
+    si_cpu_scatter_elements(&se, SI_SCATTER_ADD, s, 5, se_idx, u, z);
+    CHECK(z[0] == 1 && z[1] == (2.f + 1.1f) + 2.1f && z[2] == 3 && z[4] == 5);
+    ge_idx[1] = 2;
+    nd_idx[0] = -3;
+    se_idx[0] = 5;
+    si_cpu_gather_elements(&ge, x, ge_idx, y);
+    CHECK(y[0] == 1 && y[1] == 0 && y[2] == 4 && y[3] == 3);
+    si_cpu_gather_nd(&gn, d, nd_idx, y);
+    CHECK(y[0] == 0 && y[1] == 0 && y[2] == 4 && y[3] == 5);
+    si_cpu_scatter_elements(&se, SI_SCATTER_NONE, s, 5, se_idx, u, z);
+    CHECK(z[0] == 1 && z[1] == 2.1f && z[2] == 3 && z[3] == 4 && z[4] == 5);
+}
+
 /* --- matmul ----------------------------------------------------------------------------------- */
 
 static void test_matmul(void) {
@@ -1004,6 +1045,7 @@ int main(void) {
     test_broadcast();
     test_binary();
     test_gather();
+    test_indexing();
     test_matmul();
     test_pad();
     test_reduce();

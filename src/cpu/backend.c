@@ -353,6 +353,25 @@ static void run_gather(const op_args *a) {
     }
 }
 
+/* The indexing ops' indices: int64 (shape inference refused any other type), their geometry in
+ * the node, filled for this batch. */
+static const int64_t *indices(const op_args *a) {
+    return a->g->values[a->n->in[a->n->pslot[0]]].data;
+}
+
+static void run_gather_nd(const op_args *a) {
+    si_cpu_gather_nd(&a->n->gnd, a->x, indices(a), a->y);
+}
+
+static void run_gather_elements(const op_args *a) {
+    si_cpu_gather_elements(&a->n->elems, a->x, indices(a), a->y);
+}
+
+static void run_scatter_elements(const op_args *a) {
+    si_cpu_scatter_elements(&a->n->elems, a->n->reduction, a->x, si_shape_numel(a->xs), indices(a),
+                            ptr(a->e, a->n->in[2]), a->y);
+}
+
 static void run_resize(const op_args *a) {
     const si_shape *xs = a->xs, *ys = a->ys;
     si_cpu_resize2d(&a->n->resize, xs->dims[0] * xs->dims[1], (int)xs->dims[2], (int)xs->dims[3],
@@ -424,6 +443,9 @@ static void (*const op_runs[SI_OP_COUNT])(const op_args *a) = {
     [SI_OP_LAYERNORM] = run_lnorm,
     [SI_OP_INSTANCENORM] = run_inorm,
     [SI_OP_ATTENTION] = run_attention,
+    [SI_OP_GATHER_ND] = run_gather_nd,
+    [SI_OP_GATHER_ELEMENTS] = run_gather_elements,
+    [SI_OP_SCATTER_ELEMENTS] = run_scatter_elements,
 };
 
 /* The CPU is the reference: it runs every op the graph can hold, at any shape the graph's

@@ -687,6 +687,52 @@ void si_cpu_gather(const float *x, int64_t outer, int64_t len, int64_t inner, co
     }
 }
 
+void si_cpu_gather_nd(const si_gathernd_geom *geo, const float *x, const int64_t *idx, float *y) {
+#pragma omp parallel for schedule(static) if (geo->rows * geo->slice > PAR_MIN)
+    for (int64_t t = 0; t < geo->rows; t++) {
+        int64_t off = si_gathernd_offset(geo, t, idx + t * geo->k);
+        float *d = y + t * geo->slice;
+        if (off < 0)
+            for (int64_t e = 0; e < geo->slice; e++) d[e] = 0.f;
+        else
+            memcpy(d, x + off, sizeof(float) * (size_t)geo->slice);
+    }
+}
+
+static int64_t idims_numel(const si_elements_geom *geo) {
+    int64_t n = 1;
+    for (int d = 0; d < geo->nd; d++) n *= geo->idims[d];
+    return n;
+}
+
+void si_cpu_gather_elements(const si_elements_geom *geo, const float *x, const int64_t *idx,
+                            float *y) {
+    int64_t n = idims_numel(geo);
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        int64_t off = si_elements_offset(geo, i, idx[i]);
+        y[i] = off < 0 ? 0.f : x[off];
+    }
+}
+
+/* Two updates of one element share their coordinates off the axis, so each column along the
+ * axis (outer x inner of them) is reduced in order by one thread: duplicates meet in index
+ * order, as the GPU's kernel has them. */
+void si_cpu_scatter_elements(const si_elements_geom *geo, int red, const float *x, int64_t nx,
+                             const int64_t *idx, const float *upd, float *y) {
+    if (y != x) memcpy(y, x, sizeof(float) * (size_t)nx);
+    int64_t len = geo->idims[geo->axis], inner = 1, n = idims_numel(geo);
+    for (int d = geo->axis + 1; d < geo->nd; d++) inner *= geo->idims[d];
+    if (n == 0) return;
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (int64_t c = 0; c < n / len; c++)
+        for (int64_t j = 0; j < len; j++) {
+            int64_t i = (c / inner * len + j) * inner + c % inner;
+            int64_t off = si_elements_offset(geo, i, idx[i]);
+            if (off >= 0) y[off] = si_scatter_eval(red, y[off], upd[i]);
+        }
+}
+
 void si_cpu_matmul(int ndim, const int64_t *a_dims, const float *a, const int64_t *b_dims,
                    const float *b, const int64_t *y_dims, float *y) {
     SI_ASSERT(ndim >= 2 && ndim <= MAXD);

@@ -81,6 +81,17 @@ void si_cpu_broadcast(int ndim, const int64_t *x_dims, const float *x, const int
 void si_cpu_gather(const float *x, int64_t outer, int64_t len, int64_t inner, const int64_t *idx,
                    int64_t n, float *y);
 
+/* GatherND, GatherElements and ScatterElements by their geometry (engine/ops.h), idx the
+ * indices as int64 (geo->rows * geo->k of GatherND's, the product of geo->idims otherwise).
+ * Shape inference checked every index; one out of range anyway gives 0 (gathers) or is skipped
+ * (scatter), never an access outside x or y. ScatterElements copies x (nx values) into y, then
+ * reduces the updates in index order, one column along the axis at a time. */
+void si_cpu_gather_nd(const si_gathernd_geom *geo, const float *x, const int64_t *idx, float *y);
+void si_cpu_gather_elements(const si_elements_geom *geo, const float *x, const int64_t *idx,
+                            float *y);
+void si_cpu_scatter_elements(const si_elements_geom *geo, int red, const float *x, int64_t nx,
+                             const int64_t *idx, const float *upd, float *y);
+
 /* Attention over nb matrices: y[b] = softmax(scale * q[b] k[b]^T + bias) v[b], q (t, d),
  * k (s, d) (trans_b) or k^T (d, s), v (s, dv), y (t, dv). Matrix b of operand i (q, k, v, y)
  * starts at off[i][b], its rows ld[i] apart (a row's elements adjacent). bias: NULL or read at

@@ -34,6 +34,9 @@ bool si_devplan_rowmajor_op(const si_graph *g, const si_gnode *n) {
     case SI_OP_ATTENTION:
     case SI_OP_REDUCE:
     case SI_OP_GATHER:
+    case SI_OP_GATHER_ND:
+    case SI_OP_GATHER_ELEMENTS:
+    case SI_OP_SCATTER_ELEMENTS:
     case SI_OP_PAD:
     case SI_OP_RESIZE: return true;
     case SI_OP_GLOBAL_AVGPOOL: return g->values[n->in[0]].shape.ndim != 4; /* as a Reduce */
@@ -258,7 +261,8 @@ si_status si_devplan_build(si_graph *g, int batch, size_t elem, int slots, size_
             p->dw_off[j] = w;
             w += up((size_t)si_shape_numel(&g->values[n->in[1]].shape) * sizeof(float));
         }
-        if (n->op == SI_OP_GATHER) {
+        if (n->op == SI_OP_GATHER || n->op == SI_OP_GATHER_ND || n->op == SI_OP_GATHER_ELEMENTS ||
+            n->op == SI_OP_SCATTER_ELEMENTS) { /* the indices, int64 */
             p->aux_off[j] = w;
             w += up(sizeof(int64_t) * (size_t)si_shape_numel(&g->values[n->in[n->pslot[0]]].shape));
         }

@@ -30,7 +30,8 @@ typedef struct {
     uint8_t *copy_view;  /* per node: a view that copies */
     uint8_t *same_bytes; /* per node: its output is its input's bytes (no storage, no kernel) */
     size_t *const_off;   /* per value: offset in the constant buffer, SIZE_MAX if not there */
-    size_t *aux_off;     /* per node: Gather's indices as int64 (SIZE_MAX if none) */
+    size_t *aux_off;     /* per node: the indices of Gather and the other indexing ops as int64, the
+                            node's parameter slot 0 (SIZE_MAX if none) */
     size_t *dw_off; /* per node: a depthwise Conv's float weights as (kh, kw, C), or SIZE_MAX */
     /* bytes; per slot unless said otherwise */
     size_t weights;                    /* constants on the device (all slots share them) */

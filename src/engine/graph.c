@@ -11,16 +11,41 @@
 
 #include "import.h"
 
+/* By designator: an op added to si_op without its name here is "?" (and, last, fails the
+ * count). */
 const char *si_op_name(int op) {
-    static const char *names[] = {"Conv",   "MaxPool",   "AveragePool",  "GlobalAveragePool",
-                                  "Gemm",   "MatMul",    "Binary",       "Activation",
-                                  "Affine", "View",      "Concat",       "Split",
-                                  "Slice",  "Transpose", "Expand",       "Gather",
-                                  "Resize", "Softmax",   "Pad",          "Reduce",
-                                  "Host",   "LayerNorm", "InstanceNorm", "Attention"};
+    static const char *names[] = {
+        [SI_OP_CONV] = "Conv",
+        [SI_OP_MAXPOOL] = "MaxPool",
+        [SI_OP_AVGPOOL] = "AveragePool",
+        [SI_OP_GLOBAL_AVGPOOL] = "GlobalAveragePool",
+        [SI_OP_GEMM] = "Gemm",
+        [SI_OP_MATMUL] = "MatMul",
+        [SI_OP_BINARY] = "Binary",
+        [SI_OP_ACTIVATION] = "Activation",
+        [SI_OP_AFFINE] = "Affine",
+        [SI_OP_VIEW] = "View",
+        [SI_OP_CONCAT] = "Concat",
+        [SI_OP_SPLIT] = "Split",
+        [SI_OP_SLICE] = "Slice",
+        [SI_OP_TRANSPOSE] = "Transpose",
+        [SI_OP_EXPAND] = "Expand",
+        [SI_OP_GATHER] = "Gather",
+        [SI_OP_RESIZE] = "Resize",
+        [SI_OP_SOFTMAX] = "Softmax",
+        [SI_OP_PAD] = "Pad",
+        [SI_OP_REDUCE] = "Reduce",
+        [SI_OP_HOST] = "Host",
+        [SI_OP_LAYERNORM] = "LayerNorm",
+        [SI_OP_INSTANCENORM] = "InstanceNorm",
+        [SI_OP_ATTENTION] = "Attention",
+        [SI_OP_GATHER_ND] = "GatherND",
+        [SI_OP_GATHER_ELEMENTS] = "GatherElements",
+        [SI_OP_SCATTER_ELEMENTS] = "ScatterElements",
+    };
     _Static_assert(sizeof names / sizeof names[0] == SI_OP_COUNT, "an si_op without a name");
     _Static_assert(SI_INDEX_MAXD == SI_MAX_DIMS, "the indexing ops' geometry has the graph's rank");
-    return op >= 0 && op < SI_OP_COUNT ? names[op] : "?";
+    return op >= 0 && op < SI_OP_COUNT && names[op] ? names[op] : "?";
 }
 
 int64_t si_mul_sat(int64_t a, int64_t b) {

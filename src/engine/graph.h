@@ -44,6 +44,10 @@ typedef enum {
     SI_OP_INSTANCENORM,
     /* softmax(alpha * Q K^T + bias) V (attention.c): ONNX's Attention or the fused pattern */
     SI_OP_ATTENTION,
+    /* the indexing ops, their indices constants or values that follow from shapes */
+    SI_OP_GATHER_ND,
+    SI_OP_GATHER_ELEMENTS,
+    SI_OP_SCATTER_ELEMENTS, /* in[0] data, in[pslot[0]] indices, in[2] updates */
     SI_OP_COUNT
 } si_op;
 
@@ -141,7 +145,11 @@ typedef struct {
     uint8_t reduce_mask[SI_MAX_DIMS];
     float epsilon; /* LayerNormalization, InstanceNormalization */
     si_resize_params resize;
-    float scales[2];                    /* Resize: output/input of H and W, resolved at infer */
+    int batch_dims;         /* GatherND */
+    int reduction;          /* ScatterElements: si_scatter_reduction */
+    si_elements_geom elems; /* GatherElements, ScatterElements: filled by si_graph_infer */
+    si_gathernd_geom gnd;   /* GatherND: filled by si_graph_infer */
+    float scales[2];        /* Resize: output/input of H and W, resolved at infer */
     int64_t attr_ints[2 * SI_MAX_DIMS]; /* attribute-given parameters of older opsets */
     int n_attr_ints;
     int64_t split_sizes[SI_MAX_OUTPUTS];

@@ -5,9 +5,9 @@
 
 #include "import.h"
 
-static const si_import_row *const families[] = {si_import_conv_rows, si_import_tensor_rows,
-                                                si_import_math_rows, si_import_norm_rows,
-                                                si_import_attention_rows};
+static const si_import_row *const families[] = {si_import_conv_rows,      si_import_tensor_rows,
+                                                si_import_math_rows,      si_import_norm_rows,
+                                                si_import_attention_rows, si_import_index_rows};
 
 /* A linear scan: it runs once per node at load, never per batch. */
 const si_import_row *si_import_device(const char *op_type) {

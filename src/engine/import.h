@@ -2,7 +2,7 @@
  * A device row converts the node into a shardinfer op kind and infers its output shape; a host
  * row (shape arithmetic) converts the node's attributes and evaluates it on the host. Adding an
  * op means one row in its family's table (ops_conv.c, ops_tensor.c, ops_math.c, ops_norm.c,
- * ops_host.c, attention.c) and its functions. Internal to the graph module. */
+ * ops_index.c, ops_host.c, attention.c) and its functions. Internal to the graph module. */
 #ifndef SI_IMPORT_H
 #define SI_IMPORT_H
 
@@ -28,6 +28,7 @@ extern const si_import_row si_import_tensor_rows[];
 extern const si_import_row si_import_math_rows[];
 extern const si_import_row si_import_norm_rows[];
 extern const si_import_row si_import_attention_rows[];
+extern const si_import_row si_import_index_rows[];
 
 /* The device row for an ONNX op type, or NULL. */
 const si_import_row *si_import_device(const char *op_type);

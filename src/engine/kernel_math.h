@@ -130,6 +130,18 @@ SI_HD static inline int64_t si_gathernd_offset(const si_gathernd_geom *g, int64_
     return off;
 }
 
+/* ScatterElements' reduction (si_scatter_reduction) of the data's value a with the update b; Max
+ * and Min as the Max and Min ops (NaN wins). */
+SI_HD static inline float si_scatter_eval(int red, float a, float b) {
+    switch (red) {
+    case SI_SCATTER_ADD: return a + b;
+    case SI_SCATTER_MUL: return a * b;
+    case SI_SCATTER_MAX: return si_bin_eval(SI_BIN_MAX, a, b);
+    case SI_SCATTER_MIN: return si_bin_eval(SI_BIN_MIN, a, b);
+    default: return b;
+    }
+}
+
 /* The taps k in [0, kn) with lo <= start + k * d < hi, as [*k0, *k1). */
 SI_HD static inline void si_tap_range(int start, int kn, int d, int lo, int hi, int *k0, int *k1) {
     int a = start >= lo ? 0 : (lo - start + d - 1) / d;

@@ -1,6 +1,8 @@
-/* The geometry of the indexing ops GatherND, GatherElements and ScatterElements, for the host
- * rows (ops_host.c) that fold constant tables at load: shapes checked, and every index against
- * the data, so a hostile model is refused at load with the node and the index named. */
+/* Import of the indexing ops GatherND, GatherElements and ScatterElements, and their geometry,
+ * which the host rows (ops_host.c, constant tables folded at load) share. Their indices must be
+ * constants or follow from shapes, as Gather's: every one is checked against the data whenever
+ * the shapes are inferred, so a hostile model is refused at load and no kernel is handed an
+ * index that leaves the data. */
 #include <string.h>
 
 #include "import.h"
@@ -128,3 +130,76 @@ bool si_scatter_reduction_of(si_builder *b, const si_node_proto *n, int *red) {
     si_b_unsupported(b, n, "reduction '%s'", r->s);
     return false;
 }
+
+/* --- device rows: data (and ScatterElements' updates) computed, indices a parameter ------------
+ */
+static bool add_indices(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    si_node_add_input(gn, x);
+    if (!si_imp_add_param(b, n, gn, 1, &gn->pslot[0])) return false;
+    if (gn->pslot[0] < 0) si_b_unsupported(b, n, "the indices are missing");
+    return gn->pslot[0] >= 0;
+}
+
+static bool convert_gathernd(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    gn->batch_dims = (int)si_attr_int(n, "batch_dims", 0);
+    return add_indices(b, n, gn, x);
+}
+
+static bool convert_gather_elements(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    gn->axis = (int)si_attr_int(n, "axis", 0);
+    return add_indices(b, n, gn, x);
+}
+
+static bool convert_scatter_elements(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    gn->axis = (int)si_attr_int(n, "axis", 0);
+    if (!si_scatter_reduction_of(b, n, &gn->reduction) || !add_indices(b, n, gn, x)) return false;
+    int u = si_b_input(b, n, 2);
+    if (u < 0) {
+        si_b_unsupported(b, n, "the updates are missing");
+        return false;
+    }
+    si_node_add_input(gn, u);
+    return true;
+}
+
+static si_status infer_gathernd(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
+    const si_value *iv = si_imp_param(g, n, 0);
+    si_status st = si_gathernd_geom_of(g, n, x, &iv->shape, n->batch_dims, &n->gnd, y);
+    return st != SI_OK ? st : si_gathernd_check(g, n, &n->gnd, iv);
+}
+
+static si_status infer_gather_elements(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
+    const si_value *iv = si_imp_param(g, n, 0);
+    si_status st = si_elements_geom_of(g, n, x, &iv->shape, n->axis, &n->elems);
+    if (st != SI_OK) return st;
+    *y = iv->shape;
+    return si_elements_check(g, n, &n->elems, iv);
+}
+
+static si_status infer_scatter_elements(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
+    const si_value *iv = si_imp_param(g, n, 0);
+    const si_shape *us = &g->values[n->in[2]].shape;
+    si_status st = si_elements_geom_of(g, n, x, &iv->shape, n->axis, &n->elems);
+    if (st != SI_OK) return st;
+    if (us->ndim != iv->shape.ndim ||
+        memcmp(us->dims, iv->shape.dims, sizeof(int64_t) * (size_t)us->ndim))
+        return si_node_error(g, n, SI_ERR_FORMAT, "updates and indices differ in shape");
+    *y = *x;
+    return si_elements_check(g, n, &n->elems, iv);
+}
+
+const si_import_row si_import_index_rows[] = {
+    {.onnx = "GatherND",
+     .kind = SI_OP_GATHER_ND,
+     .convert = convert_gathernd,
+     .infer = infer_gathernd},
+    {.onnx = "GatherElements",
+     .kind = SI_OP_GATHER_ELEMENTS,
+     .convert = convert_gather_elements,
+     .infer = infer_gather_elements},
+    {.onnx = "ScatterElements",
+     .kind = SI_OP_SCATTER_ELEMENTS,
+     .convert = convert_scatter_elements,
+     .infer = infer_scatter_elements},
+    {.onnx = NULL},
+};
