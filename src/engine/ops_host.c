@@ -960,21 +960,23 @@ static si_status eval_scatter_elements(si_graph *g, si_gnode *n, const si_value 
     return SI_OK;
 }
 
-/* Exact integer arithmetic for shapes. Returns false on a division or modulo by 0. */
-static bool int_binary(int op, int64_t fmod_flag, int64_t a, int64_t b, int64_t *r) {
+/* Exact integer arithmetic for shapes: NULL, or why there is no result (a division or modulo
+ * by 0, or an overflow of int64, which a hostile file's constants can ask for). */
+static const char *int_binary(int op, int64_t fmod_flag, int64_t a, int64_t b, int64_t *r) {
     switch (op) {
-    case H_ADD: *r = a + b; return true;
-    case H_SUB: *r = a - b; return true;
-    case H_MUL: *r = a * b; return true;
+    case H_ADD: return __builtin_add_overflow(a, b, r) ? "integer overflow" : NULL;
+    case H_SUB: return __builtin_sub_overflow(a, b, r) ? "integer overflow" : NULL;
+    case H_MUL: return __builtin_mul_overflow(a, b, r) ? "integer overflow" : NULL;
     case H_DIV:
-        if (!b) return false;
+        if (!b) return "integer division by 0";
+        if (a == INT64_MIN && b == -1) return "integer overflow";
         *r = a / b;
-        return true;
+        return NULL;
     default: /* Mod: fmod=0 takes the divisor's sign, as Python */
-        if (!b) return false;
-        *r = a % b;
+        if (!b) return "modulo by 0";
+        *r = b == -1 ? 0 : a % b;
         if (!fmod_flag && *r && ((*r < 0) != (b < 0))) *r += b;
-        return true;
+        return NULL;
     }
 }
 
@@ -1007,9 +1009,9 @@ static si_status eval_binary(si_graph *g, si_gnode *n, const si_value *x, si_val
                 ib = bcast_offset(&x1->shape, &y->shape, i);
         if (ints && !cmp) {
             int64_t r;
-            if (!int_binary(op, n->host_i[0], si_value_i64(x, ia), si_value_i64(x1, ib), &r))
-                return si_node_error(g, n, SI_ERR_FORMAT, "%s",
-                                     op == H_DIV ? "integer division by 0" : "modulo by 0");
+            const char *why =
+                int_binary(op, n->host_i[0], si_value_i64(x, ia), si_value_i64(x1, ib), &r);
+            if (why) return si_node_error(g, n, SI_ERR_FORMAT, "%s", why);
             ((int64_t *)y->data)[i] = r;
             continue;
         }
