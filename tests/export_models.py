@@ -107,6 +107,7 @@ OTHER_TRANSFORMERS = {
     "tv_vit_b_16": (tv_vit_b_16, 224),
     "clip_mha_b_16": (clip_mha_b_16, 224),
     "hf_vit_eager": (hf("vit", "eager"), 224),
+    "hf_vit_sdpa": (hf("vit", "sdpa"), 224),
     "hf_clip_eager": (hf("clip", "eager"), 224),
     "hf_clip_sdpa": (hf("clip", "sdpa"), 224),
     "hf_dinov2_eager": (hf("dinov2", "eager"), 224),

@@ -111,6 +111,7 @@ NODE_TEST_PATTERNS = [
     r"test_sin(_example)?", r"test_cos(_example)?", r"test_floor(_example)?",
     r"test_ceil(_example)?", r"test_round", r"test_sign", r"test_softplus(_example)?",
     r"test_mish(_expanded)?", r"test_(min|max)_(example|one_input|two_inputs|float32|float64)",
+    r"test_isnan", r"test_isinf(_negative|_positive)?",
     # indexing; GatherND's int32 tests run as constants on the host (the tables it indexes in
     # vision transformers are constants)
     r"test_gathernd_.*", r"test_gather_elements_.*", r"test_scatter_elements_.*",
@@ -118,6 +119,7 @@ NODE_TEST_PATTERNS = [
     r"test_shape(_.*)?", r"test_size(_example)?", r"test_constantofshape_.*", r"test_range_.*",
     r"test_equal(_bcast)?", r"test_where_.*", r"test_expand_.*", r"test_constant",
     r"test_scatternd(_add|_multiply|_max|_min)?", r"test_not_.*",
+    r"test_(greater|less)_equal(_bcast)?", r"test_(and|or|xor)([234]d|_bcast.*)",
     # normalisations (vision transformers); every LayerNormalization test also asks for the
     # training outputs Mean and InvStdDev (listed unsupported), so each is also written Y only
     r"test_layer_normalization_.*", r"test_instancenorm_(epsilon|example)",
@@ -410,6 +412,13 @@ def numpy_reference(model, feeds):
             y = _np_scatter_elements(i[0], i[1], i[2], a.get("axis", 0), red.decode())
         elif op in UNARY_NP:
             y = UNARY_NP[op](i[0])
+        elif op == "IsNaN":
+            y = np.isnan(i[0])
+        elif op == "IsInf":
+            y = ((np.isposinf(i[0]) & bool(a.get("detect_positive", 1)))
+                 | (np.isneginf(i[0]) & bool(a.get("detect_negative", 1))))
+        elif op == "Where":
+            y = np.where(i[0], i[1], i[2])
         elif op == "HardSigmoid":
             y = np.clip(a.get("alpha", 0.2) * i[0] + a.get("beta", 0.5), 0, 1)
         elif op == "Min":
@@ -1538,6 +1547,23 @@ def c_unary_ops(c):
                "Mish"):
         c.output(c.node(op, [x], [op.lower()]))
     c.output(c.node("Log", [c.node("Abs", [x], ["abs_for_log"])], ["log"]))
+
+
+def c_nan_tests(c):
+    # IsNaN and IsInf on image data (Log of numbers below and at 0), their bools as float, and
+    # torch's SDPA form Where(IsNaN(x), c, x), which runs as one node replacing NaN by c
+    v = uniform(c.rng, (2, 3, 5, 7), -1.0, 1.0)
+    v.flat[:3] = [0.0, -0.0, 1.0]
+    x = c.input("features", v)
+    log = c.node("Log", [x], ["log"])  # NaN below 0, -inf at 0
+    nan = c.node("IsNaN", [log], ["nan"])
+    c.output(c.node("Cast", [nan], ["nan_f"], to=TensorProto.FLOAT))
+    for name, attrs in (("inf", {}), ("inf_pos", {"detect_negative": 0}),
+                        ("inf_neg", {"detect_positive": 0})):
+        inf = c.node("IsInf", [log], [name], **attrs)
+        c.output(c.node("Cast", [inf], [name + "_f"], to=TensorProto.FLOAT))
+    zeroed = c.node("Where", [nan, c.init("fill", np.array(0.25, np.float32)), log], ["zeroed"])
+    c.output(c.node("Max", [zeroed, c.init("floor", np.array(-50.0, np.float32))], ["clamped"]))
 
 
 def index_table(rng, shape, extent, negative=True):

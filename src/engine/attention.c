@@ -267,6 +267,34 @@ static bool combine_mask(si_graph *g, match *m) {
     return true;
 }
 
+/* Whether node n, reading p, may stand between an attention's Softmax and its MatMul: an
+ * identity view, or NaN replaced by 0. */
+static bool between_softmax_and_matmul(const si_gnode *n, int p) {
+    if (n->in[0] != p || n->n_in != 1) return false;
+    return (n->op == SI_OP_VIEW && n->view_kind == SI_VIEW_IDENTITY) ||
+           (n->op == SI_OP_ACTIVATION && n->act.kind == SI_ACT_NAN_TO && n->act.alpha == 0.f &&
+            n->residual < 0 && n->bias < 0);
+}
+
+/* Whether bias b, known now, has no row over its last axis that is all -inf (or holds a NaN):
+ * then the scores' Softmax cannot give NaN from finite q and k, and zeroing its NaN changes
+ * nothing, so the fused kernel need not. A bias computed from image data is not known. */
+static bool no_masked_row(const si_graph *g, int b) {
+    const si_value *c = &g->values[b];
+    if (c->kind == SI_VAL_RUNTIME || !c->data || c->shape.ndim < 1) return false;
+    int64_t n = si_shape_numel(&c->shape), s = c->shape.dims[c->shape.ndim - 1];
+    for (int64_t r = 0; r + s <= n && s > 0; r += s) {
+        bool masked = true;
+        for (int64_t j = 0; j < s; j++) {
+            double v = si_value_f64(c, r + j);
+            if (v != v) return false;
+            masked = masked && v == -INFINITY;
+        }
+        if (masked) return false;
+    }
+    return true;
+}
+
 /* Softmax node sm over the last axis, read by one MatMul as its A: walk back to the scores. */
 static bool match_at(si_graph *g, si_gnode *sm, si_gnode **out_mm, match *m, const char **why) {
     const si_value *sv = &g->values[sm->out];
@@ -275,12 +303,13 @@ static bool match_at(si_graph *g, si_gnode *sm, si_gnode **out_mm, match *m, con
     if (nd < 3 || (sm->axis != -1 && sm->axis != nd - 1)) return false;
     if (sm->legacy_axis && sm->axis != nd - 1 && sm->axis != -1) return false;
     si_gnode *mm2 = NULL;
-    /* identity views between (the legacy exporter's Casts of Hugging Face's probabilities to
-     * float32 and back to the query's type) die with the pattern */
+    /* the nodes between die with the pattern: identity views (the legacy exporter's Casts of
+     * Hugging Face's probabilities to float32 and back) and torch's Where(IsNaN(p), 0, p) */
     int p = sm->out, casts[4], n_casts = 0;
+    bool nan_zero = false;
     for (int k = 0; k < g->n_nodes && g->values[p].uses == 1 && n_casts < 4; k++)
-        if (g->nodes[k].op == SI_OP_VIEW && g->nodes[k].view_kind == SI_VIEW_IDENTITY &&
-            g->nodes[k].in[0] == p) {
+        if (between_softmax_and_matmul(&g->nodes[k], p)) {
+            nan_zero |= g->nodes[k].op == SI_OP_ACTIVATION;
             casts[n_casts++] = k;
             p = g->nodes[k].out;
             k = -1;
@@ -336,7 +365,10 @@ static bool match_at(si_graph *g, si_gnode *sm, si_gnode **out_mm, match *m, con
     *why = "a window mask on scores of a rank other than 4";
     if (g->values[m->q].shape.ndim != 4 && m->mask >= 0) return false;
     *why = "V is not a computed tensor, or the window mask and bias do not combine";
-    return g->values[m->v].kind == SI_VAL_RUNTIME && (m->mask < 0 || combine_mask(g, m));
+    if (g->values[m->v].kind != SI_VAL_RUNTIME || (m->mask >= 0 && !combine_mask(g, m)))
+        return false;
+    *why = "NaN is zeroed after the Softmax, and a row of its bias may be all -inf";
+    return !nan_zero || m->bias < 0 || no_masked_row(g, m->bias);
 }
 
 /* The shapes the fused op needs (same batch dims, K and V agree), at the inferred batch. */
@@ -359,8 +391,7 @@ static bool looks_like_attention(const si_graph *g, const si_gnode *sm) {
     if (g->values[sm->out].shape.ndim < 3) return false;
     int p = sm->out;
     for (int k = 0, hops = 0; k < g->n_nodes && hops < 4; k++)
-        if (g->nodes[k].op == SI_OP_VIEW && g->nodes[k].view_kind == SI_VIEW_IDENTITY &&
-            g->nodes[k].in[0] == p) {
+        if (between_softmax_and_matmul(&g->nodes[k], p)) {
             p = g->nodes[k].out;
             k = -1;
             hops++;

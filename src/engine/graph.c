@@ -419,9 +419,22 @@ bool si_model_input_host_only(const si_model_proto *m, const char *name) {
     /* Sqrt, Neg, Abs, Floor, Ceil, Min and Max are not here: they run on image data too (a
      * LayerNorm written out as ReduceMean, Pow, Sqrt, Div), so an input that feeds them is
      * image data */
-    static const char *host_only[] = {"Shape", "Size", "ConstantOfShape", "Range",
-                                      "Equal", "Less", "Greater",         "Not",
-                                      "Where", "Mod",  "ScatterND"};
+    static const char *host_only[] = {"Shape",
+                                      "Size",
+                                      "ConstantOfShape",
+                                      "Range",
+                                      "Equal",
+                                      "Less",
+                                      "Greater",
+                                      "GreaterOrEqual",
+                                      "LessOrEqual",
+                                      "And",
+                                      "Or",
+                                      "Xor",
+                                      "Not",
+                                      "Where",
+                                      "Mod",
+                                      "ScatterND"};
     bool used = false;
     for (int i = 0; i < m->n_nodes; i++)
         for (int j = 0; j < m->nodes[i].n_inputs; j++) {

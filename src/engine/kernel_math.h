@@ -66,6 +66,10 @@ SI_HD static inline float si_act_eval(float v, si_act a) {
     case SI_ACT_SIGN: return v > 0.f ? 1.f : v < 0.f ? -1.f : v;
     case SI_ACT_SOFTPLUS: return si_softplus(v);
     case SI_ACT_MISH: return v * tanhf(si_softplus(v));
+    case SI_ACT_ISNAN: return v != v ? 1.f : 0.f;
+    case SI_ACT_ISINF:
+        return (a.alpha != 0.f && v == INFINITY) || (a.beta != 0.f && v == -INFINITY);
+    case SI_ACT_NAN_TO: return v != v ? a.alpha : v;
     default: return v;
     }
 }

@@ -35,12 +35,15 @@ typedef enum {
     SI_ACT_ROUND,    /* to nearest, halves to even (ONNX Round) */
     SI_ACT_SIGN,     /* -1, 0 or 1 (NaN stays NaN) */
     SI_ACT_SOFTPLUS, /* log(1 + exp(x)) */
-    SI_ACT_MISH      /* x * tanh(softplus(x)) */
+    SI_ACT_MISH,     /* x * tanh(softplus(x)) */
+    SI_ACT_ISNAN,    /* 1 where x is NaN, else 0 (IsNaN; its bool as float) */
+    SI_ACT_ISINF,    /* 1 where x is +inf (if alpha) or -inf (if beta), else 0 (IsInf) */
+    SI_ACT_NAN_TO    /* x, or alpha where x is NaN: Where(IsNaN(x), alpha, x) */
 } si_act_kind;
 typedef struct {
     int kind;
     float lo, hi;      /* SI_ACT_CLIP bounds */
-    float alpha, beta; /* SI_ACT_HARDSIGMOID, SI_ACT_LEAKYRELU */
+    float alpha, beta; /* SI_ACT_HARDSIGMOID, SI_ACT_LEAKYRELU, SI_ACT_ISINF, SI_ACT_NAN_TO */
 } si_act;
 
 /* The activation of one value (the same formula every backend must implement). */

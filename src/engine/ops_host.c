@@ -62,6 +62,13 @@ enum {
     H_GATHER_ND,
     H_GATHER_ELEMENTS,
     H_SCATTER_ELEMENTS,
+    H_GREATER_EQ,
+    H_LESS_EQ,
+    H_AND,
+    H_OR,
+    H_XOR,
+    H_ISNAN,
+    H_ISINF,
     H_COUNT
 };
 
@@ -193,6 +200,14 @@ static bool conv_clip(si_builder *b, const si_node_proto *n, si_gnode *gn) {
 static bool conv_mod(si_builder *b, const si_node_proto *n, si_gnode *gn) {
     (void)b;
     gn->host_i[0] = si_attr_int(n, "fmod", 0);
+    return true;
+}
+
+/* IsInf's signs, as the activation's: act.alpha +inf, act.beta -inf. */
+static bool conv_isinf(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    (void)b;
+    gn->act.alpha = si_attr_int(n, "detect_positive", 1) != 0;
+    gn->act.beta = si_attr_int(n, "detect_negative", 1) != 0;
     return true;
 }
 
@@ -686,6 +701,8 @@ static si_status eval_range(si_graph *g, si_gnode *n, const si_value *s, si_valu
 static double unary_f64(int op, double v, const si_act *a) {
     switch (op) {
     case H_NOT: return v == 0;
+    case H_ISNAN: return v != v;
+    case H_ISINF: return (a->alpha != 0 && v == INFINITY) || (a->beta != 0 && v == -INFINITY);
     case H_NEG: return -v;
     case H_ABS: return fabs(v);
     case H_FLOOR: return floor(v);
@@ -724,12 +741,13 @@ static bool unary_i64(int op, int64_t v, int64_t *r) {
  * HardSigmoid, HardSwish. */
 static si_status eval_unary(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
     int op = n->host_op;
-    y->dtype = op == H_NOT ? SI_DT_INT64 : x->dtype;
+    bool to_bool = op == H_NOT || op == H_ISNAN || op == H_ISINF;
+    y->dtype = to_bool ? SI_DT_INT64 : x->dtype;
     y->shape = x->shape;
     ALLOC_OR_FAIL(y);
     for (int64_t i = 0; i < si_value_numel(x); i++) {
         int64_t r;
-        if (x->dtype == SI_DT_INT64 && op != H_NOT && unary_i64(op, si_value_i64(x, i), &r))
+        if (x->dtype == SI_DT_INT64 && !to_bool && unary_i64(op, si_value_i64(x, i), &r))
             ((int64_t *)y->data)[i] = r;
         else
             put(y, i, unary_f64(op, si_value_f64(x, i), &n->act));
@@ -989,18 +1007,25 @@ static double float_binary(int op, int64_t fmod_flag, double a, double b) {
     case H_EQUAL: return a == b;
     case H_LESS: return a < b;
     case H_GREATER: return a > b;
+    case H_GREATER_EQ: return a >= b;
+    case H_LESS_EQ: return a <= b;
+    case H_AND: return a != 0 && b != 0;
+    case H_OR: return a != 0 || b != 0;
+    case H_XOR: return (a != 0) != (b != 0);
     default: return fmod_flag ? fmod(a, b) : a - b * floor(a / b);
     }
 }
 
-/* Add, Sub, Mul, Div, Mod, Equal, Less, Greater with broadcasting. */
+/* Add, Sub, Mul, Div, Mod and the comparisons and logical ops (bools as int64 0 and 1) with
+ * broadcasting. */
 static si_status eval_binary(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
     const si_value *x1 = hin(g, n, 1);
     int op = n->host_op;
     if (!x1) return si_node_error(g, n, SI_ERR_FORMAT, "needs two inputs");
     if (!bcast_shape(&x->shape, &x1->shape, &y->shape))
         return si_node_error(g, n, SI_ERR_FORMAT, "shapes cannot be broadcast");
-    bool cmp = op == H_EQUAL || op == H_LESS || op == H_GREATER;
+    bool cmp = op == H_EQUAL || op == H_LESS || op == H_GREATER || op == H_GREATER_EQ ||
+               op == H_LESS_EQ || op == H_AND || op == H_OR || op == H_XOR;
     bool ints = x->dtype == SI_DT_INT64 && x1->dtype == SI_DT_INT64;
     y->dtype = cmp || ints ? SI_DT_INT64 : SI_DT_FLOAT;
     ALLOC_OR_FAIL(y);
@@ -1092,6 +1117,13 @@ static const host_row host_rows[H_COUNT] = {
     [H_LESS] = BINARY("Less"),
     [H_GREATER] = BINARY("Greater"),
     [H_NOT] = UNARY("Not"),
+    [H_GREATER_EQ] = BINARY("GreaterOrEqual"),
+    [H_LESS_EQ] = BINARY("LessOrEqual"),
+    [H_AND] = BINARY("And"),
+    [H_OR] = BINARY("Or"),
+    [H_XOR] = BINARY("Xor"),
+    [H_ISNAN] = UNARY("IsNaN"),
+    [H_ISINF] = {.onnx = "IsInf", .convert = conv_isinf, .eval = eval_unary},
     [H_WHERE] = {.onnx = "Where", .eval = eval_where},
     [H_SLICE] = {.onnx = "Slice", .convert = conv_slice, .eval = eval_slice},
     [H_RESHAPE] = {.onnx = "Reshape", .convert = conv_reshape, .eval = eval_reshape},

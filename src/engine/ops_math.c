@@ -132,6 +132,7 @@ static const struct {
     {"Floor", SI_ACT_FLOOR},       {"Ceil", SI_ACT_CEIL},
     {"Round", SI_ACT_ROUND},       {"Sign", SI_ACT_SIGN},
     {"Softplus", SI_ACT_SOFTPLUS}, {"Mish", SI_ACT_MISH},
+    {"IsNaN", SI_ACT_ISNAN},
 };
 
 static bool convert_unary(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
@@ -155,6 +156,39 @@ static bool convert_gelu(si_builder *b, const si_node_proto *n, si_gnode *gn, in
         return false;
     }
     si_node_add_input(gn, x);
+    return true;
+}
+
+static bool convert_isinf(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    (void)b;
+    si_node_add_input(gn, x);
+    gn->act.kind = SI_ACT_ISINF;
+    gn->act.alpha = si_attr_int(n, "detect_positive", 1) != 0;
+    gn->act.beta = si_attr_int(n, "detect_negative", 1) != 0;
+    return true;
+}
+
+/* Where on image data, in the one form exporters write there: Where(IsNaN(x), c, x) with c a
+ * scalar constant (torch's SDPA decomposition zeroes the NaN of a fully masked row so), which
+ * is x with its NaN replaced by c. Its IsNaN dies unread. */
+static bool convert_where(si_builder *b, const si_node_proto *n, si_gnode *gn, int cond) {
+    const si_graph *g = b->g;
+    int c = si_b_input(b, n, 1), y = si_b_input(b, n, 2);
+    int p = g->values[cond].producer;
+    const si_gnode *isnan = p >= 0 ? &g->nodes[p] : NULL;
+    const si_value *cv = c >= 0 ? &g->values[c] : NULL;
+    if (!isnan || isnan->op != SI_OP_ACTIVATION || isnan->act.kind != SI_ACT_ISNAN ||
+        isnan->in[0] != y || !cv || cv->kind != SI_VAL_CONST || !cv->data ||
+        si_shape_numel(&cv->shape) != 1) {
+        si_b_unsupported(b, n,
+                         "on image data only Where(IsNaN(x), c, x) with c a scalar constant "
+                         "(NaN replaced by c) is supported");
+        return false;
+    }
+    gn->op = SI_OP_ACTIVATION;
+    gn->act.kind = SI_ACT_NAN_TO;
+    gn->act.alpha = (float)si_value_f64(cv, 0);
+    si_node_add_input(gn, y);
     return true;
 }
 
@@ -444,6 +478,9 @@ const si_import_row si_import_math_rows[] = {
     ACT("Sign", convert_unary),
     ACT("Softplus", convert_unary),
     ACT("Mish", convert_unary),
+    ACT("IsNaN", convert_unary),
+    ACT("IsInf", convert_isinf),
+    ACT("Where", convert_where),
     ACT("Gelu", convert_gelu),
     {.onnx = "BatchNormalization",
      .kind = SI_OP_AFFINE,
