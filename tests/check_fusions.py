@@ -58,6 +58,11 @@ EXPECT = {
     # fused node
     "beit_b_16": ({"attention": 12, "operands": 48, "bias": 48, "residual": 24}, ["Softmax"]),
     "levit_128": ({"attention": 14, "operands": 56}, ["Softmax"]),
+    # Swin V2's cosine attention: the per-head logit scale moves onto q (a Mul of q, Q and K
+    # then computed: V and Y in place); its relative-position MLP over constant coordinates
+    # (MatMul, Relu, GatherND, Sigmoid) folds at load, so no such node runs per batch
+    "swinv2_t": ({"attention": 12, "operands": 24, "bias": 48},
+                 ["Softmax", "Sigmoid", "GatherND", "Relu", "Exp"]),
     # Hugging Face's towers (tests/hf_models.py: 4 blocks), eager and SDPA attention: separate
     # q/k/v projections read in place through their (N, T, H, D) Reshapes; ViT's eager mask of
     # zeros dropped ("zero masks"), so the kernels without a bias run

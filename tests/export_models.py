@@ -70,6 +70,9 @@ TRANSFORMERS = {
     # load; BEiT's table starts at zero, so its bias goes as a mask of zeros
     "beit_b_16": ("beit_base_patch16_224", {}, 224),
     "levit_128": ("levit_128", {}, 224),
+    # cosine attention: q and k L2-normalised, the scores scaled per head by exp(clamp(p))
+    # (folded), a relative-position bias from an MLP over a coordinate table (folded)
+    "swinv2_t": ("swinv2_tiny_window8_256", {}, 256),
     "mobilevitv2": ("mobilevitv2_050", {}, 256),
     "fastvit": ("fastvit_t8", {}, 256),
 }
@@ -134,7 +137,7 @@ def exporters_of(name):
         return ["legacy"]
     if name == "eva02_b_14":  # its legacy export passes a tensor as SDPA's is_causal
         return ["dynamo"]
-    return ["dynamo"] if name.startswith("hf_") else EXPORTERS
+    return EXPORTERS
 ALL_MODELS = CLASSIFIERS + ["yolov8n"] + ALL_TRANSFORMERS
 
 

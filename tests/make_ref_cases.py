@@ -412,6 +412,9 @@ def numpy_reference(model, feeds):
             y = _np_scatter_elements(i[0], i[1], i[2], a.get("axis", 0), red.decode())
         elif op in UNARY_NP:
             y = UNARY_NP[op](i[0])
+        elif op == "ReduceL2":
+            y = np.sqrt((i[0] * i[0]).sum(axis=tuple(int(v) for v in i[1]),
+                                          keepdims=bool(a.get("keepdims", 1))))
         elif op == "IsNaN":
             y = np.isnan(i[0])
         elif op == "IsInf":
@@ -1249,6 +1252,41 @@ def c_attention_window_mask(c):
     sc = c.node("Add", [sc, c.init("window_mask", mask)], ["masked"])
     sc = c.node("Reshape", [sc, c.init("per_window", np.array([-1, h, t, t], np.int64))], ["back"])
     p = c.node("Softmax", [sc], ["probs"], axis=-1)
+    c.output(c.node("MatMul", [p, v], ["attn"]))
+
+
+def c_attention_cosine(c):
+    # Swin V2's cosine attention: q and k L2-normalised (F.normalize: x / max(|x|, eps)), the
+    # scores scaled per head by exp(min(p, log 100)) and biased by 16 sigmoid of an MLP over a
+    # table of coordinates; the scale and the bias fold at load, the scale moves onto q, and
+    # the pattern fuses (attention_cosine_fused checks)
+    c.opset = 18  # ReduceL2's axes as an input
+    b, h, t, d = 4, 3, 36, 32
+    eps = c.init("eps", np.array(1e-12, np.float32))
+    axes = c.init("last", np.array([-1], np.int64))
+    ops = []
+    for n in "qk":
+        x = c.input(n, normal(c.rng, (b, h, t, d)))
+        nrm = c.node("Clip", [c.node("ReduceL2", [x, axes], [n + "_l2"]), eps], [n + "_norm"])
+        nrm = c.node("Expand", [nrm, c.init(n + "_full", np.array([b, h, t, d], np.int64))],
+                     [n + "_norm_x"])
+        ops.append(c.node("Div", [x, nrm], [n + "_unit"]))
+    v = c.input("v", normal(c.rng, (b, h, t, d)))
+    logit = c.init("logit_scale", uniform(c.rng, (h, 1, 1), 1.0, 5.0))
+    scale = c.node("Exp", [c.node("Min", [logit, c.init("log100", np.array(np.log(100.0),
+                                                                              np.float32))],
+                                  ["logit_clamped"])], ["head_scale"])
+    table = c.init("coords", uniform(c.rng, (1, t, t, 2), -1.0, 1.0))
+    hid = c.node("Relu", [c.node("Add", [c.node("MatMul", [table, c.init(
+        "cpb.w1", normal(c.rng, (2, 16), 0.7))], ["cpb_mm1"]), c.init(
+        "cpb.b1", normal(c.rng, (16,), 0.1))], ["cpb_h"])], ["cpb_relu"])
+    rel = c.node("MatMul", [hid, c.init("cpb.w2", normal(c.rng, (16, h), 0.3))], ["cpb_out"])
+    rel = c.node("Transpose", [rel], ["cpb_heads"], perm=[0, 3, 1, 2])
+    bias = c.node("Mul", [c.node("Sigmoid", [rel], ["cpb_sig"]),
+                          c.init("sixteen", np.array(16.0, np.float32))], ["rel_bias"])
+    kt = c.node("Transpose", [ops[1]], ["k_t"], perm=[0, 1, 3, 2])
+    scores = c.node("Mul", [c.node("MatMul", [ops[0], kt], ["cos"]), scale], ["scaled"])
+    p = c.node("Softmax", [c.node("Add", [scores, bias], ["biased"])], ["probs"], axis=-1)
     c.output(c.node("MatMul", [p, v], ["attn"]))
 
 

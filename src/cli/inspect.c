@@ -162,7 +162,9 @@ static void print_nodes(const si_graph *g) {
         if (done[i]) continue;
         int cnt = 0;
         for (int j = i; j < g->n_nodes; j++)
-            if (!done[j] && !strcmp(g->nodes[j].op_type, g->nodes[i].op_type)) done[j] = 1, cnt++;
+            if (!done[j] && !strcmp(g->nodes[j].op_type, g->nodes[i].op_type) &&
+                (g->nodes[j].op == SI_OP_HOST) == (g->nodes[i].op == SI_OP_HOST))
+                done[j] = 1, cnt++;
         printf("  %5d  %s%s\n", cnt, g->nodes[i].op_type,
                g->nodes[i].op == SI_OP_HOST ? "  (shape arithmetic, on the host)" : "");
     }

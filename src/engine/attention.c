@@ -137,11 +137,34 @@ static bool scaled(si_graph *g, int v, int *u, float *f) {
     return false;
 }
 
+/* v = Mul(u, c) read once, c a constant that varies over the scores' leading (head) axes only,
+ * its last two dims 1: Swin V2's learned logit scale per head (folded from exp(clamp(p))).
+ * *mul: the Mul's node index. */
+static bool head_scaled(si_graph *g, int v, int *u, int *mul) {
+    si_gnode *p = producer(g, v);
+    if (!p || p->op != SI_OP_BINARY || p->binop != SI_BIN_MUL || p->act.kind ||
+        g->values[v].uses != 1)
+        return false;
+    for (int side = 0; side < 2; side++) {
+        const si_value *c = &g->values[p->in[1 - side]];
+        int nd = c->shape.ndim;
+        if (c->kind != SI_VAL_CONST || c->dtype != SI_DT_FLOAT || !c->data || nd < 2 ||
+            nd > g->values[v].shape.ndim || c->shape.dims[nd - 1] != 1 ||
+            c->shape.dims[nd - 2] != 1)
+            continue;
+        *u = p->in[side];
+        *mul = (int)(p - g->nodes);
+        return true;
+    }
+    return false;
+}
+
 /* What one matched pattern absorbs: the nodes that die, and the fused node's inputs. */
 typedef struct {
     int dead[16], n_dead;
     int q, k, v, bias, trans_b;
     int mask, windows; /* Swin's shifted-window mask (-1: none), tiled over `windows` */
+    int head_mul;      /* Swin V2's Mul of the scores by a per-head constant (-1: none) */
     float scale;
 } match;
 
@@ -322,7 +345,7 @@ static bool match_at(si_graph *g, si_gnode *sm, si_gnode **out_mm, match *m, con
     if (mm2->bias >= 0 || mm2->residual >= 0 || mm2->act.kind) return false;
     memset(m, 0, sizeof *m);
     m->scale = 1.f;
-    m->bias = m->mask = -1;
+    m->bias = m->mask = m->head_mul = -1;
     m->dead[m->n_dead++] = (int)(sm - g->nodes);
     for (int c = 0; c < n_casts; c++) m->dead[m->n_dead++] = casts[c];
     int x = sm->in[0], u;
@@ -343,6 +366,8 @@ static bool match_at(si_graph *g, si_gnode *sm, si_gnode **out_mm, match *m, con
             if (scaled(g, s, &u, &f)) {
                 kill_producer(g, &t, s);
                 t.scale *= f;
+                s = u;
+            } else if (head_scaled(g, s, &u, &t.head_mul)) {
                 s = u;
             }
             if (match_scores(g, s, &t)) {
@@ -401,6 +426,25 @@ static bool looks_like_attention(const si_graph *g, const si_gnode *sm) {
     return false;
 }
 
+/* The per-head scale of the scores moves onto q: (q c) k^T = (q k^T) c where c varies over
+ * the head axes alone. Its Mul node, which runs before the fused node, now scales q. */
+static void scale_q_per_head(si_graph *g, match *m) {
+    si_gnode *hm = &g->nodes[m->head_mul];
+    int c = g->values[hm->in[0]].kind == SI_VAL_CONST ? hm->in[0] : hm->in[1];
+    si_shape qs = g->values[m->q].shape;
+    size_t len = strlen(g->values[m->q].name) + 16;
+    char *name = si_xmalloc(len);
+    snprintf(name, len, "%s/head_scaled", g->values[m->q].name);
+    int v = si_graph_add_runtime(g, name, &qs);
+    free(name);
+    hm->n_in = 0;
+    si_node_add_input(hm, m->q);
+    si_node_add_input(hm, c);
+    hm->out = hm->outs[0] = v;
+    g->values[v].producer = m->head_mul;
+    m->q = v;
+}
+
 int si_fuse_attention(si_graph *g, const float *host_scalars_at_2) {
     int fused = 0;
     host_at_2 = host_scalars_at_2;
@@ -418,6 +462,7 @@ int si_fuse_attention(si_graph *g, const float *host_scalars_at_2) {
                             g->path, sm->name, why);
             continue;
         }
+        if (m.head_mul >= 0) scale_q_per_head(g, &m);
         size_t len = strlen(mm2->op_type) + 64;
         char *type = si_xmalloc(len);
         snprintf(type, len, "Attention(MatMul+%sSoftmax+MatMul)",

@@ -249,8 +249,15 @@ static void plan_input(const si_graph *g, const si_gnode *n, int i, operand *o) 
     o->taken = true;
 }
 
+/* Whether node r reads value v only as a view or for its shape (the legacy exporter's Shape of
+ * the merged heads, for the Reshape after). */
+static bool reads_as_layout(const si_gnode *r) {
+    return r->op == SI_OP_VIEW ||
+           (r->op == SI_OP_HOST && (!strcmp(r->op_type, "Shape") || !strcmp(r->op_type, "Size")));
+}
+
 /* Y read once, by a Transpose that keeps the last axis in place, whose result only Reshape-like
- * views read: Y is written straight into that result. */
+ * views read (and Shape): Y is written straight into that result. */
 static void plan_output(const si_graph *g, const si_gnode *n, operand *o) {
     memset(o, 0, sizeof *o);
     const si_value *y = &g->values[n->out];
@@ -264,7 +271,7 @@ static void plan_output(const si_graph *g, const si_gnode *n, operand *o) {
     const si_value *w = &g->values[t->out];
     for (int j = 0; j < g->n_nodes; j++)
         for (int k = 0; k < g->nodes[j].n_in; k++)
-            if (g->nodes[j].in[k] == t->out && g->nodes[j].op != SI_OP_VIEW) return;
+            if (g->nodes[j].in[k] == t->out && !reads_as_layout(&g->nodes[j])) return;
     int64_t acc = 1, sw[SI_MAX_DIMS];
     for (int d = nd - 1; d >= 0; d--) sw[d] = acc, acc *= w->shape.dims[d];
     for (int d = 0; d < nd; d++) o->st[t->perm[d]] = sw[d];

@@ -69,6 +69,9 @@ enum {
     H_XOR,
     H_ISNAN,
     H_ISINF,
+    H_POW,
+    H_RELU,
+    H_MATMUL,
     H_COUNT
 };
 
@@ -702,6 +705,7 @@ static double unary_f64(int op, double v, const si_act *a) {
     switch (op) {
     case H_NOT: return v == 0;
     case H_ISNAN: return v != v;
+    case H_RELU: return v < 0 ? 0 : v;
     case H_ISINF: return (a->alpha != 0 && v == INFINITY) || (a->beta != 0 && v == -INFINITY);
     case H_NEG: return -v;
     case H_ABS: return fabs(v);
@@ -730,6 +734,7 @@ static bool unary_i64(int op, int64_t v, int64_t *r) {
     case H_NEG: *r = v == INT64_MIN ? v : -v; return true; /* -INT64_MIN overflows: wraps */
     case H_ABS: *r = v < 0 && v != INT64_MIN ? -v : v; return true;
     case H_SIGN: *r = (v > 0) - (v < 0); return true;
+    case H_RELU: *r = v < 0 ? 0 : v; return true;
     case H_FLOOR:
     case H_CEIL:
     case H_ROUND: *r = v; return true;
@@ -990,6 +995,17 @@ static const char *int_binary(int op, int64_t fmod_flag, int64_t a, int64_t b, i
         if (a == INT64_MIN && b == -1) return "integer overflow";
         *r = a / b;
         return NULL;
+    case H_POW: /* by squaring; a negative exponent leaves 1 / a^|b|, 0 but for a = +-1 */
+        if (b < 0) {
+            *r = a == 1 ? 1 : a == -1 ? (b % 2 ? -1 : 1) : 0;
+            if (!a) return "integer division by 0";
+            return NULL;
+        }
+        for (*r = 1; b; b >>= 1) {
+            if ((b & 1) && __builtin_mul_overflow(*r, a, r)) return "integer overflow";
+            if (b > 1 && __builtin_mul_overflow(a, a, &a)) return "integer overflow";
+        }
+        return NULL;
     default: /* Mod: fmod=0 takes the divisor's sign, as Python */
         if (!b) return "modulo by 0";
         *r = b == -1 ? 0 : a % b;
@@ -1004,6 +1020,7 @@ static double float_binary(int op, int64_t fmod_flag, double a, double b) {
     case H_SUB: return a - b;
     case H_MUL: return a * b;
     case H_DIV: return a / b;
+    case H_POW: return pow(a, b);
     case H_EQUAL: return a == b;
     case H_LESS: return a < b;
     case H_GREATER: return a > b;
@@ -1016,7 +1033,7 @@ static double float_binary(int op, int64_t fmod_flag, double a, double b) {
     }
 }
 
-/* Add, Sub, Mul, Div, Mod and the comparisons and logical ops (bools as int64 0 and 1) with
+/* Add, Sub, Mul, Div, Pow, Mod and the comparisons and logical ops (bools as int64 0 and 1) with
  * broadcasting. */
 static si_status eval_binary(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
     const si_value *x1 = hin(g, n, 1);
@@ -1041,6 +1058,53 @@ static si_status eval_binary(si_graph *g, si_gnode *n, const si_value *x, si_val
             continue;
         }
         put(y, i, float_binary(op, n->host_i[0], si_value_f64(x, ia), si_value_f64(x1, ib)));
+    }
+    return SI_OK;
+}
+
+/* The most multiply-adds a MatMul of constants is folded with at load (~0.3 s). */
+#define HOST_MAX_MACS 2.7e8
+
+/* MatMul of constants (Swin V2's relative-position MLP over its table of coordinates), by
+ * numpy's rules: a 1-D operand is promoted and its axis dropped after, batch dims broadcast.
+ * In double; int64 results saturate. */
+static si_status eval_matmul(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    const si_value *w = hin(g, n, 1);
+    if (!w) return si_node_error(g, n, SI_ERR_FORMAT, "needs two inputs");
+    si_shape a = x->shape, b = w->shape;
+    if (a.ndim == 0 || b.ndim == 0) return si_node_error(g, n, SI_ERR_FORMAT, "a scalar operand");
+    bool a1 = a.ndim == 1, b1 = b.ndim == 1;
+    if (a1) a = (si_shape){.ndim = 2, .dims = {1, a.dims[0]}};
+    if (b1) b = (si_shape){.ndim = 2, .dims = {b.dims[0], 1}};
+    int64_t m = a.dims[a.ndim - 2], k = a.dims[a.ndim - 1], nn = b.dims[b.ndim - 1];
+    if (b.dims[b.ndim - 2] != k)
+        return si_node_error(g, n, SI_ERR_FORMAT, "inner dims differ (%lld and %lld)", (long long)k,
+                             (long long)b.dims[b.ndim - 2]);
+    si_shape ab = a, bb = b, batch;
+    ab.ndim -= 2;
+    bb.ndim -= 2;
+    if (!bcast_shape(&ab, &bb, &batch))
+        return si_node_error(g, n, SI_ERR_FORMAT, "batch dims cannot be broadcast");
+    int64_t nb = si_shape_numel(&batch);
+    if ((double)nb * (double)m * (double)nn * (double)k > HOST_MAX_MACS)
+        return si_node_error(g, n, SI_ERR_UNSUPPORTED,
+                             "a MatMul of constants too large to fold at load (%.3g multiply-adds)",
+                             (double)nb * (double)m * (double)nn * (double)k);
+    y->shape = batch;
+    if (!a1) y->shape.dims[y->shape.ndim++] = m;
+    if (!b1) y->shape.dims[y->shape.ndim++] = nn;
+    y->dtype = x->dtype == SI_DT_INT64 && w->dtype == SI_DT_INT64 ? SI_DT_INT64 : SI_DT_FLOAT;
+    ALLOC_OR_FAIL(y);
+    for (int64_t ib = 0; ib < nb; ib++) {
+        int64_t oa = bcast_offset(&ab, &batch, ib) * m * k,
+                ob = bcast_offset(&bb, &batch, ib) * k * nn;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < nn; j++) {
+                double acc = 0;
+                for (int64_t q = 0; q < k; q++)
+                    acc += si_value_f64(x, oa + i * k + q) * si_value_f64(w, ob + q * nn + j);
+                put(y, (ib * m + i) * nn + j, acc);
+            }
     }
     return SI_OK;
 }
@@ -1123,6 +1187,9 @@ static const host_row host_rows[H_COUNT] = {
     [H_OR] = BINARY("Or"),
     [H_XOR] = BINARY("Xor"),
     [H_ISNAN] = UNARY("IsNaN"),
+    [H_POW] = BINARY("Pow"),
+    [H_RELU] = UNARY("Relu"),
+    [H_MATMUL] = {.onnx = "MatMul", .eval = eval_matmul},
     [H_ISINF] = {.onnx = "IsInf", .convert = conv_isinf, .eval = eval_unary},
     [H_WHERE] = {.onnx = "Where", .eval = eval_where},
     [H_SLICE] = {.onnx = "Slice", .convert = conv_slice, .eval = eval_slice},
