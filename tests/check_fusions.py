@@ -44,14 +44,14 @@ EXPECT = {
     # Transposes moved)
     "tv_vit_b_16.dynamo": ({"attention": 12, "operands": 48, "residual": 24, "token": 1,
                             "moves": 61}, ["Softmax", "Erf", "Transpose>1"]),
-    "clip_mha_b_16.dynamo": ({"attention": 12, "operands": 48, "residual": 24, "moves": 24},
-                             ["Softmax", "Sigmoid"]),
+    "clip_mha_b_16.dynamo": ({"attention": 12, "operands": 48, "residual": 24, "moves": 24,
+                              "token": 1}, ["Softmax", "Sigmoid"]),
     # the legacy exporter computes their Reshapes' shapes from the tensors (Shape nodes read
     # them), which keeps the Gemm's Reshapes and torchvision's Transposes: fast attention still
     "tv_vit_b_16.legacy": ({"attention": 12, "operands": 48, "residual": 12, "moves": 13},
                            ["Softmax", "Erf"]),
-    "clip_mha_b_16.legacy": ({"attention": 12, "operands": 48, "residual": 12, "moves": 12},
-                             ["Softmax", "Sigmoid"]),
+    "clip_mha_b_16.legacy": ({"attention": 12, "operands": 48, "residual": 12, "moves": 12,
+                              "token": 1}, ["Softmax", "Sigmoid"]),
     # EVA-02: rotary embeddings on q and k (computed, so read as written); V and Y in place
     "eva02_b_14": ({"attention": 12, "operands": 36, "bias": 72, "residual": 24}, ["Softmax"]),
     # BEiT and LeViT: the relative-position bias gathered from its table at load, added in the

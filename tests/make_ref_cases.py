@@ -1453,6 +1453,20 @@ def c_token_select_partial(c):
     c.opset = 20
 
 
+def c_token_select_seq_first(c):
+    # OpenAI CLIP's tower runs its blocks sequence-first, (T, N, D), and takes the class token
+    # as x.permute(1, 0, 2)[:, 0, :]: Gather(Transpose) of a scalar index, which becomes a Gather
+    # on axis 0 and moves up the same way
+    a = c.node("Transpose", [c.input("attn_out", normal(c.rng, (2, 9, 16)))], ["a_tnd"],
+               perm=[1, 0, 2])
+    x0 = c.node("Transpose", [c.input("stream", normal(c.rng, (2, 9, 16)))], ["x_tnd"],
+                perm=[1, 0, 2])
+    blk = c.node("Transpose", [_token_block(c, a, x0, 16, "s_")], ["blk_ntd"], perm=[1, 0, 2])
+    t = c.node("Gather", [blk, c.init("tok", np.array(0, np.int64))], ["token"], axis=1)
+    c.output(layernorm(c, t, "ln_post", (16,)))
+    c.opset = 20
+
+
 def c_conv_patchify_vit(c):
     # a ViT's patch embedding (kernel = stride = 8 on 3 channels): the GPU runs it as one GEMM
     x = c.input("images", uniform(c.rng, (2, 3, 32, 40)))

@@ -12,15 +12,16 @@
 #include "graph_internal.h"
 #include "import.h"
 
-/* Node p keeps rows along axis 1 apart (rank-3 output with t rows): an output row depends on
- * the same row of each computed input alone. */
-static bool row_wise(const si_graph *g, const si_gnode *p, int64_t t) {
+/* Node p keeps rows along axis ax (0 or 1) apart (rank-3 output with t rows there): an output
+ * row depends on the same row of each computed input alone. */
+static bool row_wise(const si_graph *g, const si_gnode *p, int ax, int64_t t) {
     const si_shape *y = &g->values[p->out].shape;
-    if (p->n_out != 1 || y->ndim != 3 || y->dims[1] != t) return false;
+    if (p->n_out != 1 || y->ndim != 3 || y->dims[ax] != t) return false;
     for (int i = 0; i < p->n_in; i++) {
         const si_value *v = &g->values[p->in[i]];
         if (v->kind == SI_VAL_RUNTIME) {
-            if (v->shape.ndim != 3 || v->shape.dims[0] != y->dims[0] || v->shape.dims[1] != t)
+            if (v->shape.ndim != 3 || v->shape.dims[0] != y->dims[0] ||
+                v->shape.dims[1] != y->dims[1])
                 return false;
         } else if (p->op == SI_OP_BINARY && v->shape.ndim > 1) {
             return false; /* a constant over the rows (a position table) ties them */
@@ -62,8 +63,8 @@ static int index_const(si_graph *g, const char *base, int ndim, int64_t k) {
 /* Moves Gather node sj (already checked) up through its row-wise producers: its index after
  * the Gathers inserted before it, or -1 if it did not move. */
 static int move_up(si_graph *g, int sj, int64_t k) {
-    const int x = g->nodes[sj].in[0];
-    const int64_t t = g->values[x].shape.dims[1];
+    const int x = g->nodes[sj].in[0], ax = g->nodes[sj].axis;
+    const int64_t t = g->values[x].shape.dims[ax];
     bool *in = si_xcalloc((size_t)g->n_nodes, sizeof *in);
     int first = sj, members = 0;
     /* grow the region while a value it reads (or x) has a row-wise producer outside it and
@@ -78,7 +79,7 @@ static int move_up(si_graph *g, int sj, int64_t k) {
                 int inside = v == x ? 1 : 0;
                 for (int j = first; j < sj; j++)
                     if (in[j]) inside += reads(&g->nodes[j], v);
-                if (inside != g->values[v].uses || !row_wise(g, &g->nodes[p], t)) continue;
+                if (inside != g->values[v].uses || !row_wise(g, &g->nodes[p], ax, t)) continue;
                 in[p] = grew = true;
                 members++;
                 if (p < first) first = p;
@@ -112,7 +113,7 @@ static int move_up(si_graph *g, int sj, int64_t k) {
         char *name = si_xmalloc(len);
         snprintf(name, len, "%s/token%lld", ev->name, (long long)k);
         si_shape s = ev->shape;
-        s.dims[1] = 1;
+        s.dims[ax] = 1;
         int id = si_graph_add_const(g, name, &s, NULL);
         g->values[id].kind = SI_VAL_RUNTIME;
         gathered[e] = id;
@@ -130,7 +131,7 @@ static int move_up(si_graph *g, int sj, int64_t k) {
         n->op_type = si_xstrdup("Gather(token, moved up)");
         n->out = n->outs[0] = gathered[e];
         n->n_out = 1;
-        n->axis = 1;
+        n->axis = ax;
         si_node_add_input(n, entries[e]);
         n->pslot[0] = n->n_in;
         si_node_add_input(n, index_const(g, g->values[entries[e]].name, 1, k));
@@ -152,19 +153,41 @@ static int move_up(si_graph *g, int sj, int64_t k) {
     return sj;
 }
 
+/* A sequence-first model (nn.MultiheadAttention's (T, N, D), OpenAI's CLIP) takes its class
+ * token as Gather(Transpose(y, 1 0 2), k, axis 1) with a scalar k: that is Gather(y, k, axis 0),
+ * which node s (the Gather) becomes, so the token moves up along axis 0. */
+static bool gather_before_transpose(si_graph *g, si_gnode *s, const si_value *iv) {
+    const si_value *x = &g->values[s->in[0]];
+    si_gnode *t = x->producer >= 0 ? &g->nodes[x->producer] : NULL;
+    if (!t || t->op != SI_OP_TRANSPOSE || x->uses != 1 || s->axis != 1 || iv->shape.ndim != 0 ||
+        x->shape.ndim != 3 || t->perm[0] != 1 || t->perm[1] != 0 || t->perm[2] != 2)
+        return false;
+    s->in[0] = t->in[0];
+    s->axis = 0;
+    t->op = -1; /* read by s alone */
+    return true;
+}
+
 int si_select_token_early(si_graph *g) {
     int moved = 0;
     for (int j = 0; j < g->n_nodes; j++) {
-        const si_gnode *s = &g->nodes[j];
+        si_gnode *s = &g->nodes[j];
         if (s->op != SI_OP_GATHER || s->pslot[0] < 0) continue;
-        const si_value *x = &g->values[s->in[0]], *iv = si_imp_param(g, s, 0);
+        const si_value *iv = si_imp_param(g, s, 0);
+        if (!iv || iv->kind != SI_VAL_CONST || si_value_numel(iv) != 1) continue;
+        if (gather_before_transpose(g, s, iv)) {
+            si_graph_compact(g); /* the Transpose goes: indices move, uses are recounted */
+            j = -1;
+            continue;
+        }
+        const si_value *x = &g->values[s->in[0]];
+        int ax = s->axis;
         if (x->kind != SI_VAL_RUNTIME || x->dtype != SI_DT_FLOAT || x->shape.ndim != 3 ||
-            s->axis != 1 || x->uses != 1 || x->producer < 0 || !iv || iv->kind != SI_VAL_CONST ||
-            si_value_numel(iv) != 1 || x->shape.dims[1] < 2)
+            (ax != 1 && ax != 0) || x->uses != 1 || x->producer < 0 || x->shape.dims[ax] < 2)
             continue;
         int64_t k = si_value_i64(iv, 0);
-        if (k < 0) k += x->shape.dims[1];
-        if (k < 0 || k >= x->shape.dims[1]) continue;
+        if (k < 0) k += x->shape.dims[ax];
+        if (k < 0 || k >= x->shape.dims[ax]) continue;
         int at = move_up(g, j, k);
         if (at < 0) continue;
         moved++;
