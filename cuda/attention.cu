@@ -1,5 +1,6 @@
 // Fused attention, Y = softmax(scale * Q K^T + bias) V per matrix, without writing the T x S
-// scores to global memory. FP16/BF16 with head size 32, 64 or 128 (Dv == D): flash-attention
+// scores to global memory. FP16/BF16 with head size 16, 32, 64, 80 or 128 (V's as wide; for 16
+// and 32 also V 2 or 4 times as wide, LeViT's): flash-attention
 // kernels on the tensor cores (mma.sync m16n8k16, FP32 accumulation, the online softmax of
 // FlashAttention-2: each warp owns 16 query rows, keys 64 at a time): k_flash streams K and V
 // tiles through shared memory; k_flash_res (head size 64, no bias, a few hundred keys: the ViTs)
@@ -127,19 +128,20 @@ __device__ inline void ldsm_x4_t(uint32_t r[4], uint32_t a) {
 // Where a lane's ldmatrix rows of a tile of keys are: the B fragments of Q K^T (K's rows are
 // keys: key group nt's 8 keys, dims kk * 16 on) and of P V (V transposed: keys kk * 16 on, dims
 // nt * 8 on), as shared-space byte addresses.
-// Rows D + PAD elements apart (k_flash): lanes 8i..8i+7 give matrix i's rows.
-template <typename T, int D> struct padded_keys {
+// Rows DK + PAD (K) and DV + PAD (V) elements apart (k_flash): lanes 8i..8i+7 give matrix i's
+// rows.
+template <typename T, int DK, int DV> struct padded_keys {
     uint32_t ka, va; // this lane's rows of the tile's first keys
     __device__ padded_keys(uint32_t k0, uint32_t v0) {
         const int lane = threadIdx.x % 32, mat = lane / 8, mr = lane % 8;
-        ka = k0 + (uint32_t)((((mat >> 1) * 8 + mr) * (D + PAD) + (mat & 1) * 8) * sizeof(T));
-        va = v0 + (uint32_t)((((mat & 1) * 8 + mr) * (D + PAD) + (mat >> 1) * 8) * sizeof(T));
+        ka = k0 + (uint32_t)((((mat >> 1) * 8 + mr) * (DK + PAD) + (mat & 1) * 8) * sizeof(T));
+        va = v0 + (uint32_t)((((mat & 1) * 8 + mr) * (DV + PAD) + (mat >> 1) * 8) * sizeof(T));
     }
     __device__ uint32_t k(int nt, int kk) const {
-        return ka + (uint32_t)((nt * 8 * (D + PAD) + kk * 16) * sizeof(T));
+        return ka + (uint32_t)((nt * 8 * (DK + PAD) + kk * 16) * sizeof(T));
     }
     __device__ uint32_t v(int kk, int nt) const {
-        return va + (uint32_t)((kk * 16 * (D + PAD) + nt * 8) * sizeof(T));
+        return va + (uint32_t)((kk * 16 * (DV + PAD) + nt * 8) * sizeof(T));
     }
 };
 // 128-byte rows (64 16-bit dims) unpadded, chunk c of row r at (c ^ r % 8) * 16: conflict-free
@@ -173,9 +175,9 @@ struct swizzled_keys {
 // online softmax's running max m and sum l (log2 domain, exp2) and o += P V. live: the tile's
 // keys inside S, s0 its first; bias NULL or the scores' bias at boff (rows row[]). Key groups
 // wholly beyond live are skipped; FULL: live == NK and no bias, nothing to test.
-template <typename T, int D, int NK = BN, bool FULL = false, class L>
-__device__ inline void flash_tile(const L &lay, int live, const uint32_t (&qa)[D / 16][4],
-                                  float (&o)[D / 8][4], float (&m)[2], float (&l)[2], float sl2,
+template <typename T, int DK, int DV, int NK = BN, bool FULL = false, class L>
+__device__ inline void flash_tile(const L &lay, int live, const uint32_t (&qa)[DK / 16][4],
+                                  float (&o)[DV / 8][4], float (&m)[2], float (&l)[2], float sl2,
                                   const si_k_attn &p, const T *bias, int64_t boff,
                                   const int (&row)[2], int s0) {
     const int t4 = threadIdx.x % 4;
@@ -187,7 +189,7 @@ __device__ inline void flash_tile(const L &lay, int live, const uint32_t (&qa)[D
     for (int nt = 0; nt < NK / 8; nt += 2) {
         if (!FULL && nt * 8 >= live) continue; // the whole pair of key groups is padding
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) { // K rows are keys: B[dim][key] untransposed
+        for (int kk = 0; kk < DK / 16; kk++) { // K rows are keys: B[dim][key] untransposed
             uint32_t r[4];
             ldsm_x4(r, lay.k(nt, kk));
             mma<T>(sc[nt], qa[kk], r[0], r[1]);
@@ -245,7 +247,7 @@ __device__ inline void flash_tile(const L &lay, int live, const uint32_t (&qa)[D
     l[1] = fmaf(l[1], corr[1], sum[1]);
     if (__any_sync(0xffffffff, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
-        for (int i = 0; i < D / 8; i++) {
+        for (int i = 0; i < DV / 8; i++) {
             o[i][0] *= corr[0];
             o[i][1] *= corr[0];
             o[i][2] *= corr[1];
@@ -260,7 +262,7 @@ __device__ inline void flash_tile(const L &lay, int live, const uint32_t (&qa)[D
                          pack2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
                          pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
 #pragma unroll
-        for (int nt = 0; nt < D / 8; nt += 2) { // V rows are keys: B[key][dim] transposed
+        for (int nt = 0; nt < DV / 8; nt += 2) { // V rows are keys: B[key][dim] transposed
             uint32_t r[4];
             ldsm_x4_t(r, lay.v(kk, nt));
             mma<T>(o[nt], a, r[0], r[1]);
@@ -308,14 +310,14 @@ __device__ inline void store_o(T *yb, int64_t ld, int T_, const int (&row)[2],
 // blockDim.x / 32 warps (at most 8), 16 query rows each; K and V tiles double-buffered: tile
 // i+1 loads while i computes. Scores are kept in the log2 domain (exp2). Key groups wholly
 // beyond S (the last tile's padding) are skipped.
-template <typename T, int D>
-__global__ void __launch_bounds__(256, D <= 64 ? 2 : 1)
+template <typename T, int DK, int DV>
+__global__ void __launch_bounds__(256, DK <= 64 && DV <= 64 ? 2 : 1)
     k_flash(si_k_attn p, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
             const T *__restrict__ bias, T *__restrict__ y, int row_blocks) {
-    constexpr int TILE = BN * (D + PAD);
-    const int M = blockDim.x / 2; // 16 rows per warp
+    constexpr int TK = BN * (DK + PAD), TV = BN * (DV + PAD); // a K and a V tile
+    const int M = blockDim.x / 2;                             // 16 rows per warp
     extern __shared__ __align__(16) unsigned char smem[];
-    T *qs = reinterpret_cast<T *>(smem), *kv = qs + M * (D + PAD); // kv: [2][K tile, V tile]
+    T *qs = reinterpret_cast<T *>(smem), *kv = qs + M * (DK + PAD); // kv: [2][K tile, V tile]
     // a matrix's row blocks side by side (they share K and V in L2), matrices after each other
     const int64_t b = blockIdx.x / row_blocks;
     const int T_ = (int)p.t, S = (int)p.s, q0 = (int)(blockIdx.x % row_blocks) * M;
@@ -325,20 +327,20 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1)
     const T *kb = k + off[1], *vb = v + off[2];
     const int tiles = (S + BN - 1) / BN, ldk = (int)p.ld[1], ldv = (int)p.ld[2];
     auto load_tile = [&](int i) {
-        T *kt = kv + (i & 1) * 2 * TILE, *vt = kt + TILE;
+        T *kt = kv + (i & 1) * (TK + TV), *vt = kt + TK;
         if (p.trans_b)
-            load_rows<T, D>(kt, kb, ldk, i * BN, S, BN);
+            load_rows<T, DK>(kt, kb, ldk, i * BN, S, BN);
         else
-            load_kt<T, D>(kt, kb, ldk, i * BN, S);
-        load_rows<T, D>(vt, vb, ldv, i * BN, S, BN);
+            load_kt<T, DK>(kt, kb, ldk, i * BN, S);
+        load_rows<T, DV>(vt, vb, ldv, i * BN, S, BN);
     };
-    load_rows<T, D>(qs, q + off[0], (int)p.ld[0], q0, T_, M);
+    load_rows<T, DK>(qs, q + off[0], (int)p.ld[0], q0, T_, M);
     load_tile(0);
     cp_commit();
-    uint32_t qa[D / 16][4];
-    float o[D / 8][4];
+    uint32_t qa[DK / 16][4];
+    float o[DV / 8][4];
 #pragma unroll
-    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    for (int i = 0; i < DV / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     const int r0 = warp * 16;
     const int row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
@@ -350,15 +352,15 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1)
         cp_commit();
         cp_wait<1>(); // tile it (and Q) landed
         __syncthreads();
-        if (it == 0) load_qa<T, D>(qa, qs + r0 * (D + PAD));
-        const uint32_t ks = kv_sh + (it & 1) * 2 * TILE * sizeof(T);
-        flash_tile<T, D>(padded_keys<T, D>(ks, ks + TILE * sizeof(T)), min(BN, S - it * BN), qa, o,
-                         m, l, sl2, p, bias, boff, row, it * BN);
+        if (it == 0) load_qa<T, DK>(qa, qs + r0 * (DK + PAD));
+        const uint32_t ks = kv_sh + (it & 1) * (TK + TV) * sizeof(T);
+        flash_tile<T, DK, DV>(padded_keys<T, DK, DV>(ks, ks + TK * sizeof(T)), min(BN, S - it * BN),
+                              qa, o, m, l, sl2, p, bias, boff, row, it * BN);
         __syncthreads(); // every warp is done with this buffer before it is loaded again
     }
     cp_wait<0>();               // nothing in flight at exit (S == 0 issued Q and never waited)
     si_attn_offsets(p, b, off); // again: one 64-bit offset less live through the loop (spills)
-    store_o<T, D>(y + off[3], p.ld[3], T_, row, o, l);
+    store_o<T, DV>(y + off[3], p.ld[3], T_, row, o, l);
 }
 
 // Short sequences without a bias (a ViT's 197 or DINOv2's 257 tokens): the flash kernel above
@@ -483,13 +485,13 @@ __global__ void __launch_bounds__(RES_WARPS * 32, 1)
             const int live = S - s0;
             const T *nb = nullptr; // no bias
             if (live >= BN)        // a whole tile; the last one as narrow as its keys
-                flash_tile<T, D, BN, true>(lay, BN, qa, o, m, l, sl2, p, nb, 0, row, s0);
+                flash_tile<T, D, D, BN, true>(lay, BN, qa, o, m, l, sl2, p, nb, 0, row, s0);
             else if (live > 32)
-                flash_tile<T, D, BN>(lay, live, qa, o, m, l, sl2, p, nb, 0, row, s0);
+                flash_tile<T, D, D, BN>(lay, live, qa, o, m, l, sl2, p, nb, 0, row, s0);
             else if (live > 16)
-                flash_tile<T, D, 32>(lay, live, qa, o, m, l, sl2, p, nb, 0, row, s0);
+                flash_tile<T, D, D, 32>(lay, live, qa, o, m, l, sl2, p, nb, 0, row, s0);
             else
-                flash_tile<T, D, 16>(lay, live, qa, o, m, l, sl2, p, nb, 0, row, s0);
+                flash_tile<T, D, D, 16>(lay, live, qa, o, m, l, sl2, p, nb, 0, row, s0);
             // a load issued a tile ago has landed by now; the others may wait for it
             if (pending >= 0) publish();
         }
@@ -573,22 +575,24 @@ __global__ void k_attn_rows(si_k_attn p, const T *__restrict__ q, const T *__res
 // and Swin's 49-token windows one block of 4. At most 128 registers a thread, so two blocks share
 // an SM for head sizes up to 64 (measured on the H100: 6% faster on ViT-B, 9% on DeiT-S than
 // one block of 146); head size 128 keeps one block, as two would spill its accumulators.
-template <typename T, int D>
+template <typename T, int DK, int DV>
 cudaError_t launch_flash(cudaStream_t s, const si_k_attn &p, const void *q, const void *k,
                          const void *v, const void *bias, void *y) {
     constexpr int WMAX = 8;
     int64_t row_tiles = (p.t + 15) / 16, blocks = (row_tiles + WMAX - 1) / WMAX;
     int w = (int)((row_tiles + blocks - 1) / blocks);
-    size_t smem = sizeof(T) * (size_t)(16 * w + 4 * BN) * (D + PAD);
+    auto bytes = [](int warps) { // Q rows, then two K and two V tiles
+        return sizeof(T) * ((size_t)(16 * warps + 2 * BN) * (DK + PAD) + 2 * BN * (DV + PAD));
+    };
+    size_t smem = bytes(w);
     static bool attr = false;
     if (!attr) {
-        size_t most = sizeof(T) * (size_t)(16 * WMAX + 4 * BN) * (D + PAD);
         cudaError_t e = cudaFuncSetAttribute(
-            k_flash<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
+            k_flash<T, DK, DV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes(WMAX));
         if (e != cudaSuccess) return e;
         attr = true;
     }
-    k_flash<T, D><<<(unsigned)(p.nb * blocks), w * 32, smem, s>>>(
+    k_flash<T, DK, DV><<<(unsigned)(p.nb * blocks), w * 32, smem, s>>>(
         p, (const T *)q, (const T *)k, (const T *)v, (const T *)bias, (T *)y, (int)blocks);
     return cudaGetLastError();
 }
@@ -667,13 +671,23 @@ bool attn90_here() {
     return here == 1;
 }
 
+// The head sizes (Q and K's, V's) the flash kernel is built for: the ViTs' 32, 64 and 128, ViT-H's
+// 80, LeViT's 16 and 32 against V twice or four times as wide
+#define SI_FLASH_HEADS(X)                                                                          \
+    X(16, 16) X(16, 32) X(16, 64) X(32, 32) X(32, 64) X(64, 64) X(80, 80) X(128, 128)
+__host__ __device__ constexpr bool flash_heads(int64_t d, int64_t dv) {
+#define SI_FLASH_IS(DK, DV) (d == DK && dv == DV) ||
+    return SI_FLASH_HEADS(SI_FLASH_IS) false;
+#undef SI_FLASH_IS
+}
+
 // si_k_attention_kernel's choice for element type T (t its code)
 template <typename T>
 int which(int t, const si_k_attn &p, const void *q, const void *k, const void *v, const void *bias,
           const void *y) {
     if constexpr (sizeof(T) == 2) {
         if (!bias && attn90_here() && si_cuda_attn90_ok(t, &p, q, k, v, y)) return SI_ATTN_WGMMA;
-        if (p.dv == p.d && (p.d == 32 || p.d == 64 || p.d == 128) && flash_fits<T>(p, q, k, v, y)) {
+        if (flash_heads(p.d, p.dv) && flash_fits<T>(p, q, k, v, y)) {
             cudaError_t err = cudaSuccess;
             if (p.d == 64 && !bias && resident_slots<T>(p, &err) >= 2) return SI_ATTN_RESIDENT;
             return SI_ATTN_FLASH;
@@ -690,9 +704,11 @@ cudaError_t launch(cudaStream_t s, int t, const si_k_attn &p, const void *q, con
         case SI_ATTN_WGMMA: return si_cuda_attn90_run(s, t, &p, q, k, v, y);
         case SI_ATTN_RESIDENT: return launch_resident<T>(s, p, q, k, v, y);
         case SI_ATTN_FLASH:
-            if (p.d == 64) return launch_flash<T, 64>(s, p, q, k, v, bias, y);
-            if (p.d == 32) return launch_flash<T, 32>(s, p, q, k, v, bias, y);
-            return launch_flash<T, 128>(s, p, q, k, v, bias, y);
+#define SI_FLASH_CASE(DK, DV)                                                                      \
+    if (p.d == DK && p.dv == DV) return launch_flash<T, DK, DV>(s, p, q, k, v, bias, y);
+            SI_FLASH_HEADS(SI_FLASH_CASE)
+#undef SI_FLASH_CASE
+            break;
         default: break;
         }
     }
@@ -720,9 +736,11 @@ int si_k_attention_kernel(int t, const si_k_attn *p, const void *q, const void *
 const char *si_k_attention_rows_why(int t, const si_k_attn *p, const void *q, const void *k,
                                     const void *v, const void *y, char *buf, size_t cap) {
     if (t == SI_GT_F32) return "FP32 (the fused kernels take FP16 and BF16)";
-    if (p->dv != p->d || (p->d != 32 && p->d != 64 && p->d != 128)) {
-        snprintf(buf, cap, "head size %lld (the fused kernels take 32, 64 and 128)",
-                 (long long)p->d);
+    if (!flash_heads(p->d, p->dv)) {
+        snprintf(buf, cap,
+                 "head size %lld, V's %lld (the fused kernels take 16, 32, 64, 80 and 128 with V "
+                 "as wide, and 16 or 32 with V 2 or 4 times as wide)",
+                 (long long)p->d, (long long)p->dv);
         return buf;
     }
     const void *ptrs[4] = {q, k, v, y};

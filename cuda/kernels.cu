@@ -641,6 +641,57 @@ __global__ void k_norm_warp_vec(const T *__restrict__ x, int64_t rows, int len,
     }
 }
 
+// Rows wider than a warp holds (EVA-02's 2048-wide LayerNorm inside its MLP): a block a row,
+// each thread two 16-byte chunks in registers, the block's sums through shared memory. k_norm's
+// scalar passes over such rows ran at a sixth of the memory's bandwidth.
+constexpr int LN_BLOCK_NC = 2;
+template <typename T>
+__global__ void k_norm_block_vec(const T *__restrict__ x, int64_t rows, int len,
+                                 const T *__restrict__ scale, const T *__restrict__ bias, float eps,
+                                 T *__restrict__ y) {
+    constexpr int V = 16 / sizeof(T);
+    __shared__ float part[32];
+    const int nch = len / V;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) { // the same trip count block-wide
+        const uint4 *xr = reinterpret_cast<const uint4 *>(x + r * len);
+        float v[LN_BLOCK_NC * V], s = 0.f;
+#pragma unroll
+        for (int c = 0; c < LN_BLOCK_NC; c++) {
+            int ch = threadIdx.x + blockDim.x * c;
+            uint4 u = ch < nch ? xr[ch] : make_uint4(0, 0, 0, 0);
+            const T *e = reinterpret_cast<const T *>(&u);
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                v[c * V + k] = ld(e, k);
+                s += v[c * V + k];
+            }
+        }
+        float mean = block_sum(s, part) / (float)len, q = 0.f;
+#pragma unroll
+        for (int c = 0; c < LN_BLOCK_NC; c++)
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                float d = threadIdx.x + blockDim.x * c < nch ? v[c * V + k] - mean : 0.f;
+                q += d * d;
+            }
+        float inv = rsqrtf(block_sum(q, part) / (float)len + eps);
+        uint4 *yr = reinterpret_cast<uint4 *>(y + r * len);
+#pragma unroll
+        for (int c = 0; c < LN_BLOCK_NC; c++) {
+            int ch = threadIdx.x + blockDim.x * c;
+            if (ch >= nch) continue;
+            uint4 us = reinterpret_cast<const uint4 *>(scale)[ch], ub = make_uint4(0, 0, 0, 0), uo;
+            if (bias) ub = reinterpret_cast<const uint4 *>(bias)[ch];
+            const T *es = reinterpret_cast<const T *>(&us), *eb = reinterpret_cast<const T *>(&ub);
+            T *eo = reinterpret_cast<T *>(&uo);
+#pragma unroll
+            for (int k = 0; k < V; k++)
+                st(eo, k, (v[c * V + k] - mean) * inv * ld(es, k) + (bias ? ld(eb, k) : 0.f));
+            yr[ch] = uo;
+        }
+    }
+}
+
 static cudaError_t launch_norm(cudaStream_t s, int t, const void *x, int64_t rows, int64_t len,
                                const void *scale, int64_t ns, const void *bias, int64_t nb,
                                int64_t chans, float eps, void *y) {
@@ -661,9 +712,8 @@ static cudaError_t launch_norm(cudaStream_t s, int t, const void *x, int64_t row
             unsigned gl = (unsigned)(b < 65535 * 16 ? b : 65535 * 16);
 #define SI_NORM_VEC(LANES)                                                                         \
     SI_DISPATCH(t, T,                                                                              \
-                k_norm_warp_vec<T, LANES><<<gl, 256, 0, s>>>((const T *)x, rows, (int)len,         \
-                                                             (const T *)scale, (const T *)bias,    \
-                                                             eps, (T *)y))
+                k_norm_warp_vec<T, LANES><<<gl, 256, 0, s>>>(                                      \
+                    (const T *)x, rows, (int)len, (const T *)scale, (const T *)bias, eps, (T *)y))
             if (L == 4)
                 SI_NORM_VEC(4);
             else if (L == 8)
@@ -682,6 +732,18 @@ static cudaError_t launch_norm(cudaStream_t s, int t, const void *x, int64_t row
         return cudaGetLastError();
     }
     unsigned grid = (unsigned)(rows < 65535 * 16 ? rows : 65535 * 16); // the row loop covers more
+    size_t es = si_gtype_size(t);
+    int64_t nch = len * (int64_t)es / 16, threads = (nch + LN_BLOCK_NC - 1) / LN_BLOCK_NC;
+    if (!chans && ns == len && (!bias || nb == len) && (len * es) % 16 == 0 && threads <= 1024 &&
+        (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0 && (uintptr_t)scale % 16 == 0 &&
+        (uintptr_t)bias % 16 == 0) {
+        unsigned bt = (unsigned)((threads + 31) / 32 * 32);
+        SI_DISPATCH(t, T,
+                    k_norm_block_vec<T>
+                    <<<grid, bt, 0, s>>>((const T *)x, rows, (int)len, (const T *)scale,
+                                         (const T *)bias, eps, (T *)y));
+        return cudaGetLastError();
+    }
     SI_DISPATCH(t, T,
                 k_norm<T><<<grid, 256, 0, s>>>((const T *)x, rows, len, (const T *)scale, ns,
                                                (const T *)bias, nb, chans, eps, (T *)y));
@@ -1036,7 +1098,8 @@ template <typename E> __global__ void k_patchify(si_k_patch p, const E *__restri
     for (int r = threadIdx.x / 32; r < p.c * p.kh; r += blockDim.x / 32) {
         int ci = r / p.kh, kr = r % p.kh;
         const E *xr = xb + ci * p.st[1] + kr * p.st[2];
-        for (int wi = threadIdx.x % 32; wi < W; wi += 32) px[ci * KW + kr * W + wi] = xr[wi * p.st[3]];
+        for (int wi = threadIdx.x % 32; wi < W; wi += 32)
+            px[ci * KW + kr * W + wi] = xr[wi * p.st[3]];
     }
     for (int e = threadIdx.x; e < p.kp; e += blockDim.x) {
         int kr = e / (p.kw * p.c), rem = e % (p.kw * p.c), kc = rem / p.c, ci = rem % p.c;

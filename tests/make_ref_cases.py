@@ -1051,6 +1051,15 @@ def c_layernorm_deit_width(c):
     c.output(layernorm(c, x, "ln", (384,)))
 
 
+def c_layernorm_wide(c):
+    # EVA-02's 2048-wide LayerNorm inside its MLP and a 3072-wide one: wider than a warp holds,
+    # so the GPU gives each row a block (two 16-byte chunks a thread; FP32: 768 threads)
+    x = c.input("hidden", normal(c.rng, (2, 9, 2048), 2.0) + 1.0)
+    c.output(layernorm(c, x, "ln", (2048,)))
+    h = c.input("wider", normal(c.rng, (3, 5, 3072)) - 2.0)
+    c.output(layernorm(c, h, "ln_w", (3072,), bias=False))
+
+
 def c_layernorm_vit_last_axis_nobias_eps(c):
     x = c.input("tokens", normal(c.rng, (2, 197, 64), 4.0) - 1.0)
     c.output(layernorm(c, x, "ln", (64,), bias=False, epsilon=1e-6))
@@ -1272,7 +1281,9 @@ def c_attention_cosine(c):
                      [n + "_norm_x"])
         ops.append(c.node("Div", [x, nrm], [n + "_unit"]))
     v = c.input("v", normal(c.rng, (b, h, t, d)))
-    logit = c.init("logit_scale", uniform(c.rng, (h, 1, 1), 1.0, 5.0))
+    # scales of 4.5 to 20 (Swin V2 starts at 10); towards the clamp at 100, BF16's 8 bits of q
+    # and k alone move the scores by more than its bound here
+    logit = c.init("logit_scale", uniform(c.rng, (h, 1, 1), 1.5, 3.0))
     scale = c.node("Exp", [c.node("Min", [logit, c.init("log100", np.array(np.log(100.0),
                                                                               np.float32))],
                                   ["logit_clamped"])], ["head_scale"])
@@ -1303,9 +1314,31 @@ def c_attention_head_40(c):
     _sdpa(c, q, k, v, scale_split=False)
 
 
+def c_attention_head_80(c):
+    # head size 80, ViT-H/14's (OpenCLIP's LAION towers): the flash kernel, 5 k-steps of 16
+    q, k, v = (c.input(n, normal(c.rng, (2, 2, 257, 80))) for n in ("q", "k", "v"))
+    _sdpa(c, q, k, v)
+
+
+def c_attention_levit(c):
+    # LeViT's: Q and K of head size 16, V twice as wide, 196 tokens, a learned bias per head
+    q, k = (c.input(n, normal(c.rng, (2, 4, 196, 16))) for n in ("q", "k"))
+    v = c.input("v", normal(c.rng, (2, 4, 196, 32)))
+    _sdpa(c, q, k, v, scale_split=False, bias=c.init("attention_biases",
+                                                       normal(c.rng, (4, 196, 196))))
+
+
+def c_attention_levit_subsample(c):
+    # LeViT's downsampling attention: 49 queries of 16 against 196 keys, V four times as wide
+    q = c.input("q", normal(c.rng, (2, 8, 49, 16)))
+    k = c.input("k", normal(c.rng, (2, 8, 196, 16)))
+    v = c.input("v", normal(c.rng, (2, 8, 196, 64)))
+    _sdpa(c, q, k, v, bias=c.init("attention_biases", normal(c.rng, (8, 49, 196))))
+
+
 def c_attention_head_128(c):
-    # head size 128 (ViT-H/14's and larger towers'): the flash kernel's widest head, and
-    # cuDNN's SDPA where init picks it
+    # head size 128 (the widest towers'): the flash kernel's widest head, and cuDNN's SDPA
+    # where init picks it
     q, k, v = (c.input(n, normal(c.rng, (2, 2, 77, 128))) for n in ("q", "k", "v"))
     _sdpa(c, q, k, v)
 
