@@ -52,18 +52,6 @@ __device__ inline void mma<__nv_bfloat16>(float c[4], const uint32_t a[4], uint3
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// matrix b's offset in the bias: b decoded over the batch dims, the bias's index on each dim
-// modulo its own extent (bmod; the operands' offsets are si_attn_offsets')
-__device__ inline int64_t bias_off(const si_k_attn &p, int64_t b) {
-    int64_t off = 0;
-    for (int d = p.nbd - 1; d >= 0; d--) {
-        int64_t i = b % p.bdims[d];
-        off += i % p.bmod[d] * p.bst[d];
-        b /= p.bdims[d];
-    }
-    return off;
-}
-
 // cp16s to a generic pointer into shared memory
 __device__ inline void cp16(void *sm, const void *g, bool valid) {
     cp16s((uint32_t)__cvta_generic_to_shared(sm), g, valid);
@@ -344,7 +332,7 @@ __global__ void __launch_bounds__(256, DK <= 64 && DV <= 64 ? 2 : 1)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     const int r0 = warp * 16;
     const int row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
-    const int64_t boff = bias ? bias_off(p, b) : 0;
+    const int64_t boff = bias ? si_attn_bias_off(p, b) : 0;
     const float sl2 = p.scale * 1.4426950408889634f; // scores to the log2 domain
     const uint32_t kv_sh = (uint32_t)__cvta_generic_to_shared(kv);
     for (int it = 0; it < tiles; it++) {
@@ -542,7 +530,7 @@ __global__ void k_attn_rows(si_k_attn p, const T *__restrict__ q, const T *__res
     const int64_t lk = p.ld[1], lv = p.ld[2];
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = si_to_f(qr[d]);
     __syncthreads();
-    const int64_t boff = bias ? bias_off(p, b) + r * p.bst_t : 0;
+    const int64_t boff = bias ? si_attn_bias_off(p, b) + r * p.bst_t : 0;
     float mx = -INFINITY;
     for (int64_t s = threadIdx.x; s < S; s += blockDim.x) {
         float acc = 0.f;
@@ -686,7 +674,7 @@ template <typename T>
 int which(int t, const si_k_attn &p, const void *q, const void *k, const void *v, const void *bias,
           const void *y) {
     if constexpr (sizeof(T) == 2) {
-        if (!bias && attn90_here() && si_cuda_attn90_ok(t, &p, q, k, v, y)) return SI_ATTN_WGMMA;
+        if (attn90_here() && si_cuda_attn90_ok(t, &p, q, k, v, bias, y)) return SI_ATTN_WGMMA;
         if (flash_heads(p.d, p.dv) && flash_fits<T>(p, q, k, v, y)) {
             cudaError_t err = cudaSuccess;
             if (p.d == 64 && !bias && resident_slots<T>(p, &err) >= 2) return SI_ATTN_RESIDENT;
@@ -701,7 +689,7 @@ cudaError_t launch(cudaStream_t s, int t, const si_k_attn &p, const void *q, con
                    const void *v, const void *bias, void *y) {
     if constexpr (sizeof(T) == 2) {
         switch (which<T>(t, p, q, k, v, bias, y)) {
-        case SI_ATTN_WGMMA: return si_cuda_attn90_run(s, t, &p, q, k, v, y);
+        case SI_ATTN_WGMMA: return si_cuda_attn90_run(s, t, &p, q, k, v, bias, y);
         case SI_ATTN_RESIDENT: return launch_resident<T>(s, p, q, k, v, y);
         case SI_ATTN_FLASH:
 #define SI_FLASH_CASE(DK, DV)                                                                      \

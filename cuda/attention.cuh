@@ -58,4 +58,16 @@ __device__ inline void si_attn_offsets(const si_k_attn &p, int64_t b, int64_t of
     }
 }
 
+/* Matrix b's offset in the bias: b decoded over the batch dims, the bias's index on each dim
+ * modulo its own extent (bmod) */
+__device__ inline int64_t si_attn_bias_off(const si_k_attn &p, int64_t b) {
+    int64_t off = 0;
+    for (int d = p.nbd - 1; d >= 0; d--) {
+        int64_t i = b % p.bdims[d];
+        off += i % p.bmod[d] * p.bst[d];
+        b /= p.bdims[d];
+    }
+    return off;
+}
+
 #endif

@@ -1,14 +1,14 @@
-// Attention for short sequences on Hopper's warp-group MMAs (wgmma): Y = softmax(scale Q K^T) V
-// per matrix, head size 64, up to 272 keys (a ViT's 197 tokens, DINOv2's 257). One warp group a
-// block, one matrix a block: the matrix's K and V stay in shared memory while the group takes its
-// query rows 64 at a time. A tile's scores against every key (64 x SP, SP the keys rounded up to a
-// width wgmma has) come from one wgmma chain with Q and K in shared memory, and stay in the
-// accumulator registers: the row's max and sum are taken once over all of them (no running
-// rescale), the probabilities go to FP16/BF16 in the registers, and P V is a second chain with P
-// as the register operand and V read transposed from shared memory. Keys past 256, wgmma's widest
-// N, take a 16-wide chain of each MMA beside the 256-wide one, in the same batch. Three blocks an
-// SM up to 208 keys (two past), so one block's softmax runs beside another's MMAs.
-// cuda/attention.cu's mma.sync kernels do the rest (other head sizes, a bias, longer sequences, K
+// Attention for short sequences on Hopper's warp-group MMAs (wgmma): Y = softmax(scale Q K^T + B) V
+// per matrix (B an optional bias: BEiT's relative positions), head size 64, up to 272 keys (a ViT's
+// 197 tokens, DINOv2's 257). One warp group a block, one matrix a block: the matrix's K and V stay
+// in shared memory while the group takes its query rows 64 at a time. A tile's scores against every
+// key (64 x SP, SP the keys rounded up to a width wgmma has) come from one wgmma chain with Q and K
+// in shared memory, and stay in the accumulator registers: the row's max and sum are taken once
+// over all of them (no running rescale), the probabilities go to FP16/BF16 in the registers, and P
+// V is a second chain with P as the register operand and V read transposed from shared memory. Keys
+// past 256, wgmma's widest N, take a 16-wide chain of each MMA beside the 256-wide one, in the same
+// batch. Three blocks an SM up to 208 keys (two past), so one block's softmax runs beside another's
+// MMAs. cuda/attention.cu's mma.sync kernels do the rest (other head sizes, longer sequences, K
 // given as K^T, other GPUs); the CPU twin is si_cpu_attention (src/cpu/kernels.c).
 #include <cuda_runtime.h>
 
@@ -81,10 +81,10 @@ __device__ inline void wg_gemm2(Mma &mma, const A &a, const B &b, C &c, Mma2 &mm
 // row order, so the last ones may still be in the L2 (on an H100: DeiT-S 1% faster than in
 // order, ViT-B and CLIP the same). A persistent version, each block's next matrix loading during
 // its last tile, took 0.184 ms a ViT-B layer against this one's 0.172: not kept.
-template <class E, int SP, int ST>
-__global__ void __launch_bounds__(NT, SP + ST > 208 ? 2 : 3)
+template <class E, int SP, int ST, bool BIAS>
+__global__ void __launch_bounds__(NT, SP + ST > 208 || BIAS ? 2 : 3)
     k_attn90(si_k_attn p, const E *__restrict__ q, const E *__restrict__ k, const E *__restrict__ v,
-             E *__restrict__ y) {
+             const E *__restrict__ bias, E *__restrict__ y) {
     using C = cfg<E, SP, ST>;
     using CT = typename C::Tail;
     extern __shared__ unsigned char smem_raw[];
@@ -100,6 +100,7 @@ __global__ void __launch_bounds__(NT, SP + ST > 208 ? 2 : 3)
 
     int64_t off[4]; // this block's matrix in each operand
     si_attn_offsets(p, p.nb - 1 - blockIdx.x, off);
+    const E *bb = BIAS ? bias + si_attn_bias_off(p, p.nb - 1 - blockIdx.x) : nullptr;
     const E *qb = q + off[0], *kb = k + off[1], *vb = v + off[2];
     E *yb = y + off[3];
 
@@ -141,7 +142,8 @@ __global__ void __launch_bounds__(NT, SP + ST > 208 ? 2 : 3)
     Tensor cst = tqt.partition_C(make_identity_tensor(Shape<Int<BM>, Int<16>>{}));
     Tensor colt = make_tensor(cst.data(), rowcol(cst.layout()));
     constexpr int NCT = size<1>(decltype(st.layout()){});
-    const float sl2 = p.scale * 1.4426950408889634f; // scores to the log2 domain
+    const float LOG2E = 1.4426950408889634f;
+    const float sl2 = p.scale * LOG2E; // scores to the log2 domain
 
     for (int t = 0; t < tiles; t++) {
         cp_wait<1>(); // tile t's rows (and, from the first, K and V) have landed for this thread
@@ -168,12 +170,30 @@ __global__ void __launch_bounds__(NT, SP + ST > 208 ? 2 : 3)
         unsigned char *so = smem_raw + pad + (t & 1) * C::Q_ELEMS * sizeof(E);
         if (t * BM + warp * 16 < T_) { // the warp holds rows inside T
             float inv[2];
+            // with a bias (BEiT's relative positions), the scores go to the log2 domain here,
+            // scaled and biased, and the exponent below scales by k2 = 1
+            const float k2 = BIAS ? 1.f : sl2;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 if (S < SP) // keys past S are zero rows of K: out of the softmax
 #pragma unroll
                     for (int c = 0; c < NC; c++)
                         if (get<1>(col(h, c)) >= S) s(h, c) = -INFINITY;
+                if constexpr (BIAS) {
+                    const int r = t * BM + get<0>(col(h, 0)); // the row half's query row
+                    const E *br = bb + (int64_t)min(r, T_ - 1) * p.bst_t;
+#pragma unroll
+                    for (int c = 0; c < NC; c++) {
+                        const int j = get<1>(col(h, c));
+                        if (j < S) s(h, c) = fmaf(s(h, c), sl2, float(br[j]) * LOG2E);
+                    }
+                    if constexpr (ST > 0)
+#pragma unroll
+                        for (int c = 0; c < NCT; c++) {
+                            const int j = SP + get<1>(colt(h, c));
+                            if (j < S) st(h, c) = fmaf(st(h, c), sl2, float(br[j]) * LOG2E);
+                        }
+                }
                 float m4[4] = {s(h, 0), s(h, 1), s(h, 2), s(h, 3)}; // four chains, not one
 #pragma unroll
                 for (int c = 4; c < NC; c++) m4[c % 4] = fmaxf(m4[c % 4], s(h, c));
@@ -186,25 +206,25 @@ __global__ void __launch_bounds__(NT, SP + ST > 208 ? 2 : 3)
                 float mx = fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-                const float m2 = mx * sl2;
+                const float m2 = mx == -INFINITY ? 0.f : mx * k2; // a row the bias masks
                 float s4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
                 for (int c = 0; c < NC; c++) {
-                    const float e = ex2(fmaf(s(h, c), sl2, -m2));
+                    const float e = ex2(fmaf(s(h, c), k2, -m2));
                     s(h, c) = e;
                     s4[c % 4] += e;
                 }
                 if constexpr (ST > 0)
 #pragma unroll
                     for (int c = 0; c < NCT; c++) {
-                        const float e = ex2(fmaf(st(h, c), sl2, -m2));
+                        const float e = ex2(fmaf(st(h, c), k2, -m2));
                         st(h, c) = e;
                         s4[c % 4] += e;
                     }
                 float sum = (s4[0] + s4[1]) + (s4[2] + s4[3]);
                 sum += __shfl_xor_sync(0xffffffff, sum, 1);
                 sum += __shfl_xor_sync(0xffffffff, sum, 2);
-                inv[h] = 1.f / sum;
+                inv[h] = sum > 0.f ? 1.f / sum : 0.f;
             }
             // P as wgmma's register operand: the accumulator's ((2, 2, SP / 8)) order is the A
             // fragment's ((2, 2, 2), 1, SP / 16) one, k-block by k-block
@@ -241,38 +261,43 @@ __global__ void __launch_bounds__(NT, SP + ST > 208 ? 2 : 3)
     cp_wait<0>();
 }
 
-template <class E, int SP, int ST = 0>
+template <class E, int SP, int ST = 0, bool BIAS = false>
 cudaError_t launch(cudaStream_t s, const si_k_attn *p, const void *q, const void *k, const void *v,
-                   void *y) {
+                   const void *bias, void *y) {
     constexpr size_t smem = cfg<E, SP, ST>::SMEM;
     static bool attr = false;
     if (!attr) {
         cudaError_t e = cudaFuncSetAttribute(
-            k_attn90<E, SP, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            k_attn90<E, SP, ST, BIAS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
         attr = true;
     }
-    k_attn90<E, SP, ST>
-        <<<(unsigned)p->nb, NT, smem, s>>>(*p, (const E *)q, (const E *)k, (const E *)v, (E *)y);
+    k_attn90<E, SP, ST, BIAS><<<(unsigned)p->nb, NT, smem, s>>>(
+        *p, (const E *)q, (const E *)k, (const E *)v, (const E *)bias, (E *)y);
     return cudaGetLastError();
 }
 
 template <class E>
 cudaError_t launch_keys(cudaStream_t s, const si_k_attn *p, const void *q, const void *k,
-                        const void *v, void *y) {
-    if (p->s <= 128) return launch<E, 128>(s, p, q, k, v, y);
-    if (p->s <= 208) return launch<E, 208>(s, p, q, k, v, y);
-    if (p->s <= 256) return launch<E, 256>(s, p, q, k, v, y);
-    return launch<E, 256, 16>(s, p, q, k, v, y);
+                        const void *v, const void *bias, void *y) {
+    if (bias) // built apart: the bias's loads cost the kernels without one registers
+        return p->s <= 208 ? launch<E, 208, 0, true>(s, p, q, k, v, bias, y)
+                           : launch<E, 256, 0, true>(s, p, q, k, v, bias, y);
+    if (p->s <= 128) return launch<E, 128>(s, p, q, k, v, bias, y);
+    if (p->s <= 208) return launch<E, 208>(s, p, q, k, v, bias, y);
+    if (p->s <= 256) return launch<E, 256>(s, p, q, k, v, bias, y);
+    return launch<E, 256, 16>(s, p, q, k, v, bias, y);
 }
 
 } // namespace attn90
 using namespace attn90;
 
 int si_cuda_attn90_ok(int t, const si_k_attn *p, const void *q, const void *k, const void *v,
-                      const void *y) {
+                      const void *bias, const void *y) {
     if ((t != SI_GT_F16 && t != SI_GT_BF16) || p->d != D || p->dv != D || !p->trans_b) return 0;
-    if (p->s < 65 || p->s > 272 || p->t < 1 || p->nb < 1 || p->nb > INT32_MAX) return 0;
+    if (p->s < 65 || p->s > (bias ? 256 : 272) || p->t < 1 || p->nb < 1 || p->nb > INT32_MAX)
+        return 0;
+    if (bias && p->bst_s != 1) return 0; // a bias's rows contiguous (BEiT's (H, T, S) table)
     const void *ptrs[4] = {q, k, v, y};
     for (int i = 0; i < 4; i++) // 16-byte chunks: cp.async's, and Y's stores
         if (!si_attn_aligned(p, i, ptrs[i], 2, 16)) return 0;
@@ -280,7 +305,7 @@ int si_cuda_attn90_ok(int t, const si_k_attn *p, const void *q, const void *k, c
 }
 
 cudaError_t si_cuda_attn90_run(cudaStream_t s, int t, const si_k_attn *p, const void *q,
-                               const void *k, const void *v, void *y) {
-    if (t == SI_GT_F16) return launch_keys<cutlass::half_t>(s, p, q, k, v, y);
-    return launch_keys<cutlass::bfloat16_t>(s, p, q, k, v, y);
+                               const void *k, const void *v, const void *bias, void *y) {
+    if (t == SI_GT_F16) return launch_keys<cutlass::half_t>(s, p, q, k, v, bias, y);
+    return launch_keys<cutlass::bfloat16_t>(s, p, q, k, v, bias, y);
 }

@@ -1243,6 +1243,21 @@ def c_attention_rel_bias(c):
     _sdpa(c, q, k, v, scale_split=False, bias=b)
 
 
+def c_attention_beit(c):
+    # BEiT's: ViT-B's shape with a relative-position bias per head (one table for every image):
+    # on an H100 the wgmma kernel, the bias added as the scores leave the MMA
+    q, k, v = (c.input(n, normal(c.rng, (2, 3, 197, 64))) for n in ("q", "k", "v"))
+    _sdpa(c, q, k, v, scale_split=False, bias=c.init("rel_pos_bias",
+                                                       normal(c.rng, (1, 3, 197, 197))))
+
+
+def c_attention_bias_240(c):
+    # a bias per image and head over 240 keys (the wgmma kernel's 256-key tile), 100 queries
+    q = c.input("q", normal(c.rng, (2, 2, 100, 64)))
+    k, v = (c.input(n, normal(c.rng, (2, 2, 240, 64))) for n in ("k", "v"))
+    _sdpa(c, q, k, v, bias=c.input("bias", normal(c.rng, (2, 2, 100, 240))))
+
+
 def c_attention_window_mask(c):
     # Swin's shifted windows: the scores plus the relative-position bias, viewed per image as
     # (images, windows, heads, T, S), plus a 0/-100 mask per window, viewed back; fused with the
