@@ -349,6 +349,16 @@ static si_status run_gather_elements(const op_ctx *c) {
     return SI_OK;
 }
 
+static si_status run_rotary(const op_ctx *c) {
+    const si_shape *xs = &c->xv->shape;
+    int nd = xs->ndim;
+    int64_t rows = 1;
+    for (int d = 0; d < nd - 2; d++) rows *= xs->dims[d];
+    cudaCheck(si_k_rotary(c->s, c->t, c->x, rows, xs->dims[nd - 2], xs->dims[nd - 1],
+                          c->n->rot_skip, c->n->rot_half, c->in[1], c->in[2], c->y));
+    return SI_OK;
+}
+
 static si_status run_scatter_elements(const op_ctx *c) {
     cudaCheck(si_k_scatter_elements(c->s, c->t, &c->n->elems, c->n->reduction, c->x,
                                     si_shape_numel(&c->xv->shape), index_dev(c), c->in[2], c->y));
@@ -401,6 +411,7 @@ static constexpr op_entry op_table[] = {
     {SI_OP_GATHER_ND, NULL, run_gather_nd},
     {SI_OP_GATHER_ELEMENTS, NULL, run_gather_elements},
     {SI_OP_SCATTER_ELEMENTS, NULL, run_scatter_elements},
+    {SI_OP_ROTARY, NULL, run_rotary},
 };
 
 static constexpr bool table_in_order(void) {

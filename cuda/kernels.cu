@@ -888,6 +888,35 @@ cudaError_t si_k_gather_nd(cudaStream_t s, int t, const si_gathernd_geom *geo, c
     return cudaGetLastError();
 }
 
+// one thread an element: its value and its partner's, the tables' row of its token
+template <typename T>
+__global__ void k_rotary(const T *__restrict__ x, int64_t n, int64_t tok, int64_t d, int64_t skip,
+                         bool half, const T *__restrict__ c, const T *__restrict__ sn,
+                         T *__restrict__ y) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t e = i % d, r = i / d, t = r % tok;
+        if (t < skip) {
+            y[i] = x[i];
+            continue;
+        }
+        bool first;
+        const int64_t p = si_rotary_partner(e, d, half, &first), at = (t - skip) * d + e;
+        y[i] = si_from_f<T>(si_rotary(si_to_f(x[i]), si_to_f(x[r * d + p]), si_to_f(c[at]),
+                                      si_to_f(sn[at]), first));
+    }
+}
+
+cudaError_t si_k_rotary(cudaStream_t s, int t, const void *x, int64_t rows, int64_t tok, int64_t d,
+                        int64_t skip, bool half, const void *c, const void *sn, void *y) {
+    int64_t n = rows * tok * d;
+    if (n == 0) return cudaSuccess;
+    SI_DISPATCH(t, T,
+                k_rotary<T><<<blocks_for(n, 256), 256, 0, s>>>(
+                    (const T *)x, n, tok, d, skip, half, (const T *)c, (const T *)sn, (T *)y));
+    return cudaGetLastError();
+}
+
 static int64_t idims_numel(const si_elements_geom *geo) {
     int64_t n = 1;
     for (int d = 0; d < geo->nd; d++) n *= geo->idims[d];

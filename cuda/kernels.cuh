@@ -78,6 +78,11 @@ cudaError_t si_k_reduce(cudaStream_t s, int t, int op, int ndim, const int64_t *
                         const void *x, const uint8_t *reduce, void *y);
 cudaError_t si_k_gather(cudaStream_t s, int t, const void *x, int64_t outer, int64_t len,
                         int64_t inner, const int64_t *idx_dev, int64_t n, void *y);
+/* Rotary embedding of (rows, t, d) x into y (rotary.c's SI_OP_ROTARY): tokens before skip copied,
+ * the others rotated with row t - skip of c and s ((t - skip, d), the activations' type); half:
+ * partners d/2 apart. Twin of si_cpu_rotary. */
+cudaError_t si_k_rotary(cudaStream_t s, int t, const void *x, int64_t rows, int64_t tok, int64_t d,
+                        int64_t skip, bool half, const void *c, const void *sn, void *y);
 /* GatherND, GatherElements and ScatterElements by their geometry (engine/ops.h), the indices
  * int64 on the device; twins of si_cpu_gather_nd and friends, an index out of range (refused at
  * load) read as 0 or skipped just as there. ScatterElements copies x (nx values) into y, then

@@ -52,8 +52,10 @@ EXPECT = {
                            ["Softmax", "Erf"]),
     "clip_mha_b_16.legacy": ({"attention": 12, "operands": 48, "residual": 12, "moves": 12,
                               "token": 1}, ["Softmax", "Sigmoid"]),
-    # EVA-02: rotary embeddings on q and k (computed, so read as written); V and Y in place
-    "eva02_b_14": ({"attention": 12, "operands": 36, "bias": 72, "residual": 24}, ["Softmax"]),
+    # EVA-02: rotary embeddings on q and k, one Rotary node each (written as the attention reads
+    # them); V and Y in place
+    "eva02_b_14": ({"attention": 12, "operands": 36, "bias": 72, "residual": 24, "rotary": 24},
+                   ["Softmax", "Neg", "Split", "Unsqueeze"]),
     # BEiT and LeViT: the relative-position bias gathered from its table at load, added in the
     # fused node
     "beit_b_16": ({"attention": 12, "operands": 48, "bias": 48, "residual": 24}, ["Softmax"]),
@@ -108,6 +110,7 @@ def main():
         got["token"] = int((re.findall(r"(\d+) one-token Gathers moved up", line) or [0])[0])
         got["moves"] = int((re.findall(r"(\d+) Gemms made Linear", line) or [0])[0])
         got["zero"] = int((re.findall(r"(\d+) attention masks of zeros dropped", line) or [0])[0])
+        got["rotary"] = int((re.findall(r"(\d+) rotary embeddings made one", line) or [0])[0])
         counts = {t: int(c) for c, t in
                   re.findall(r"^\s+(\d+)\s+(\S+)(?!.*on the host)", p.stdout, re.M)}
         mins, banned = EXPECT[base]

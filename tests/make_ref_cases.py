@@ -466,8 +466,9 @@ def numpy_reference(model, feeds):
             y = np.squeeze(i[0], axis=tuple(int(v) for v in i[1]))
         elif op == "Slice":
             sl = [slice(None)] * i[0].ndim
-            for st, en, ax in zip(i[1], i[2], i[3]):
-                sl[int(ax)] = slice(int(st), int(en))
+            steps = i[4] if len(i) > 4 and i[4] is not None else [1] * len(i[1])
+            for st, en, ax, sp in zip(i[1], i[2], i[3], steps):
+                sl[int(ax)] = slice(int(st), int(en), int(sp))
             y = i[0][tuple(sl)]
         elif op == "Gather":
             y = np.take(i[0], i[1], axis=a.get("axis", 0))
@@ -1314,6 +1315,62 @@ def c_attention_cosine(c):
     scores = c.node("Mul", [c.node("MatMul", [ops[0], kt], ["cos"]), scale], ["scaled"])
     p = c.node("Softmax", [c.node("Add", [scores, bias], ["biased"])], ["probs"], axis=-1)
     c.output(c.node("MatMul", [p, v], ["attn"]))
+
+
+def _rotate_pairs(c, x, name):
+    # timm's rot(): stack(-x[..., 1::2], x[..., ::2], -1).reshape(x.shape)
+    ax = lambda v: c.init(name + v, np.array([-1], np.int64))
+    big = c.init(name + "_end", np.array([1 << 30], np.int64))
+    two = c.init(name + "_two", np.array([2], np.int64))
+    odd = c.node("Slice", [x, c.init(name + "_one", np.array([1], np.int64)), big, ax("_ax1"), two],
+                 [name + "_odd"])
+    even = c.node("Slice", [x, c.init(name + "_zero", np.array([0], np.int64)), big, ax("_ax0"),
+                            two], [name + "_even"])
+    pair = c.node("Concat", [c.node("Unsqueeze", [c.node("Neg", [odd], [name + "_neg"]), ax("_u0")],
+                                    [name + "_neg1"]),
+                             c.node("Unsqueeze", [even, ax("_u1")], [name + "_even1"])],
+                  [name + "_pairs"], axis=-1)
+    return c.node("Reshape", [pair, c.node("Shape", [x], [name + "_shape"])], [name + "_rot"])
+
+
+def c_rotary_pairs_class_token(c):
+    # EVA-02's rotary embedding of q and k: the class token left alone, the other 12 tokens
+    # rotated by pairs with sin and cos halves of one table (Split on the device as exported):
+    # one Rotary node each (rotary_fused checks), then the attention
+    b, h, t, d = 2, 3, 13, 16
+    table = c.init("rope_table", normal(c.rng, (t - 1, 2 * d)))
+    c.node("Split", [table], ["rope_sin", "rope_cos"], axis=1, num_outputs=2)
+    sin, cos = "rope_sin", "rope_cos"
+    ops = []
+    for n in "qk":
+        x = c.input(n, normal(c.rng, (b, h, t, d)))
+        cls = c.node("Slice", [x, c.init(n + "_s0", np.array([0], np.int64)),
+                               c.init(n + "_s1", np.array([1], np.int64)),
+                               c.init(n + "_sax", np.array([2], np.int64))], [n + "_cls"])
+        rest = c.node("Slice", [x, c.init(n + "_r0", np.array([1], np.int64)),
+                                c.init(n + "_r1", np.array([t], np.int64)),
+                                c.init(n + "_rax", np.array([2], np.int64))], [n + "_rest"])
+        r = c.node("Add", [c.node("Mul", [rest, cos], [n + "_xc"]),
+                           c.node("Mul", [_rotate_pairs(c, rest, n), sin], [n + "_rs"])],
+                   [n + "_roped"])
+        ops.append(c.node("Concat", [cls, r], [n + "_rotated"], axis=2))
+    v = c.input("v", normal(c.rng, (b, h, t, d)))
+    _sdpa(c, ops[0], ops[1], v, scale_split=False, d=d)
+    c.opset = 18  # Split's num_outputs
+
+
+def c_rotary_halves(c):
+    # Hugging Face's rotate_half, concat(-x[..., D/2:], x[..., :D/2]), every token rotated
+    x = c.input("x", normal(c.rng, (2, 4, 10, 12)))
+    cos = c.init("cos", normal(c.rng, (10, 12)))
+    sin = c.init("sin", normal(c.rng, (1, 10, 12)))
+    sl = lambda a, b, n: c.node("Slice", [x, c.init(n + "_a", np.array([a], np.int64)),
+                                          c.init(n + "_b", np.array([b], np.int64)),
+                                          c.init(n + "_ax", np.array([-1], np.int64))], [n])
+    rot = c.node("Concat", [c.node("Neg", [sl(6, 12, "hi")], ["neg_hi"]), sl(0, 6, "lo")], ["rot"],
+                 axis=-1)
+    c.output(c.node("Add", [c.node("Mul", [cos, x], ["xc"]), c.node("Mul", [rot, sin], ["rs"])],
+                    ["roped"]))
 
 
 def c_attention_k_transposed(c):

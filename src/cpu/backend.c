@@ -372,6 +372,14 @@ static void run_scatter_elements(const op_args *a) {
                             ptr(a->e, a->n->in[2]), a->y);
 }
 
+static void run_rotary(const op_args *a) {
+    const si_shape *xs = a->xs;
+    int nd = xs->ndim;
+    si_cpu_rotary(a->x, dims_prod(xs, 0, nd - 2), xs->dims[nd - 2], xs->dims[nd - 1],
+                  a->n->rot_skip, a->n->rot_half, ptr(a->e, a->n->in[1]), ptr(a->e, a->n->in[2]),
+                  a->y);
+}
+
 static void run_resize(const op_args *a) {
     const si_shape *xs = a->xs, *ys = a->ys;
     si_cpu_resize2d(&a->n->resize, xs->dims[0] * xs->dims[1], (int)xs->dims[2], (int)xs->dims[3],
@@ -446,6 +454,7 @@ static void (*const op_runs[SI_OP_COUNT])(const op_args *a) = {
     [SI_OP_GATHER_ND] = run_gather_nd,
     [SI_OP_GATHER_ELEMENTS] = run_gather_elements,
     [SI_OP_SCATTER_ELEMENTS] = run_scatter_elements,
+    [SI_OP_ROTARY] = run_rotary,
 };
 
 /* The CPU is the reference: it runs every op the graph can hold, at any shape the graph's

@@ -705,6 +705,26 @@ static int64_t idims_numel(const si_elements_geom *geo) {
     return n;
 }
 
+void si_cpu_rotary(const float *x, int64_t rows, int64_t t, int64_t d, int64_t skip, bool half,
+                   const float *c, const float *s, float *y) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows * t; r++) {
+        const float *xr = x + r * d;
+        float *yr = y + r * d;
+        int64_t tok = r % t;
+        if (tok < skip) {
+            memcpy(yr, xr, sizeof(float) * (size_t)d);
+            continue;
+        }
+        const float *cr = c + (tok - skip) * d, *sr = s + (tok - skip) * d;
+        for (int64_t i = 0; i < d; i++) {
+            bool first;
+            int64_t p = si_rotary_partner(i, d, half, &first);
+            yr[i] = si_rotary(xr[i], xr[p], cr[i], sr[i], first);
+        }
+    }
+}
+
 void si_cpu_gather_elements(const si_elements_geom *geo, const float *x, const int64_t *idx,
                             float *y) {
     int64_t n = idims_numel(geo);

@@ -4,6 +4,7 @@
 #ifndef SI_CPU_KERNELS_H
 #define SI_CPU_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -87,6 +88,10 @@ void si_cpu_gather(const float *x, int64_t outer, int64_t len, int64_t inner, co
  * (scatter), never an access outside x or y. ScatterElements copies x (nx values) into y, then
  * reduces the updates in index order, one column along the axis at a time. */
 void si_cpu_gather_nd(const si_gathernd_geom *geo, const float *x, const int64_t *idx, float *y);
+/* Rotary embedding over (rows, T, D) x into y: tokens t < skip copied, the others rotated with
+ * row t - skip of c and s (T - skip, D); half: partners D/2 apart (kernel_math.h). */
+void si_cpu_rotary(const float *x, int64_t rows, int64_t t, int64_t d, int64_t skip, bool half,
+                   const float *c, const float *s, float *y);
 void si_cpu_gather_elements(const si_elements_geom *geo, const float *x, const int64_t *idx,
                             float *y);
 void si_cpu_scatter_elements(const si_elements_geom *geo, int red, const float *x, int64_t nx,

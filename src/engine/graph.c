@@ -42,6 +42,7 @@ const char *si_op_name(int op) {
         [SI_OP_GATHER_ND] = "GatherND",
         [SI_OP_GATHER_ELEMENTS] = "GatherElements",
         [SI_OP_SCATTER_ELEMENTS] = "ScatterElements",
+        [SI_OP_ROTARY] = "Rotary",
     };
     _Static_assert(sizeof names / sizeof names[0] == SI_OP_COUNT, "an si_op without a name");
     _Static_assert(SI_INDEX_MAXD == SI_MAX_DIMS, "the indexing ops' geometry has the graph's rank");
@@ -1149,7 +1150,9 @@ static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
         return st;
     }
     g->linear_moves = si_linear_from_gemm(g);
-    fuse_linear_bias(g); /* before Transposes move across the Linear layers */
+    fuse_linear_bias(g);                 /* before Transposes move across the Linear layers */
+    g->fused_rotary = si_fuse_rotary(g); /* before attention: it makes q and k */
+    if (g->fused_rotary) remove_dead(g);
     g->fused_attention = si_fuse_attention(g, at2);
     free(at2);
     if (g->fused_attention) g->zero_masks = si_attention_drop_zero_bias(g);

@@ -48,6 +48,7 @@ typedef enum {
     SI_OP_GATHER_ND,
     SI_OP_GATHER_ELEMENTS,
     SI_OP_SCATTER_ELEMENTS, /* in[0] data, in[pslot[0]] indices, in[2] updates */
+    SI_OP_ROTARY,           /* in[0] x (.., T, D), in[1] cos, in[2] sin (T - rot_skip, D) */
     SI_OP_COUNT
 } si_op;
 
@@ -164,6 +165,8 @@ typedef struct {
     si_slice_view *sview; /* Concat: per input (n_in, owned), NULL when none reads a Slice */
     bool bias_tiles;      /* Attention: the bias's batch dims repeat (index mod extent): Swin's
                              per-window mask over (images x windows) */
+    int rot_skip;         /* Rotary: the leading tokens left as they are (a class token) */
+    bool rot_half;        /* Rotary: partners D/2 apart (rotate_half), not adjacent pairs */
 } si_gnode;
 
 typedef struct si_graph {
@@ -183,6 +186,7 @@ typedef struct si_graph {
     int dropped_copies;   /* Pads that add nothing and Slices that keep all, made identity views */
     int concat_slices;    /* Concat inputs read through their Slice (the Slice gone) */
     int token_early;     /* Gathers of one token moved up through row-wise nodes (token_select.c) */
+    int fused_rotary;    /* rotary position embeddings made one node (rotary.c) */
     int inferred_batch;  /* batch size the shapes are inferred for, -1 if none yet */
     bool spatial_marked; /* si_value.spatial is set (at the first si_graph_infer) */
     si_meta_prop *meta;

@@ -76,6 +76,12 @@ int si_fuse_concat_slices(si_graph *g);
  * an image (a ViT head's class token: the last block runs for it alone). Needs the shapes
  * inferred; leaves them to be inferred again. Returns the Gathers moved. token_select.c. */
 int si_select_token_early(si_graph *g);
+
+/* Rotary position embeddings (x C + rot(x) S, behind a class token left alone) made one
+ * SI_OP_ROTARY node each; the nodes they replace die unread. Needs inferred shapes. Returns the
+ * count. rotary.c. */
+int si_fuse_rotary(si_graph *g);
+si_status si_infer_rotary(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y);
 /* The operands' shapes at the current batch from a node's views; an error when the values they
  * read no longer have the shapes the views were made for. */
 si_status si_attention_view_shapes(const si_graph *g, const si_gnode *n, si_attn_view op[4]);

@@ -6,6 +6,7 @@
 #define SI_KERNEL_MATH_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/hd.h"
@@ -236,6 +237,17 @@ SI_HD static inline int si_resize_taps(const si_resize_params *p, int o, double 
         for (int i = 0; i < 4; i++) c[i] /= sum;
     for (int i = 0; i < 4; i++) w[i] = (float)c[i];
     return 4;
+}
+
+/* Rotary embedding (rotary.c's SI_OP_ROTARY): the partner of dim d of D, adjacent (d ^ 1) or D/2
+ * away (half), and whether d comes first in its pair (its partner enters negated). */
+SI_HD static inline int64_t si_rotary_partner(int64_t d, int64_t D, bool half, bool *first) {
+    *first = half ? d < D / 2 : d % 2 == 0;
+    return half ? (*first ? d + D / 2 : d - D / 2) : d ^ 1;
+}
+/* y = x c + rot(x) s of one element: xd its value, xp its partner's */
+SI_HD static inline float si_rotary(float xd, float xp, float c, float s, bool first) {
+    return xd * c + (first ? -xp : xp) * s;
 }
 
 #endif
