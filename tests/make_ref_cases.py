@@ -403,6 +403,8 @@ def numpy_reference(model, feeds):
             y = np.expand_dims(i[0], tuple(int(v) for v in i[1]))
         elif op == "Expand":
             y = i[0] * np.ones([int(v) for v in i[1]], i[0].dtype)
+        elif op == "Tile":
+            y = np.tile(i[0], [int(v) for v in i[1]])
         elif op == "GatherND":
             y = _np_gathernd(i[0], i[1], a.get("batch_dims", 0))
         elif op == "GatherElements":
@@ -1720,6 +1722,19 @@ def c_fold_index_tables(c):
     marks = c.node("ScatterElements", [zeros, where, upd], ["marks"], axis=0, reduction="add")
     table = c.node("Add", [bias, marks], ["table"])
     x = c.input("scores", normal(c.rng, (2, 6, 6, 4)))
+    c.output(c.node("Add", [x, table], ["biased"]))
+
+
+def c_fold_tile(c):
+    # a constant table tiled by constant repeats (int64 ones too, into the repeats of another):
+    # both fold at load, so one Add runs (fold_tile checks)
+    table = c.init("pos_table", normal(c.rng, (1, 3, 2)))
+    reps = c.node("Tile", [c.init("reps_row", np.array([1, 2], np.int64)),
+                           c.init("reps_twice", np.array([2], np.int64))], ["reps"])  # 1,2,1,2
+    reps = c.node("Slice", [reps, c.init("at1", np.array([1])), c.init("to4", np.array([4])),
+                            c.init("axis0", np.array([0]))], ["reps3"])  # (2, 1, 2)
+    table = c.node("Tile", [table, reps], ["tiled"])  # (2, 3, 4)
+    x = c.input("tokens", normal(c.rng, (2, 3, 4)))
     c.output(c.node("Add", [x, table], ["biased"]))
 
 

@@ -123,6 +123,14 @@ si_status si_gathernd_check(const si_graph *g, const si_gnode *n, const si_gathe
  * names none (recorded). */
 bool si_scatter_reduction_of(si_builder *b, const si_node_proto *n, int *red);
 
+/* Tile's output shape from x's and the repeats (a host tensor, ops_tensor.c), for the device
+ * row and the host row alike: one repeat per dim, none negative, and the output at most
+ * SI_TILE_MAX_ELEMS elements; a hostile repeats is an error naming the node, before anything is
+ * allocated (at load, or at the batch that makes repeats that follow from shapes too large). */
+#define SI_TILE_MAX_ELEMS ((int64_t)1 << 31)
+si_status si_tile_shape_of(const si_graph *g, const si_gnode *n, const si_shape *x,
+                           const si_value *reps, si_shape *y);
+
 /* Host tensor helpers (ops_host.c): element count and int64 reads of CONST/HOST values. */
 int64_t si_value_numel(const si_value *v);
 int64_t si_value_i64(const si_value *v, int64_t i); /* element i as int64 (floats truncate) */

@@ -72,6 +72,7 @@ enum {
     H_POW,
     H_RELU,
     H_MATMUL,
+    H_TILE,
     H_COUNT
 };
 
@@ -181,6 +182,14 @@ static bool conv_batch_dims(si_builder *b, const si_node_proto *n, si_gnode *gn)
     (void)b;
     gn->host_i[0] = si_attr_int(n, "batch_dims", 0);
     return true;
+}
+
+/* Tile-1's tiles and axis inputs (opset 1 to 5) are not Tile-6's repeats. */
+static bool conv_tile(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    (void)gn;
+    if (b->m->opset >= 6) return true;
+    si_b_unsupported(b, n, "Tile before opset 6 (tiles and axis inputs) is not supported");
+    return false;
 }
 
 /* HardSigmoid's alpha and beta, kept in gn->act as the device op keeps them. */
@@ -680,6 +689,31 @@ static si_status eval_expand(si_graph *g, si_gnode *n, const si_value *x, si_val
             memcpy(dst, src, (size_t)inner * es);
         else
             for (int64_t e = 0; e < inner; e++) memcpy(dst + (size_t)e * es, src, es);
+    }
+    return SI_OK;
+}
+
+/* Tile: element i of y copies x at its coordinates modulo x's dims, row by row of the last dim
+ * (the copies of a row are x's row, repeated). */
+static si_status eval_tile(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    si_status st = si_tile_shape_of(g, n, &x->shape, hin(g, n, 1), &y->shape);
+    if (st != SI_OK) return st;
+    y->dtype = x->dtype;
+    ALLOC_OR_FAIL(y);
+    const int nd = y->shape.ndim;
+    const int64_t numel = si_shape_numel(&y->shape), inner = nd ? x->shape.dims[nd - 1] : 1;
+    if (numel == 0) return SI_OK;
+    const size_t es = y->dtype == SI_DT_INT64 ? 8 : 4;
+    uint8_t *dst = y->data;
+    for (int64_t i = 0; i < numel; i += inner) { /* y's rows of x's width */
+        int64_t rem = i, off = 0, stride = 1;
+        for (int d = nd - 1; d >= 0; d--) {
+            off += rem % y->shape.dims[d] % x->shape.dims[d] * stride;
+            rem /= y->shape.dims[d];
+            stride *= x->shape.dims[d];
+        }
+        memcpy(dst + (size_t)i * es, (const uint8_t *)x->data + (size_t)off * es,
+               (size_t)inner * es);
     }
     return SI_OK;
 }
@@ -1229,6 +1263,7 @@ static const host_row host_rows[H_COUNT] = {
     [H_SCATTER_ELEMENTS] = {.onnx = "ScatterElements",
                             .convert = conv_scatter_elements,
                             .eval = eval_scatter_elements},
+    [H_TILE] = {.onnx = "Tile", .convert = conv_tile, .eval = eval_tile},
 };
 
 static int host_op_of(const char *op) {

@@ -352,6 +352,32 @@ static si_status infer_expand(si_graph *g, si_gnode *n, const si_shape *x, si_sh
     return si_imp_broadcast(g, n, x, &t, y);
 }
 
+si_status si_tile_shape_of(const si_graph *g, const si_gnode *n, const si_shape *x,
+                           const si_value *reps, si_shape *y) {
+    if (!reps || !reps->data || reps->shape.ndim != 1 || reps->shape.dims[0] != x->ndim)
+        return si_node_error(g, n, SI_ERR_FORMAT,
+                             "repeats must be %d integers (one per dimension of the input)",
+                             x->ndim);
+    *y = *x;
+    for (int d = 0; d < x->ndim; d++) {
+        int64_t r = si_value_i64(reps, d);
+        if (r < 0)
+            return si_node_error(g, n, SI_ERR_FORMAT, "repeats %lld for dimension %d is negative",
+                                 (long long)r, d);
+        y->dims[d] = si_mul_sat(x->dims[d], r);
+        if (y->dims[d] > SI_TILE_MAX_ELEMS)
+            return si_node_error(
+                g, n, SI_ERR_UNSUPPORTED, "repeats %lld make dimension %d %lld long (at most %lld)",
+                (long long)r, d, (long long)y->dims[d], (long long)SI_TILE_MAX_ELEMS);
+    }
+    int64_t numel = si_shape_numel(y);
+    if (numel > SI_TILE_MAX_ELEMS)
+        return si_node_error(g, n, SI_ERR_UNSUPPORTED,
+                             "repeats make an output of %lld elements (at most %lld)",
+                             (long long)numel, (long long)SI_TILE_MAX_ELEMS);
+    return SI_OK;
+}
+
 static si_status infer_gather(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
     const si_value *iv = si_imp_param(g, n, 0);
     int a = si_imp_norm_axis(n->axis, x->ndim);
