@@ -400,6 +400,7 @@ static si_status eval_slice(si_graph *g, si_gnode *n, const si_value *x, si_valu
         start[a] = s;
         step[a] = sp[i];
     }
+    y->dtype = x->dtype; /* else a Slice of int64 shape arithmetic came out float */
     ALLOC_OR_FAIL(y);
     int64_t total = si_shape_numel(&y->shape);
     for (int64_t i = 0; i < total; i++) {
