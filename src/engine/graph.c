@@ -42,6 +42,7 @@ const char *si_op_name(int op) {
         [SI_OP_GATHER_ND] = "GatherND",
         [SI_OP_GATHER_ELEMENTS] = "GatherElements",
         [SI_OP_SCATTER_ELEMENTS] = "ScatterElements",
+        [SI_OP_TILE] = "Tile",
     };
     _Static_assert(sizeof names / sizeof names[0] == SI_OP_COUNT, "an si_op without a name");
     _Static_assert(SI_INDEX_MAXD == SI_MAX_DIMS, "the indexing ops' geometry has the graph's rank");
@@ -399,7 +400,8 @@ bool si_model_input_is_param(const si_model_proto *m, const char *name) {
     } params[] = {{"Clip", 1},      {"Reshape", 1},   {"BatchNormalization", 1}, {"Slice", 1},
                   {"Pad", 1},       {"Resize", 1},    {"Upsample", 1},           {"Expand", 1},
                   {"Split", 1},     {"Squeeze", 1},   {"Unsqueeze", 1},          {"ReduceMean", 1},
-                  {"ReduceSum", 1}, {"ReduceMax", 1}, {"ReduceMin", 1},          {"Gather", 1}};
+                  {"ReduceSum", 1}, {"ReduceMax", 1}, {"ReduceMin", 1},          {"Gather", 1},
+                  {"Tile", 1}};
     bool used = false;
     for (int i = 0; i < m->n_nodes; i++) {
         const si_node_proto *n = &m->nodes[i];

@@ -48,6 +48,7 @@ typedef enum {
     SI_OP_GATHER_ND,
     SI_OP_GATHER_ELEMENTS,
     SI_OP_SCATTER_ELEMENTS, /* in[0] data, in[pslot[0]] indices, in[2] updates */
+    SI_OP_TILE,             /* in[0] data, in[pslot[0]] repeats; a broadcast (kernel_math.h) */
     SI_OP_COUNT
 } si_op;
 
