@@ -265,6 +265,7 @@ static void free_node(si_gnode *n) {
     free(n->in);
     free(n->aview);
     free(n->sview);
+    free(n->equation);
     if (n->host_t) {
         si_tensor_free_data(n->host_t);
         free(n->host_t);

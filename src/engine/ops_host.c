@@ -73,6 +73,7 @@ enum {
     H_RELU,
     H_MATMUL,
     H_TILE,
+    H_EINSUM,
     H_COUNT
 };
 
@@ -190,6 +191,16 @@ static bool conv_tile(si_builder *b, const si_node_proto *n, si_gnode *gn) {
     if (b->m->opset >= 6) return true;
     si_b_unsupported(b, n, "Tile before opset 6 (tiles and axis inputs) is not supported");
     return false;
+}
+
+static bool conv_einsum(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    const si_attr *a = si_node_attr(n, "equation");
+    if (!a || !a->s) {
+        si_b_unsupported(b, n, "the equation attribute is missing");
+        return false;
+    }
+    gn->equation = si_xstrdup(a->s);
+    return true;
 }
 
 /* HardSigmoid's alpha and beta, kept in gn->act as the device op keeps them. */
@@ -717,6 +728,18 @@ static si_status eval_tile(si_graph *g, si_gnode *n, const si_value *x, si_value
                (size_t)inner * es);
     }
     return SI_OK;
+}
+
+static si_status eval_einsum(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    const si_value *in[SI_EINSUM_MAX_IN];
+    (void)x;
+    if (n->n_in > SI_EINSUM_MAX_IN || n->host_present != (1u << n->n_in) - 1)
+        return si_node_error(g, n, SI_ERR_UNSUPPORTED, "an omitted input or more than %d",
+                             SI_EINSUM_MAX_IN);
+    for (int k = 0; k < n->n_in; k++)
+        if (!(in[k] = &g->values[n->in[k]])->data)
+            return si_node_error(g, n, SI_ERR_INTERNAL, "input %d has no host data", k);
+    return si_einsum_eval(g, n, in, y, HOST_MAX_ELEMS);
 }
 
 static si_status eval_range(si_graph *g, si_gnode *n, const si_value *s, si_value *y) {
@@ -1265,6 +1288,7 @@ static const host_row host_rows[H_COUNT] = {
                             .convert = conv_scatter_elements,
                             .eval = eval_scatter_elements},
     [H_TILE] = {.onnx = "Tile", .convert = conv_tile, .eval = eval_tile},
+    [H_EINSUM] = {.onnx = "Einsum", .convert = conv_einsum, .eval = eval_einsum},
 };
 
 static int host_op_of(const char *op) {
