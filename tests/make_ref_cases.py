@@ -409,6 +409,8 @@ def numpy_reference(model, feeds):
             y = i[0] * np.ones([int(v) for v in i[1]], i[0].dtype)
         elif op == "ReduceMean":
             y = i[0].mean(axis=tuple(a["axes"]), keepdims=bool(a.get("keepdims", 1)))
+        elif op == "Einsum":
+            y = np.einsum(a["equation"].decode(), *i)
         elif op == "Tile":
             y = np.tile(i[0], [int(v) for v in i[1]])
         elif op == "GatherND":
@@ -1768,6 +1770,82 @@ def c_tile_rank5_deep(c):
     # three dims split and two not: the broadcast's rank is 8, the kernels' most
     x = c.input("volume", normal(c.rng, (2, 3, 1, 2, 3)))
     c.output(c.node("Tile", [x, c.init("reps", np.array([2, 2, 3, 1, 2], np.int64))], ["tiled"]))
+
+
+def einsum_case(c, equation, *shapes, const=()):
+    """One Einsum of fresh inputs (operands listed in const become initializers)."""
+    c.opset = 12 if "opset12" in c.name else OPSET
+    ins = [c.init("w%d" % k, normal(c.rng, s)) if k in const else
+           c.input("x%d" % k, normal(c.rng, s)) for k, s in enumerate(shapes)]
+    return c.node("Einsum", ins, ["y"], equation=equation)
+
+
+def c_einsum_attention_scores(c):
+    # q k^T per head, as torch.einsum writes attention: a MatMul by a transposed operand
+    c.output(einsum_case(c, "bhid,bhjd->bhij", (2, 3, 5, 4), (2, 3, 6, 4)))
+
+
+def c_einsum_attention_values(c):
+    c.output(einsum_case(c, "bhij,bhjd->bhid", (2, 3, 5, 6), (2, 3, 6, 4)))
+
+
+def c_einsum_linear(c):
+    # a constant (j, k) operand: a Linear layer after lowering
+    c.output(einsum_case(c, "bij,jk->bik", (2, 5, 6), (6, 3), const=(1,)))
+
+
+def c_einsum_outer(c):
+    c.output(einsum_case(c, "i,j->ij", (5,), (4,)))
+
+
+def c_einsum_channel_mix(c):
+    # an image's channels mixed by per-image weights: h and w ride as batch dims of the MatMul
+    c.output(einsum_case(c, "bchw,bkc->bkhw", (2, 3, 5, 4), (2, 6, 3)))
+
+
+def c_einsum_transpose(c):
+    c.output(einsum_case(c, "ij->ji", (5, 4)))
+
+
+def c_einsum_row_sums(c):
+    c.output(einsum_case(c, "ij->i", (5, 4)))
+
+
+def c_einsum_implicit_ellipsis(c):
+    # no "->": numpy's implicit output, the ellipsis, then the letters used once in order
+    # ("...ik"); the ellipsis' dims are batch dims of the MatMul
+    c.output(einsum_case(c, "...ij,...jk", (2, 3, 4, 5), (2, 3, 5, 6)))
+
+
+def c_einsum_two_contracted(c):
+    # two contracted labels: one the MatMul's K, the other a batch dim summed after
+    c.output(einsum_case(c, "bpq,bpqk->bk", (2, 3, 4), (2, 3, 4, 5)))
+
+
+def c_einsum_three_operands_opset12(c):
+    # chained left to right; opset 12 takes Unsqueeze's, Squeeze's and ReduceSum's axes as
+    # attributes; the elementwise pair is a Mul
+    c.output(einsum_case(c, "bi,bi,ij->bj", (3, 4), (3, 4), (4, 5)))
+
+
+def c_einsum_sum_only_operand(c):
+    # a label one operand has alone and the output drops: summed first (ReduceSum)
+    c.output(einsum_case(c, "bij,bk->bik", (2, 3, 4), (2, 5)))
+
+
+def c_einsum_eight_operands(c):
+    # the most operands and dims the lowering takes: seven elementwise pairs (Muls), the labels
+    # kept for later operands at their most
+    c.output(einsum_case(c, ",".join(["abcdefgh"] * 8) + "->abcdefgh", *[(2,) * 8] * 8))
+
+
+def c_einsum_ellipsis_computed(c):
+    # an ellipsis over a computed tensor, whose rank the lowering learns by inferring the graph
+    # built so far; its weight a constant (a Linear layer over the last dim)
+    x = c.input("tokens", normal(c.rng, (2, 3, 4, 6)), dims=["N", 3, 4, 6])
+    r = c.node("Relu", [x], ["act"])
+    w = c.init("w", normal(c.rng, (6, 5)))
+    c.output(c.node("Einsum", [r, w], ["y"], equation="...d,de->...e"))
 
 
 def c_fold_tile(c):

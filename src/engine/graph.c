@@ -356,6 +356,7 @@ static bool convert_node_checked(si_builder *b, const si_node_proto *n) {
         si_b_unsupported(b, n, "has no output");
         return false;
     }
+    if (!all_known && !strcmp(n->op_type, "Einsum")) return si_einsum_lower(b, n);
     si_gnode *gn = &g->nodes[g->n_nodes];
     *gn = (si_gnode){
         .name = si_xstrdup(n->name), .op_type = si_xstrdup(n->op_type), .residual = -1, .bias = -1};
@@ -383,6 +384,10 @@ static bool convert_node_checked(si_builder *b, const si_node_proto *n) {
     }
     g->n_nodes++;
     return true;
+}
+
+bool si_b_convert(si_builder *b, const si_node_proto *n) {
+    return convert_node_checked(b, n);
 }
 
 /* The outputs of a node that was not converted get values marked as coming from an unsupported
@@ -995,11 +1000,14 @@ static void builder_init(si_builder *b, const si_model_proto *m, const si_graph_
     g->path = si_xstrdup(m->path);
     g->opset = m->opset;
     g->inferred_batch = -1;
-    int max_out = 0;
-    for (int i = 0; i < m->n_nodes; i++) max_out += m->nodes[i].n_outputs + 3;
-    g->cap_values = m->n_inits + m->n_inputs + opts->n_bind + max_out + 8;
+    int max_out = 0, lowered = 0; /* lowered: the nodes an Einsum may become */
+    for (int i = 0; i < m->n_nodes; i++) {
+        max_out += m->nodes[i].n_outputs + 3;
+        lowered += si_einsum_max_nodes(&m->nodes[i]);
+    }
+    g->cap_values = m->n_inits + m->n_inputs + opts->n_bind + max_out + 2 * lowered + 8;
     g->values = si_xcalloc((size_t)g->cap_values, sizeof *g->values);
-    g->nodes = si_xcalloc((size_t)m->n_nodes + 1, sizeof *g->nodes);
+    g->nodes = si_xcalloc((size_t)m->n_nodes + lowered + 1, sizeof *g->nodes);
     b->from_unsupported = si_xcalloc((size_t)g->cap_values, sizeof *b->from_unsupported);
     b->map.cap = 16;
     while (b->map.cap < 2 * g->cap_values) b->map.cap *= 2;

@@ -154,6 +154,15 @@ bool si_einsum_parse(const char *eq, int n_in, const int *ranks, si_einsum_eq *e
 si_status si_einsum_eval(si_graph *g, si_gnode *n, const si_value *const *in, si_value *y,
                          int64_t max_elems);
 
+/* Einsum on image data (some input not known at load) lowered into Transpose, Unsqueeze,
+ * Squeeze, ReduceSum, MatMul and Mul nodes, each converted with si_b_convert; false when refused
+ * (the node, the equation and the reason recorded) or a lowered node is. si_einsum_max_nodes:
+ * the nodes (and twice that in values) the builder reserves for node n (0 unless an Einsum). */
+bool si_einsum_lower(si_builder *b, const si_node_proto *n);
+int si_einsum_max_nodes(const si_node_proto *n);
+/* Converts one node as the model's own are converted (graph.c); false when refused (recorded). */
+bool si_b_convert(si_builder *b, const si_node_proto *n);
+
 /* Host tensor helpers (ops_host.c): element count and int64 reads of CONST/HOST values. */
 int64_t si_value_numel(const si_value *v);
 int64_t si_value_i64(const si_value *v, int64_t i); /* element i as int64 (floats truncate) */
