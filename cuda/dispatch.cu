@@ -8,6 +8,7 @@
 
 #include "cuda/attention.cuh"
 #include "cuda/backend_internal.cuh"
+#include "engine/kernel_math.h"
 
 // One node's launch: its values, their storage and the slot's stream
 typedef struct {
@@ -214,6 +215,27 @@ static si_status run_expand(const op_ctx *c) {
                tv_align(tv_of(c->xv), c->yv->shape.ndim));
 }
 
+// Tile as the broadcast of si_tile_split over the storage's strides (NHWC images too): y's dim
+// d of r * x_d elements is (r, x_d), the first x_d times dim d's stride apart, x's (1, x_d)
+static_assert(SI_TILE_MAXD <= SI_TV_MAXD, "a Tile's broadcast must fit a view");
+static si_status run_tile(const op_ctx *c) {
+    si_tview vx = tv_of(c->xv), vy = tv_of(c->yv), tx = tv_none(), ty = tv_none();
+    int64_t bx[SI_TILE_MAXD], by[SI_TILE_MAXD], mult[SI_TILE_MAXD];
+    int src[SI_TILE_MAXD];
+    int k = si_tile_split(vx.nd, vx.dims, vy.dims, bx, by, src, mult);
+    if (k < 0) return NODE_ERR(c->g, c->n, SI_ERR_INTERNAL, "cuda: Tile's broadcast is too deep");
+    tx.nd = ty.nd = k;
+    tx.off = vx.off;
+    ty.off = vy.off;
+    for (int i = 0; i < k; i++) {
+        tx.dims[i] = bx[i];
+        tx.st[i] = bx[i] == 1 ? 0 : vx.st[src[i]];
+        ty.dims[i] = by[i];
+        ty.st[i] = vy.st[src[i]] * mult[i];
+    }
+    return map(c->s, SI_MAP_COPY, 0, no_act, c->t, c->y, ty, c->t, c->x, tx);
+}
+
 // --- row-major ops ----------------------------------------------------------------------------
 static si_status run_matmul(const op_ctx *c) {
     gemm_x *gx = &c->cs->gemm[c->j];
@@ -412,6 +434,7 @@ static constexpr op_entry op_table[] = {
     {SI_OP_GATHER_ELEMENTS, NULL, run_gather_elements},
     {SI_OP_SCATTER_ELEMENTS, NULL, run_scatter_elements},
     {SI_OP_ROTARY, NULL, run_rotary},
+    {SI_OP_TILE, run_tile, NULL},
 };
 
 static constexpr bool table_in_order(void) {

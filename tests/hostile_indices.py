@@ -2,8 +2,11 @@
 """Indices that leave the data, in GatherND, GatherElements and ScatterElements: a constant one
 is refused when the model loads, naming the node and the index, whether the op runs on image
 data or folds a constant table; one that follows from shapes is refused at the batch that puts
-it out of range; index tensors larger than the data off the axis are refused too. No case may
-crash or read outside the data (the unit suites run under AddressSanitizer too).
+it out of range; index tensors larger than the data off the axis are refused too. Tile's repeats
+are bounded the same way: a huge, negative or miscounted repeats is refused at load naming the
+node (on image data or folding a constant), one that follows from shapes at the batch that makes
+the output too large, before anything is allocated. No case may crash or read outside the data
+(the unit suites run under AddressSanitizer too).
 
 Usage: hostile_indices.py --shardinfer BIN --work DIR
 """
@@ -60,6 +63,18 @@ def cases():
         ("scatter_elements_updates_shape",
          [helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], name="se", axis=0)],
          {"i": i64([[0, 1]]), "u": f32(1, 3)}, [3, 2], [3, 2], ["se", "differ in shape"]),
+        ("tile_huge_repeats", [helper.make_node("Tile", ["x", "r"], ["y"], name="tile")],
+         {"r": i64([1 << 40, 1 << 40])}, [2, 3], [2, 3], ["tile", "repeats", "at most"]),
+        ("tile_overflowing_repeats", [helper.make_node("Tile", ["x", "r"], ["y"], name="tile")],
+         {"r": i64([(1 << 62) + 1, 4])}, [4, 3], [4, 3], ["tile", "repeats", "at most"]),
+        ("tile_many_elements", [helper.make_node("Tile", ["x", "r"], ["y"], name="tile")],
+         {"r": i64([1 << 20, 1 << 20])}, [2, 3], [2, 3], ["tile", "elements (at most"]),
+        ("tile_negative", [helper.make_node("Tile", ["x", "r"], ["y"], name="tile")],
+         {"r": i64([2, -1])}, [2, 3], [2, 3], ["tile", "negative"]),
+        ("tile_count", [helper.make_node("Tile", ["x", "r"], ["y"], name="tile")],
+         {"r": i64([2, 2, 2])}, [2, 3], [2, 3], ["tile", "repeats must be 2 integers"]),
+        ("tile_folded", [helper.make_node("Tile", ["t", "r"], ["c"], name="tile_const"), add("c")],
+         {"t": f32(2, 3), "r": i64([1 << 31, 1])}, [2, 3], [2, 3], ["tile_const", "repeats"]),
     ]
 
 
@@ -99,6 +114,23 @@ def main():
     good = (ok1.returncode == 0 and bad.returncode == 1 and "ge_batch" in bad.stderr
             and "index 7" in bad.stderr)
     print("%s indices from shapes: batch 2 rc=%d, batch 8 rc=%d %s"
+          % ("ok  " if good else "FAIL", ok1.returncode, bad.returncode, bad.stderr.strip()))
+    failures += not good
+
+    # Tile's repeats from shapes: (N, 1) tiled N * 2^27 times along dim 1, fine at batch 2
+    # (2^29 elements, planned, never allocated by inspect), too large at batch 8
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape", start=0, end=1),
+             helper.make_node("Mul", ["s", "k"], ["r1"], name="times_k"),
+             helper.make_node("Concat", ["one1", "r1"], ["r"], name="repeats", axis=0),
+             helper.make_node("Tile", ["x", "r"], ["y"], name="tile_batch")]
+    path = os.path.join(a.work, "tile_from_shape.onnx")
+    model(path, nodes, {"k": np.array([1 << 27], np.int64), "one1": np.array([1], np.int64)},
+          ["N", 1], ["N", "M"])
+    ok1 = inspect(a.shardinfer, path, "--batch", "1,2")
+    bad = inspect(a.shardinfer, path, "--batch", "1,8")
+    good = (ok1.returncode == 0 and bad.returncode == 1 and "tile_batch" in bad.stderr
+            and "repeats" in bad.stderr)
+    print("%s Tile repeats from shapes: batch 2 rc=%d, batch 8 rc=%d %s"
           % ("ok  " if good else "FAIL", ok1.returncode, bad.returncode, bad.stderr.strip()))
     failures += not good
     sys.exit(1 if failures else 0)

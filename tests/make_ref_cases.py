@@ -115,6 +115,10 @@ NODE_TEST_PATTERNS = [
     # indexing; GatherND's int32 tests run as constants on the host (the tables it indexes in
     # vision transformers are constants)
     r"test_gathernd_.*", r"test_gather_elements_.*", r"test_scatter_elements_.*",
+    r"test_tile(_precomputed)?",
+    # Einsum: ONNX's tests are float64, so they run as constants on the host (any form, the
+    # batch diagonal included); the si_einsum_* cases run the forms exporters emit on image data
+    r"test_einsum_.*",
     # shape arithmetic, evaluated on the host
     r"test_shape(_.*)?", r"test_size(_example)?", r"test_constantofshape_.*", r"test_range_.*",
     r"test_equal(_bcast)?", r"test_where_.*", r"test_expand_.*", r"test_constant",
@@ -403,6 +407,12 @@ def numpy_reference(model, feeds):
             y = np.expand_dims(i[0], tuple(int(v) for v in i[1]))
         elif op == "Expand":
             y = i[0] * np.ones([int(v) for v in i[1]], i[0].dtype)
+        elif op == "ReduceMean":
+            y = i[0].mean(axis=tuple(a["axes"]), keepdims=bool(a.get("keepdims", 1)))
+        elif op == "Einsum":
+            y = np.einsum(a["equation"].decode(), *i)
+        elif op == "Tile":
+            y = np.tile(i[0], [int(v) for v in i[1]])
         elif op == "GatherND":
             y = _np_gathernd(i[0], i[1], a.get("batch_dims", 0))
         elif op == "GatherElements":
@@ -507,6 +517,7 @@ class Case:
         self.rng = rng_for(name)
         self.nodes, self.inits, self.inputs, self.feeds = [], [], [], {}
         self.outputs = []
+        self.more_feeds = []  # further data sets (another batch), each checked like the first
         self.opset = OPSET  # a case of a newer op (LayerNormalization: 17, Gelu: 20) raises it
 
     def input(self, name, value, dims=None):
@@ -526,6 +537,19 @@ class Case:
 
     def output(self, name):
         self.outputs.append(name)
+
+    def run(self, m, feeds):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        # The plain op-by-op computation is the reference: no fusion of Conv+BN etc.
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        results = sess.run(self.outputs, feeds)
+        for o, r in zip(self.outputs, results):
+            if not np.all(np.isfinite(r)):
+                raise RuntimeError("%s: non-finite output %s" % (self.name, o))
+        return results
 
     def conv(self, x, prefix, cin, cout, k, group=1, bias=True, **attrs):
         kh, kw = (k, k) if isinstance(k, int) else k
@@ -564,14 +588,7 @@ class Case:
         m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
                               producer_name="shardinfer make_ref_cases.py")
         m.ir_version = max(IR_VERSION, helper.find_min_ir_version_for(m.opset_import))
-        so = ort.SessionOptions()
-        # The plain op-by-op computation is the reference: no fusion of Conv+BN etc.
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        results = sess.run(self.outputs, self.feeds)
-        for o, r in zip(self.outputs, results):
-            if not np.all(np.isfinite(r)):
-                raise RuntimeError("%s: non-finite output %s" % (self.name, o))
+        results = self.run(m, self.feeds)
         del graph.output[:]
         for o, r in zip(self.outputs, results):
             graph.output.append(helper.make_tensor_value_info(o, TensorProto.FLOAT, list(r.shape)))
@@ -580,15 +597,16 @@ class Case:
         return m, results
 
 
-def write_case(out_dir, name, model, feeds, outputs):
+def write_case(out_dir, name, model, feeds, outputs, set_index=0):
     """feeds: ordered {input name: array} in graph input order; outputs: list matching
-    graph.output."""
+    graph.output. A set_index > 0 adds test_data_set_<set_index> beside the first."""
     d = os.path.join(out_dir, name)
-    if os.path.exists(d):
+    if os.path.exists(d) and set_index == 0:
         shutil.rmtree(d)
-    data = os.path.join(d, "test_data_set_0")
+    data = os.path.join(d, "test_data_set_%d" % set_index)
     os.makedirs(data)
-    onnx.save(model, os.path.join(d, "model.onnx"))
+    if set_index == 0:
+        onnx.save(model, os.path.join(d, "model.onnx"))
     names = [i.name for i in model.graph.input]
     assert names == list(feeds), (names, list(feeds))
     for k, n in enumerate(names):
@@ -1795,6 +1813,126 @@ def c_fold_index_tables(c):
     c.output(c.node("Add", [x, table], ["biased"]))
 
 
+def c_tile_probe_from_shape(c):
+    # SigLIP's attention-pooling head: a learned probe (1, 1, D) repeated over the batch with
+    # repeats Concat(Shape(x)[0:1], [1, 1]) (torch's probe.repeat(batch_size, 1, 1)); the
+    # repeats follow from the batch, checked at batch 3 and at batch 2 (a second data set)
+    x = c.input("tokens", normal(c.rng, (3, 5, 8)), dims=["N", 5, 8])
+    c.more_feeds.append({"tokens": normal(c.rng, (2, 5, 8))})
+    n = c.node("Slice", [c.node("Shape", [x], ["shape"]), c.init("zero", np.array([0])),
+                         c.init("one", np.array([1])), c.init("axis", np.array([0]))], ["batch"])
+    reps = c.node("Concat", [n, c.init("ones", np.array([1, 1], np.int64))], ["reps"], axis=0)
+    probe = c.node("Tile", [c.init("probe", normal(c.rng, (1, 1, 8))), reps], ["probes"])
+    kt = c.node("Transpose", [x], ["keys_t"], perm=[0, 2, 1])
+    c.output(c.node("MatMul", [probe, kt], ["scores"]))  # (N, 1, 5)
+    c.output(c.node("Add", [probe, x], ["probed"]))  # (N, 5, 8)
+
+
+def c_tile_image_4d(c):
+    # an image tiled along C and W (stored NHWC on the GPU), then one with dims of 1 tiled
+    # (broadcast without a split) beside a dim that is split
+    x = c.input("images", normal(c.rng, (2, 3, 5, 4)))
+    c.output(c.node("Tile", [c.node("Relu", [x], ["act"]),
+                             c.init("reps", np.array([1, 2, 1, 3], np.int64))], ["tiled"]))
+    m = c.node("ReduceMean", [x], ["pooled"], axes=[1, 3], keepdims=1)  # (2, 1, 5, 1)
+    c.output(c.node("Tile", [m, c.init("reps_m", np.array([2, 3, 2, 4], np.int64))], ["tiled_m"]))
+
+
+def c_tile_rank5_deep(c):
+    # three dims split and two not: the broadcast's rank is 8, the kernels' most
+    x = c.input("volume", normal(c.rng, (2, 3, 1, 2, 3)))
+    c.output(c.node("Tile", [x, c.init("reps", np.array([2, 2, 3, 1, 2], np.int64))], ["tiled"]))
+
+
+def einsum_case(c, equation, *shapes, const=()):
+    """One Einsum of fresh inputs (operands listed in const become initializers)."""
+    c.opset = 12 if "opset12" in c.name else OPSET
+    ins = [c.init("w%d" % k, normal(c.rng, s)) if k in const else
+           c.input("x%d" % k, normal(c.rng, s)) for k, s in enumerate(shapes)]
+    return c.node("Einsum", ins, ["y"], equation=equation)
+
+
+def c_einsum_attention_scores(c):
+    # q k^T per head, as torch.einsum writes attention: a MatMul by a transposed operand
+    c.output(einsum_case(c, "bhid,bhjd->bhij", (2, 3, 5, 4), (2, 3, 6, 4)))
+
+
+def c_einsum_attention_values(c):
+    c.output(einsum_case(c, "bhij,bhjd->bhid", (2, 3, 5, 6), (2, 3, 6, 4)))
+
+
+def c_einsum_linear(c):
+    # a constant (j, k) operand: a Linear layer after lowering
+    c.output(einsum_case(c, "bij,jk->bik", (2, 5, 6), (6, 3), const=(1,)))
+
+
+def c_einsum_outer(c):
+    c.output(einsum_case(c, "i,j->ij", (5,), (4,)))
+
+
+def c_einsum_channel_mix(c):
+    # an image's channels mixed by per-image weights: h and w ride as batch dims of the MatMul
+    c.output(einsum_case(c, "bchw,bkc->bkhw", (2, 3, 5, 4), (2, 6, 3)))
+
+
+def c_einsum_transpose(c):
+    c.output(einsum_case(c, "ij->ji", (5, 4)))
+
+
+def c_einsum_row_sums(c):
+    c.output(einsum_case(c, "ij->i", (5, 4)))
+
+
+def c_einsum_implicit_ellipsis(c):
+    # no "->": numpy's implicit output, the ellipsis, then the letters used once in order
+    # ("...ik"); the ellipsis' dims are batch dims of the MatMul
+    c.output(einsum_case(c, "...ij,...jk", (2, 3, 4, 5), (2, 3, 5, 6)))
+
+
+def c_einsum_two_contracted(c):
+    # two contracted labels: one the MatMul's K, the other a batch dim summed after
+    c.output(einsum_case(c, "bpq,bpqk->bk", (2, 3, 4), (2, 3, 4, 5)))
+
+
+def c_einsum_three_operands_opset12(c):
+    # chained left to right; opset 12 takes Unsqueeze's, Squeeze's and ReduceSum's axes as
+    # attributes; the elementwise pair is a Mul
+    c.output(einsum_case(c, "bi,bi,ij->bj", (3, 4), (3, 4), (4, 5)))
+
+
+def c_einsum_sum_only_operand(c):
+    # a label one operand has alone and the output drops: summed first (ReduceSum)
+    c.output(einsum_case(c, "bij,bk->bik", (2, 3, 4), (2, 5)))
+
+
+def c_einsum_eight_operands(c):
+    # the most operands and dims the lowering takes: seven elementwise pairs (Muls), the labels
+    # kept for later operands at their most
+    c.output(einsum_case(c, ",".join(["abcdefgh"] * 8) + "->abcdefgh", *[(2,) * 8] * 8))
+
+
+def c_einsum_ellipsis_computed(c):
+    # an ellipsis over a computed tensor, whose rank the lowering learns by inferring the graph
+    # built so far; its weight a constant (a Linear layer over the last dim)
+    x = c.input("tokens", normal(c.rng, (2, 3, 4, 6)), dims=["N", 3, 4, 6])
+    r = c.node("Relu", [x], ["act"])
+    w = c.init("w", normal(c.rng, (6, 5)))
+    c.output(c.node("Einsum", [r, w], ["y"], equation="...d,de->...e"))
+
+
+def c_fold_tile(c):
+    # a constant table tiled by constant repeats (int64 ones too, into the repeats of another):
+    # both fold at load, so one Add runs (fold_tile checks)
+    table = c.init("pos_table", normal(c.rng, (1, 3, 2)))
+    reps = c.node("Tile", [c.init("reps_row", np.array([1, 2], np.int64)),
+                           c.init("reps_twice", np.array([2], np.int64))], ["reps"])  # 1,2,1,2
+    reps = c.node("Slice", [reps, c.init("at1", np.array([1])), c.init("to4", np.array([4])),
+                            c.init("axis0", np.array([0]))], ["reps3"])  # (2, 1, 2)
+    table = c.node("Tile", [table, reps], ["tiled"])  # (2, 3, 4)
+    x = c.input("tokens", normal(c.rng, (2, 3, 4)))
+    c.output(c.node("Add", [x, table], ["biased"]))
+
+
 def random_cases():
     return [(name[2:], fn) for name, fn in globals().items()
             if name.startswith("c_") and callable(fn)]
@@ -1809,6 +1947,10 @@ def write_random_cases(out_dir):
         model, results = c.model()
         crosscheck(name, model, c.feeds, results)
         write_case(out_dir, name, model, c.feeds, results)
+        for k, feeds in enumerate(c.more_feeds, 1):
+            more = c.run(model, feeds)
+            crosscheck(name, model, feeds, more)
+            write_case(out_dir, name, model, feeds, more, set_index=k)
         written.append(name)
     print("wrote %d random cases (onnxruntime outputs, confirmed by a float64 numpy evaluation):" % len(written))
     for i in range(0, len(written), 3):

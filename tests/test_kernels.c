@@ -600,6 +600,35 @@ static void test_broadcast(void) {
     }
 }
 
+/* Tile against coordinates modulo x's dims: ranks 1 to 4, any dims repeated (1 included), x's
+ * dims of 1 among them (no split), a 0 repeat (nothing written), the parallel path once. */
+static void test_tile(void) {
+    for (int it = 0; it < 300; it++) {
+        int nd = ri(1, 4);
+        int64_t xd[MAXD], yd[MAXD];
+        for (int d = 0; d < nd; d++) {
+            xd[d] = ri(1, 5);
+            yd[d] = xd[d] * ri(1, 4);
+        }
+        if (it == 0) xd[0] = 300, yd[0] = 600; /* the parallel path */
+        if (it == 1) yd[nd - 1] = 0;
+        int64_t nx = prod(nd, xd), ny = prod(nd, yd);
+        float *x = frand(nx), *y = fpoison(ny ? ny : 1);
+        double *want = dalloc(ny ? ny : 1);
+        for (int64_t i = 0; i < ny; i++) {
+            int64_t idx[MAXD];
+            unravel(i, nd, yd, idx);
+            for (int d = 0; d < nd; d++) idx[d] %= xd[d];
+            want[i] = x[ravel(nd, xd, idx)];
+        }
+        si_cpu_tile(nd, xd, x, yd, y);
+        check_arr("tile", y, want, ny, 0, 0);
+        free(x);
+        free(y);
+        free(want);
+    }
+}
+
 /* --- binary ops ------------------------------------------------------------------------------- */
 
 static double bin_ref(si_binop op, double a, double b) {
@@ -1043,6 +1072,7 @@ int main(void) {
     test_slice();
     test_transpose();
     test_broadcast();
+    test_tile();
     test_binary();
     test_gather();
     test_indexing();

@@ -2,7 +2,8 @@
 """The message for a model shardinfer cannot run: unsupported operators grouped by op type with
 their counts and first node, and no line for the supported nodes that only read an unsupported
 node's output (they would otherwise cascade into hundreds of "not produced by any earlier node"
-lines). A genuinely broken graph (an input nobody produces) is still reported as such.
+lines). A genuinely broken graph (an input nobody produces) is still reported as such. An Einsum
+that cannot be lowered onto image data is named with its equation and the reason.
 
 Usage: test_unsupported_message.py --shardinfer BIN --work DIR
 """
@@ -73,6 +74,26 @@ def main():
             and "not produced by any earlier node" in lines[1])
     print("%s a missing input is still reported: %s" % ("ok  " if good else "FAIL", lines))
     failures += not good
+
+    # Einsum forms not lowered onto image data: the node, the equation and why, one per model
+    refused = [("bcii->bci", 1, ["label 'i' repeats within operand 0", "diagonal"]),
+               ("abcd," * 8 + "abcd->abcd", 9, ["9 operands (at most 8)"]),
+               ("ab1d->abd", 1, ["character '1' is not a label"]),
+               ("abcd->abce", 1, ["output label 'e' is in no input"]),
+               ("abc->ab", 1, ["operand 0 has rank 4 but 3 labels"]),
+               ("...d->d", 1, ["the output drops the ellipsis' dims"])]
+    for k, (eq, n_in, words) in enumerate(refused):
+        nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                 helper.make_node("Einsum", ["r"] * n_in, ["e"], name="mix%d" % k, equation=eq),
+                 helper.make_node("Relu", ["e"], ["y"], name="after")]
+        path = os.path.join(a.work, "einsum%d.onnx" % k)
+        save(path, nodes)
+        rc, lines = inspect(a.shardinfer, path)
+        text = "\n".join(lines)
+        good = (rc != 0 and len(lines) == 2 and "Einsum (equation '%s': " % eq in lines[1]
+                and "(first: mix%d)" % k in lines[1] and all(w in text for w in words))
+        print("%s Einsum '%s' refused: %s" % ("ok  " if good else "FAIL", eq, text))
+        failures += not good
     sys.exit(1 if failures else 0)
 
 

@@ -338,6 +338,10 @@ static void run_expand(const op_args *a) {
     si_cpu_broadcast(a->ys->ndim, xd, a->x, a->ys->dims, a->y);
 }
 
+static void run_tile(const op_args *a) {
+    si_cpu_tile(a->xs->ndim, a->xs->dims, a->x, a->ys->dims, a->y);
+}
+
 static void run_gather(const op_args *a) {
     const si_gnode *n = a->n;
     const si_value *iv = &a->g->values[n->in[n->pslot[0]]];
@@ -455,6 +459,7 @@ static void (*const op_runs[SI_OP_COUNT])(const op_args *a) = {
     [SI_OP_GATHER_ELEMENTS] = run_gather_elements,
     [SI_OP_SCATTER_ELEMENTS] = run_scatter_elements,
     [SI_OP_ROTARY] = run_rotary,
+    [SI_OP_TILE] = run_tile,
 };
 
 /* The CPU is the reference: it runs every op the graph can hold, at any shape the graph's

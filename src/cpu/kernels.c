@@ -672,6 +672,15 @@ void si_cpu_broadcast(int ndim, const int64_t *x_dims, const float *x, const int
     }
 }
 
+_Static_assert(SI_TILE_MAXD <= MAXD, "a Tile's broadcast must fit si_cpu_broadcast");
+void si_cpu_tile(int ndim, const int64_t *x_dims, const float *x, const int64_t *y_dims, float *y) {
+    int64_t bx[SI_TILE_MAXD], by[SI_TILE_MAXD], mult[SI_TILE_MAXD];
+    int src[SI_TILE_MAXD];
+    int k = si_tile_split(ndim, x_dims, y_dims, bx, by, src, mult);
+    SI_ASSERT(k >= 0 && k <= MAXD);
+    si_cpu_broadcast(k, bx, x, by, y);
+}
+
 void si_cpu_gather(const float *x, int64_t outer, int64_t len, int64_t inner, const int64_t *idx,
                    int64_t n, float *y) {
     if (inner <= 0) return;

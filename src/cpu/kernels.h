@@ -74,6 +74,10 @@ void si_cpu_slice(int ndim, const int64_t *x_dims, const float *x, const int64_t
 /* y = x transposed: y_dims[d] = x_dims[perm[d]]. */
 void si_cpu_transpose(int ndim, const int64_t *x_dims, const int *perm, const float *x, float *y);
 
+/* Tile: y_dims[d] = x_dims[d] times a whole repeat, copied as the broadcast of
+ * si_tile_split (kernel_math.h), which shape inference checked fits. */
+void si_cpu_tile(int ndim, const int64_t *x_dims, const float *x, const int64_t *y_dims, float *y);
+
 /* Broadcast x to y_dims (numpy rules, shapes right-aligned to ndim): Expand. */
 void si_cpu_broadcast(int ndim, const int64_t *x_dims, const float *x, const int64_t *y_dims,
                       float *y);

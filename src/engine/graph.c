@@ -43,6 +43,7 @@ const char *si_op_name(int op) {
         [SI_OP_GATHER_ELEMENTS] = "GatherElements",
         [SI_OP_SCATTER_ELEMENTS] = "ScatterElements",
         [SI_OP_ROTARY] = "Rotary",
+        [SI_OP_TILE] = "Tile",
     };
     _Static_assert(sizeof names / sizeof names[0] == SI_OP_COUNT, "an si_op without a name");
     _Static_assert(SI_INDEX_MAXD == SI_MAX_DIMS, "the indexing ops' geometry has the graph's rank");
@@ -265,6 +266,7 @@ static void free_node(si_gnode *n) {
     free(n->in);
     free(n->aview);
     free(n->sview);
+    free(n->equation);
     if (n->host_t) {
         si_tensor_free_data(n->host_t);
         free(n->host_t);
@@ -355,6 +357,7 @@ static bool convert_node_checked(si_builder *b, const si_node_proto *n) {
         si_b_unsupported(b, n, "has no output");
         return false;
     }
+    if (!all_known && !strcmp(n->op_type, "Einsum")) return si_einsum_lower(b, n);
     si_gnode *gn = &g->nodes[g->n_nodes];
     *gn = (si_gnode){
         .name = si_xstrdup(n->name), .op_type = si_xstrdup(n->op_type), .residual = -1, .bias = -1};
@@ -384,6 +387,10 @@ static bool convert_node_checked(si_builder *b, const si_node_proto *n) {
     return true;
 }
 
+bool si_b_convert(si_builder *b, const si_node_proto *n) {
+    return convert_node_checked(b, n);
+}
+
 /* The outputs of a node that was not converted get values marked as coming from an unsupported
  * node, so that nodes reading them are not reported: they fail only because of it. */
 static void convert_node(si_builder *b, const si_node_proto *n) {
@@ -400,7 +407,8 @@ bool si_model_input_is_param(const si_model_proto *m, const char *name) {
     } params[] = {{"Clip", 1},      {"Reshape", 1},   {"BatchNormalization", 1}, {"Slice", 1},
                   {"Pad", 1},       {"Resize", 1},    {"Upsample", 1},           {"Expand", 1},
                   {"Split", 1},     {"Squeeze", 1},   {"Unsqueeze", 1},          {"ReduceMean", 1},
-                  {"ReduceSum", 1}, {"ReduceMax", 1}, {"ReduceMin", 1},          {"Gather", 1}};
+                  {"ReduceSum", 1}, {"ReduceMax", 1}, {"ReduceMin", 1},          {"Gather", 1},
+                  {"Tile", 1}};
     bool used = false;
     for (int i = 0; i < m->n_nodes; i++) {
         const si_node_proto *n = &m->nodes[i];
@@ -993,11 +1001,14 @@ static void builder_init(si_builder *b, const si_model_proto *m, const si_graph_
     g->path = si_xstrdup(m->path);
     g->opset = m->opset;
     g->inferred_batch = -1;
-    int max_out = 0;
-    for (int i = 0; i < m->n_nodes; i++) max_out += m->nodes[i].n_outputs + 3;
-    g->cap_values = m->n_inits + m->n_inputs + opts->n_bind + max_out + 8;
+    int max_out = 0, lowered = 0; /* lowered: the nodes an Einsum may become */
+    for (int i = 0; i < m->n_nodes; i++) {
+        max_out += m->nodes[i].n_outputs + 3;
+        lowered += si_einsum_max_nodes(&m->nodes[i]);
+    }
+    g->cap_values = m->n_inits + m->n_inputs + opts->n_bind + max_out + 2 * lowered + 8;
     g->values = si_xcalloc((size_t)g->cap_values, sizeof *g->values);
-    g->nodes = si_xcalloc((size_t)m->n_nodes + 1, sizeof *g->nodes);
+    g->nodes = si_xcalloc((size_t)m->n_nodes + lowered + 1, sizeof *g->nodes);
     b->from_unsupported = si_xcalloc((size_t)g->cap_values, sizeof *b->from_unsupported);
     b->map.cap = 16;
     while (b->map.cap < 2 * g->cap_values) b->map.cap *= 2;

@@ -49,6 +49,7 @@ typedef enum {
     SI_OP_GATHER_ELEMENTS,
     SI_OP_SCATTER_ELEMENTS, /* in[0] data, in[pslot[0]] indices, in[2] updates */
     SI_OP_ROTARY,           /* in[0] x (.., T, D), in[1] cos, in[2] sin (T - rot_skip, D) */
+    SI_OP_TILE,             /* in[0] data, in[pslot[0]] repeats; a broadcast (kernel_math.h) */
     SI_OP_COUNT
 } si_op;
 
@@ -161,6 +162,7 @@ typedef struct {
     int64_t host_i[4];     /* host op integer attributes (Shape start/end, Cast to, axis, ...) */
     float host_f;
     si_tensor *host_t;    /* ConstantOfShape value */
+    char *equation;       /* Einsum on the host (owned) */
     si_attn_view *aview;  /* Attention: Q, K, V, Y views (4, owned), NULL when all are row-major */
     si_slice_view *sview; /* Concat: per input (n_in, owned), NULL when none reads a Slice */
     bool bias_tiles;      /* Attention: the bias's batch dims repeat (index mod extent): Swin's

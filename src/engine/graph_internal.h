@@ -129,6 +129,46 @@ si_status si_gathernd_check(const si_graph *g, const si_gnode *n, const si_gathe
  * names none (recorded). */
 bool si_scatter_reduction_of(si_builder *b, const si_node_proto *n, int *red);
 
+/* Tile's output shape from x's and the repeats (a host tensor, ops_tensor.c), for the device
+ * row and the host row alike: one repeat per dim, none negative, and the output at most
+ * SI_TILE_MAX_ELEMS elements; a hostile repeats is an error naming the node, before anything is
+ * allocated (at load, or at the batch that makes repeats that follow from shapes too large). */
+#define SI_TILE_MAX_ELEMS ((int64_t)1 << 31)
+si_status si_tile_shape_of(const si_graph *g, const si_gnode *n, const si_shape *x,
+                           const si_value *reps, si_shape *y);
+
+/* An Einsum equation parsed (ops_einsum.c): each operand's labels and the output's, letters as
+ * 0..51, the ellipsis' dims as the labels after them, right-aligned across operands (an operand
+ * whose ellipsis covers fewer dims takes the last ones). */
+#define SI_EINSUM_MAX_IN 8
+typedef struct {
+    int n_in, out_rank;
+    int n_ell;         /* dims the ellipsis covers (the most of any operand) */
+    bool has_ellipsis; /* some operand has one */
+    bool repeats;      /* a label repeats within an operand: a diagonal or a trace */
+    int rank[SI_EINSUM_MAX_IN];
+    int8_t lab[SI_EINSUM_MAX_IN][SI_MAX_DIMS];
+    int8_t out[SI_MAX_DIMS];
+} si_einsum_eq;
+/* Parses eq for n_in operands of the given ranks (-1: not known, refused only when that operand
+ * has an ellipsis), the implicit output (no "->") as numpy forms it. False with the reason in why
+ * when malformed or over SI_MAX_DIMS dims. */
+bool si_einsum_parse(const char *eq, int n_in, const int *ranks, si_einsum_eq *e, char *why,
+                     size_t cap);
+/* Einsum of the host tensors in[0..n->n_in) by n->equation into y, any form; refused (an error
+ * naming the node) when the output exceeds max_elems or the products 64 times that. */
+si_status si_einsum_eval(si_graph *g, si_gnode *n, const si_value *const *in, si_value *y,
+                         int64_t max_elems);
+
+/* Einsum on image data (some input not known at load) lowered into Transpose, Unsqueeze,
+ * Squeeze, ReduceSum, MatMul and Mul nodes, each converted with si_b_convert; false when refused
+ * (the node, the equation and the reason recorded) or a lowered node is. si_einsum_max_nodes:
+ * the nodes (and twice that in values) the builder reserves for node n (0 unless an Einsum). */
+bool si_einsum_lower(si_builder *b, const si_node_proto *n);
+int si_einsum_max_nodes(const si_node_proto *n);
+/* Converts one node as the model's own are converted (graph.c); false when refused (recorded). */
+bool si_b_convert(si_builder *b, const si_node_proto *n);
+
 /* Host tensor helpers (ops_host.c): element count and int64 reads of CONST/HOST values. */
 int64_t si_value_numel(const si_value *v);
 int64_t si_value_i64(const si_value *v, int64_t i); /* element i as int64 (floats truncate) */

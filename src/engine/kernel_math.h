@@ -147,6 +147,30 @@ SI_HD static inline float si_scatter_eval(int red, float a, float b) {
     }
 }
 
+/* Tile as a broadcast: dim d of x (x_dims[d] long, y_dims[d] = r * x_dims[d]) becomes the dims
+ * (r, x_dims[d]) of y, where x has (1, x_dims[d]), so the broadcast kernels that Expand uses copy
+ * it. Fills the broadcast's dims bx (x's) and by (y's), and for each the dim src[k] it comes from
+ * and mult[k], x_dims[d] for the repeat part (y's stride there is x_dims[d] times dim d's) and 1
+ * otherwise; a dim repeated once or of length 1 needs no split. Returns the broadcast's rank, or
+ * -1 when it exceeds SI_TILE_MAXD (shape inference refuses such a Tile). */
+#define SI_TILE_MAXD 8 /* the broadcast kernels' rank: the CPU's MAXD, the GPU's SI_TV_MAXD */
+SI_HD static inline int si_tile_split(int nd, const int64_t *x_dims, const int64_t *y_dims,
+                                      int64_t *bx, int64_t *by, int *src, int64_t *mult) {
+    int k = 0;
+    for (int d = 0; d < nd; d++) {
+        int64_t xd = x_dims[d], r = xd > 0 ? y_dims[d] / xd : 1;
+        int split = r > 1 && xd > 1;
+        if (k + 1 + split > SI_TILE_MAXD) return -1;
+        if (split) {
+            bx[k] = 1, by[k] = r, src[k] = d, mult[k] = xd;
+            k++;
+        }
+        bx[k] = xd, by[k] = split ? xd : y_dims[d], src[k] = d, mult[k] = 1;
+        k++;
+    }
+    return k;
+}
+
 /* The taps k in [0, kn) with lo <= start + k * d < hi, as [*k0, *k1). */
 SI_HD static inline void si_tap_range(int start, int kn, int d, int lo, int hi, int *k0, int *k1) {
     int a = start >= lo ? 0 : (lo - start + d - 1) / d;

@@ -72,6 +72,8 @@ enum {
     H_POW,
     H_RELU,
     H_MATMUL,
+    H_TILE,
+    H_EINSUM,
     H_COUNT
 };
 
@@ -180,6 +182,24 @@ static bool conv_scatter_elements(si_builder *b, const si_node_proto *n, si_gnod
 static bool conv_batch_dims(si_builder *b, const si_node_proto *n, si_gnode *gn) {
     (void)b;
     gn->host_i[0] = si_attr_int(n, "batch_dims", 0);
+    return true;
+}
+
+/* Tile-1's tiles and axis inputs (opset 1 to 5) are not Tile-6's repeats. */
+static bool conv_tile(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    (void)gn;
+    if (b->m->opset >= 6) return true;
+    si_b_unsupported(b, n, "Tile before opset 6 (tiles and axis inputs) is not supported");
+    return false;
+}
+
+static bool conv_einsum(si_builder *b, const si_node_proto *n, si_gnode *gn) {
+    const si_attr *a = si_node_attr(n, "equation");
+    if (!a || !a->s) {
+        si_b_unsupported(b, n, "the equation attribute is missing");
+        return false;
+    }
+    gn->equation = si_xstrdup(a->s);
     return true;
 }
 
@@ -391,6 +411,7 @@ static si_status eval_slice(si_graph *g, si_gnode *n, const si_value *x, si_valu
         start[a] = s;
         step[a] = sp[i];
     }
+    y->dtype = x->dtype; /* else a Slice of int64 shape arithmetic came out float */
     ALLOC_OR_FAIL(y);
     int64_t total = si_shape_numel(&y->shape);
     for (int64_t i = 0; i < total; i++) {
@@ -682,6 +703,43 @@ static si_status eval_expand(si_graph *g, si_gnode *n, const si_value *x, si_val
             for (int64_t e = 0; e < inner; e++) memcpy(dst + (size_t)e * es, src, es);
     }
     return SI_OK;
+}
+
+/* Tile: element i of y copies x at its coordinates modulo x's dims, row by row of the last dim
+ * (the copies of a row are x's row, repeated). */
+static si_status eval_tile(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    si_status st = si_tile_shape_of(g, n, &x->shape, hin(g, n, 1), &y->shape);
+    if (st != SI_OK) return st;
+    y->dtype = x->dtype;
+    ALLOC_OR_FAIL(y);
+    const int nd = y->shape.ndim;
+    const int64_t numel = si_shape_numel(&y->shape), inner = nd ? x->shape.dims[nd - 1] : 1;
+    if (numel == 0) return SI_OK;
+    const size_t es = y->dtype == SI_DT_INT64 ? 8 : 4;
+    uint8_t *dst = y->data;
+    for (int64_t i = 0; i < numel; i += inner) { /* y's rows of x's width */
+        int64_t rem = i, off = 0, stride = 1;
+        for (int d = nd - 1; d >= 0; d--) {
+            off += rem % y->shape.dims[d] % x->shape.dims[d] * stride;
+            rem /= y->shape.dims[d];
+            stride *= x->shape.dims[d];
+        }
+        memcpy(dst + (size_t)i * es, (const uint8_t *)x->data + (size_t)off * es,
+               (size_t)inner * es);
+    }
+    return SI_OK;
+}
+
+static si_status eval_einsum(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
+    const si_value *in[SI_EINSUM_MAX_IN];
+    (void)x;
+    if (n->n_in > SI_EINSUM_MAX_IN || n->host_present != (1u << n->n_in) - 1)
+        return si_node_error(g, n, SI_ERR_UNSUPPORTED, "an omitted input or more than %d",
+                             SI_EINSUM_MAX_IN);
+    for (int k = 0; k < n->n_in; k++)
+        if (!(in[k] = &g->values[n->in[k]])->data)
+            return si_node_error(g, n, SI_ERR_INTERNAL, "input %d has no host data", k);
+    return si_einsum_eval(g, n, in, y, HOST_MAX_ELEMS);
 }
 
 static si_status eval_range(si_graph *g, si_gnode *n, const si_value *s, si_value *y) {
@@ -1229,6 +1287,8 @@ static const host_row host_rows[H_COUNT] = {
     [H_SCATTER_ELEMENTS] = {.onnx = "ScatterElements",
                             .convert = conv_scatter_elements,
                             .eval = eval_scatter_elements},
+    [H_TILE] = {.onnx = "Tile", .convert = conv_tile, .eval = eval_tile},
+    [H_EINSUM] = {.onnx = "Einsum", .convert = conv_einsum, .eval = eval_einsum},
 };
 
 static int host_op_of(const char *op) {

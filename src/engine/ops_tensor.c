@@ -1,10 +1,11 @@
 /* Import of the ops that move data without arithmetic: the views (Flatten, Reshape, Squeeze,
  * Unsqueeze, Identity, Dropout, Cast to float: same bytes), Concat, Split, Slice, Transpose,
- * Expand and Gather. Shape inference resolves their parameter inputs (shape, axes, starts,
- * split sizes, indices) into the node. */
+ * Expand, Tile and Gather. Shape inference resolves their parameter inputs (shape, axes, starts,
+ * split sizes, repeats, indices) into the node. */
 #include <string.h>
 
 #include "import.h"
+#include "kernel_math.h"
 
 /* Identity, Dropout (without its mask) and Cast to float. */
 static bool convert_identity(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
@@ -127,6 +128,15 @@ static bool convert_transpose(si_builder *b, const si_node_proto *n, si_gnode *g
 static bool convert_expand(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
     si_node_add_input(gn, x);
     return required_param(b, n, gn, "the shape input is missing");
+}
+
+static bool convert_tile(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
+    if (b->m->opset < 6) {
+        si_b_unsupported(b, n, "Tile before opset 6 (tiles and axis inputs) is not supported");
+        return false;
+    }
+    si_node_add_input(gn, x);
+    return required_param(b, n, gn, "the repeats input is missing");
 }
 
 static bool convert_gather(si_builder *b, const si_node_proto *n, si_gnode *gn, int x) {
@@ -352,6 +362,45 @@ static si_status infer_expand(si_graph *g, si_gnode *n, const si_shape *x, si_sh
     return si_imp_broadcast(g, n, x, &t, y);
 }
 
+si_status si_tile_shape_of(const si_graph *g, const si_gnode *n, const si_shape *x,
+                           const si_value *reps, si_shape *y) {
+    if (!reps || !reps->data || reps->shape.ndim != 1 || reps->shape.dims[0] != x->ndim)
+        return si_node_error(g, n, SI_ERR_FORMAT,
+                             "repeats must be %d integers (one per dimension of the input)",
+                             x->ndim);
+    *y = *x;
+    for (int d = 0; d < x->ndim; d++) {
+        int64_t r = si_value_i64(reps, d);
+        if (r < 0)
+            return si_node_error(g, n, SI_ERR_FORMAT, "repeats %lld for dimension %d is negative",
+                                 (long long)r, d);
+        y->dims[d] = si_mul_sat(x->dims[d], r);
+        if (y->dims[d] > SI_TILE_MAX_ELEMS)
+            return si_node_error(
+                g, n, SI_ERR_UNSUPPORTED, "repeats %lld make dimension %d %lld long (at most %lld)",
+                (long long)r, d, (long long)y->dims[d], (long long)SI_TILE_MAX_ELEMS);
+    }
+    int64_t numel = si_shape_numel(y);
+    if (numel > SI_TILE_MAX_ELEMS)
+        return si_node_error(g, n, SI_ERR_UNSUPPORTED,
+                             "repeats make an output of %lld elements (at most %lld)",
+                             (long long)numel, (long long)SI_TILE_MAX_ELEMS);
+    return SI_OK;
+}
+
+/* Repeats that follow from shapes (a batch of learned probes) are read again at every batch. */
+static si_status infer_tile(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
+    si_status st = si_tile_shape_of(g, n, x, si_imp_param(g, n, 0), y);
+    if (st != SI_OK) return st;
+    int64_t bx[SI_TILE_MAXD], by[SI_TILE_MAXD], mult[SI_TILE_MAXD];
+    int src[SI_TILE_MAXD];
+    if (si_tile_split(x->ndim, x->dims, y->dims, bx, by, src, mult) < 0)
+        return si_node_error(g, n, SI_ERR_UNSUPPORTED,
+                             "repeating this many of %d dims needs a broadcast of more than %d",
+                             x->ndim, SI_TILE_MAXD);
+    return SI_OK;
+}
+
 static si_status infer_gather(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
     const si_value *iv = si_imp_param(g, n, 0);
     int a = si_imp_norm_axis(n->axis, x->ndim);
@@ -392,5 +441,6 @@ const si_import_row si_import_tensor_rows[] = {
      .infer = infer_transpose},
     {.onnx = "Expand", .kind = SI_OP_EXPAND, .convert = convert_expand, .infer = infer_expand},
     {.onnx = "Gather", .kind = SI_OP_GATHER, .convert = convert_gather, .infer = infer_gather},
+    {.onnx = "Tile", .kind = SI_OP_TILE, .convert = convert_tile, .infer = infer_tile},
     {.onnx = NULL},
 };
