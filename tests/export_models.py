@@ -115,6 +115,9 @@ OTHER_TRANSFORMERS = {
     "hf_clip_sdpa": (hf("clip", "sdpa"), 224),
     "hf_dinov2_eager": (hf("dinov2", "eager"), 224),
     "hf_dinov2_sdpa": (hf("dinov2", "sdpa"), 224),
+    # SigLIP's attention-pooling head: a learned probe Tiled over the batch, one query
+    "hf_siglip_eager": (hf("siglip", "eager"), 224),
+    "hf_siglip_sdpa": (hf("siglip", "sdpa"), 224),
 }
 # the base-size Hugging Face towers, for the benchmarks (bench/torch_compute.py and
 # `--models hf_vit_b_16_eager` here); the tests export the small ones above

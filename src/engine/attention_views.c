@@ -460,6 +460,15 @@ si_status si_attention_view_shapes(const si_graph *g, const si_gnode *n, si_attn
 }
 
 void si_attention_operands(const si_graph *g, const si_gnode *n, si_attn_view op[4]) {
-    if (n->aview && si_attention_view_shapes(g, n, op) == SI_OK) return;
-    for (int i = 0; i < 4; i++) op[i] = row_major_view(&g->values[i < 3 ? n->in[i] : n->out].shape);
+    if (!n->aview || si_attention_view_shapes(g, n, op) != SI_OK)
+        for (int i = 0; i < 4; i++)
+            op[i] = row_major_view(&g->values[i < 3 ? n->in[i] : n->out].shape);
+    /* a matrix of one row (SigLIP's probe query) may be viewed with any stride between its rows,
+     * 0 too, which BLAS and the kernels take for a row pitch shorter than the row: give it the
+     * row's own length */
+    for (int i = 0; i < 4; i++) {
+        int nd = op[i].shape.ndim;
+        if (nd >= 2 && op[i].shape.dims[nd - 2] == 1 && op[i].st[nd - 1] == 1)
+            op[i].st[nd - 2] = op[i].shape.dims[nd - 1];
+    }
 }
