@@ -1988,9 +1988,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--output-dir", required=True)
     ap.add_argument("--demo-model", help="EfficientNet-Lite0 ONNX from datasets/efficientnet_lite0_to_onnx.py")
+    ap.add_argument("--no-node-tests", action="store_true",
+                    help="only the si_* cases (an onnx package without its node test data)")
     args = ap.parse_args()
     os.makedirs(args.output_dir, exist_ok=True)
-    copy_node_tests(args.output_dir)
+    if not args.no_node_tests:
+        copy_node_tests(args.output_dir)
     write_random_cases(args.output_dir)
     if args.demo_model:
         write_demo_case(args.output_dir, args.demo_model)
