@@ -888,32 +888,43 @@ cudaError_t si_k_gather_nd(cudaStream_t s, int t, const si_gathernd_geom *geo, c
     return cudaGetLastError();
 }
 
-// one thread an element: its value and its partner's, the tables' row of its token
-template <typename T>
-__global__ void k_rotary(const T *__restrict__ x, int64_t n, int64_t tok, int64_t d, int64_t skip,
-                         bool half, const T *__restrict__ c, const T *__restrict__ sn,
-                         T *__restrict__ y) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t e = i % d, r = i / d, t = r % tok;
+// one thread a pair (an element and its partner: adjacent, or d / 2 apart), the tables' row of
+// its token; I the index type (32 bits where the tensor allows: the divisions are the cost)
+template <typename T, typename I>
+__global__ void k_rotary(const T *__restrict__ x, I pairs, I tok, I d, I skip, bool half,
+                         const T *__restrict__ c, const T *__restrict__ sn, T *__restrict__ y) {
+    const I hd = d / 2;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < pairs;
+         i += (I)gridDim.x * blockDim.x) {
+        const I r = i / hd, j = i - r * hd, t = r % tok;
+        const I e0 = half ? j : 2 * j, e1 = half ? j + hd : 2 * j + 1;
+        const I a = r * d + e0, b = r * d + e1;
         if (t < skip) {
-            y[i] = x[i];
+            y[a] = x[a];
+            y[b] = x[b];
             continue;
         }
-        bool first;
-        const int64_t p = si_rotary_partner(e, d, half, &first), at = (t - skip) * d + e;
-        y[i] = si_from_f<T>(si_rotary(si_to_f(x[i]), si_to_f(x[r * d + p]), si_to_f(c[at]),
-                                      si_to_f(sn[at]), first));
+        const I at = (t - skip) * d;
+        const float x0 = si_to_f(x[a]), x1 = si_to_f(x[b]);
+        y[a] = si_from_f<T>(si_rotary(x0, x1, si_to_f(c[at + e0]), si_to_f(sn[at + e0]), true));
+        y[b] = si_from_f<T>(si_rotary(x1, x0, si_to_f(c[at + e1]), si_to_f(sn[at + e1]), false));
     }
 }
 
 cudaError_t si_k_rotary(cudaStream_t s, int t, const void *x, int64_t rows, int64_t tok, int64_t d,
                         int64_t skip, bool half, const void *c, const void *sn, void *y) {
-    int64_t n = rows * tok * d;
-    if (n == 0) return cudaSuccess;
-    SI_DISPATCH(t, T,
-                k_rotary<T><<<blocks_for(n, 256), 256, 0, s>>>(
-                    (const T *)x, n, tok, d, skip, half, (const T *)c, (const T *)sn, (T *)y));
+    int64_t pairs = rows * tok * (d / 2);
+    if (pairs == 0) return cudaSuccess;
+    if (rows * tok * d < INT32_MAX)
+        SI_DISPATCH(t, T,
+                    k_rotary<T, uint32_t><<<blocks_for(pairs, 256), 256, 0, s>>>(
+                        (const T *)x, (uint32_t)pairs, (uint32_t)tok, (uint32_t)d, (uint32_t)skip,
+                        half, (const T *)c, (const T *)sn, (T *)y));
+    else
+        SI_DISPATCH(t, T,
+                    k_rotary<T, int64_t>
+                    <<<blocks_for(pairs, 256), 256, 0, s>>>((const T *)x, pairs, tok, d, skip, half,
+                                                            (const T *)c, (const T *)sn, (T *)y));
     return cudaGetLastError();
 }
 

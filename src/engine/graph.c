@@ -588,6 +588,71 @@ static si_gnode *linear_by_column(si_graph *g, const si_gnode *a, si_binop op, i
 
 /* Add(MatMul(x, W), b) with W a constant (K, N) and b a constant of N values along the last
  * axis: the MatMul adds b (cuBLASLt's bias epilogue on the GPU). */
+/* Linear (a MatMul by a constant (K, N) weight), a Reshape of its rows to (M, N), then an
+ * inference BatchNormalization over N: LeViT's Linear + BatchNorm1d on the flattened tokens. The
+ * scale folds into W's columns and the shift becomes the Linear's bias; the BatchNormalization
+ * goes (an identity view where it gives a graph output). Before fuse_linear_bias, on inferred
+ * shapes. */
+/* The readers of value v that read its data: all but the host's Shape and Size (the legacy
+ * exporter's shapes for a Reshape back). */
+static int data_readers(const si_graph *g, int v) {
+    int n = g->values[v].uses;
+    for (int j = 0; j < g->n_nodes; j++) {
+        const si_gnode *r = &g->nodes[j];
+        if (r->op != SI_OP_HOST || (strcmp(r->op_type, "Shape") && strcmp(r->op_type, "Size")))
+            continue;
+        for (int i = 0; i < r->n_in; i++) n -= r->in[i] == v;
+    }
+    return n;
+}
+
+static void fold_linear_batchnorm(si_graph *g) {
+    for (int j = 0; j < g->n_nodes; j++) {
+        si_gnode *bn = &g->nodes[j];
+        if (bn->op != SI_OP_AFFINE || bn->n_in < 3) continue;
+        const si_value *xv = &g->values[bn->in[0]];
+        si_gnode *r = xv->producer >= 0 ? &g->nodes[xv->producer] : NULL;
+        if (!r || r->op != SI_OP_VIEW || xv->uses != 1 || xv->shape.ndim != 2) continue;
+        const si_value *uv = &g->values[r->in[0]];
+        si_gnode *m = uv->producer >= 0 ? &g->nodes[uv->producer] : NULL;
+        if (!m || m->op != SI_OP_MATMUL || data_readers(g, r->in[0]) != 1 || m->act.kind ||
+            m->residual >= 0 || m->bias >= 0 || m->trans_a || m->trans_b || m->n_in != 2)
+            continue;
+        si_value *wv = &g->values[m->in[1]];
+        const si_value *sv = &g->values[bn->in[1]], *hv = &g->values[bn->in[2]];
+        int64_t n = xv->shape.dims[1];
+        if (wv->kind != SI_VAL_CONST || wv->uses != 1 || wv->shape.ndim != 2 ||
+            wv->shape.dims[1] != n || uv->shape.dims[uv->shape.ndim - 1] != n ||
+            sv->kind != SI_VAL_CONST || hv->kind != SI_VAL_CONST || !sv->data || !hv->data ||
+            si_shape_numel(&sv->shape) != n || si_shape_numel(&hv->shape) != n)
+            continue;
+        float *w = wv->data;
+        const float *scale = sv->data;
+        for (int64_t k = 0; k < wv->shape.dims[0]; k++)
+            for (int64_t c = 0; c < n; c++) w[k * n + c] *= scale[c];
+        m->bias = bn->in[2];
+        si_node_add_input(m, bn->in[2]);
+        /* its readers read the Reshape's rows; a graph output keeps it, as an identity view */
+        bool is_output = false;
+        for (int o = 0; o < g->n_outputs; o++) is_output |= g->outputs[o] == bn->out;
+        if (is_output) {
+            bn->op = SI_OP_VIEW;
+            bn->view_kind = SI_VIEW_IDENTITY;
+            bn->n_in = 1;
+        } else {
+            for (int k = 0; k < g->n_nodes; k++)
+                for (int i = 0; i < g->nodes[k].n_in; i++)
+                    if (g->nodes[k].in[i] == bn->out) g->nodes[k].in[i] = bn->in[0];
+            bn->op = -1;
+        }
+        char *t = join_types(m->op_type, "BatchNormalization(folded)");
+        free(m->op_type);
+        m->op_type = t;
+        g->folded_bn++;
+    }
+    si_graph_compact(g);
+}
+
 static void fuse_linear_bias(si_graph *g) {
     for (int j = 0; j < g->n_nodes; j++) {
         int c;
@@ -1161,6 +1226,7 @@ static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
         return st;
     }
     g->linear_moves = si_linear_from_gemm(g);
+    fold_linear_batchnorm(g);
     fuse_linear_bias(g);                 /* before Transposes move across the Linear layers */
     g->fused_rotary = si_fuse_rotary(g); /* before attention: it makes q and k */
     if (g->fused_rotary) remove_dead(g);
