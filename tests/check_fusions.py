@@ -61,7 +61,8 @@ EXPECT = {
     "beit_b_16": ({"attention": 12, "operands": 48, "bias": 48, "residual": 24}, ["Softmax"]),
     # LeViT: head size 16 with V twice or four times as wide; its Linear layers' BatchNorm1d
     # folds into them (the BatchNorms before its two heads stay)
-    "levit_128": ({"attention": 14, "operands": 56}, ["Softmax", "BatchNormalization>2"]),
+    "levit_128": ({"attention": 14, "operands": 56, "residual": 26},
+                  ["Softmax", "BatchNormalization>2"]),
     # Swin V2's cosine attention: the per-head logit scale moves onto q (a Mul of q, Q and K
     # then computed: V and Y in place); its relative-position MLP over constant coordinates
     # (MatMul, Relu, GatherND, Sigmoid) folds at load, so no such node runs per batch

@@ -901,6 +901,36 @@ static void fuse_activations(si_graph *g) {
 
 /* Add(conv, r) where the conv's output has no other reader and no activation yet: the conv adds
  * r before its (later fused) activation, saving a pass over the tensor. */
+/* View r2 of view r1's output, r1's read by r2 alone, giving back r1's input shape (LeViT's
+ * Linear -> Flatten (for BatchNorm1d, folded) -> Reshape back): r2's readers read r1's input,
+ * so its producer's epilogue can take their activation and residual Add. Both are views of
+ * row-major bytes, so nothing moves; a graph output keeps its views. */
+static void cancel_view_round_trips(si_graph *g) {
+    for (int j = 0; j < g->n_nodes; j++) {
+        si_gnode *r2 = &g->nodes[j];
+        if (r2->op != SI_OP_VIEW || r2->n_in < 1) continue;
+        const si_value *mid = &g->values[r2->in[0]];
+        si_gnode *r1 = mid->producer >= 0 ? &g->nodes[mid->producer] : NULL;
+        if (!r1 || r1->op != SI_OP_VIEW || data_readers(g, r2->in[0]) != 1 ||
+            !same_shape(&g->values[r1->in[0]].shape, &g->values[r2->out].shape) ||
+            g->values[r1->in[0]].kind != SI_VAL_RUNTIME)
+            continue;
+        bool is_output = false;
+        for (int o = 0; o < g->n_outputs; o++) is_output |= g->outputs[o] == r2->out;
+        if (is_output) continue;
+        for (int k = j + 1; k < g->n_nodes; k++) {
+            si_gnode *n = &g->nodes[k];
+            for (int i = 0; i < n->n_in; i++)
+                if (n->in[i] == r2->out) n->in[i] = r1->in[0];
+            if (n->residual == r2->out) n->residual = r1->in[0];
+        }
+        r2->op = -1;
+        r1->op = -1;
+        g->dropped_copies++;
+    }
+    si_graph_compact(g); /* recounts the uses */
+}
+
 static void fuse_residual(si_graph *g) {
     for (int j = 0; j < g->n_nodes; j++) {
         si_gnode *a = &g->nodes[j];
@@ -1240,6 +1270,10 @@ static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
     if (g->attention_views || g->concat_slices) remove_dead(g);
     g->removed_nodes = removed;
     fold_linear_scale(g);
+    int removed_before = g->removed_nodes;
+    cancel_view_round_trips(g);
+    remove_dead(g); /* the shape arithmetic of the views gone (the legacy exporter's Shapes) */
+    g->removed_nodes = removed_before;
     fuse_residual(g);
     fuse_residual_through_transpose(g);
     fuse_activations(g);
