@@ -81,7 +81,7 @@ static bool rotated(si_graph *g, int v, int *x, bool *half) {
         const si_shape *cs = c ? &g->values[c->out].shape : NULL;
         const si_shape *vs = &g->values[v].shape;
         int nd = vs->ndim;
-        if (!c || c->op != SI_OP_CONCAT || c->n_in != 2 || cs->ndim != nd + 1 ||
+        if (nd < 2 || !c || c->op != SI_OP_CONCAT || c->n_in != 2 || cs->ndim != nd + 1 ||
             cat_axis(g, c) != nd || cs->dims[nd] != 2 || cs->dims[nd - 1] * 2 != vs->dims[nd - 1] ||
             memcmp(cs->dims, vs->dims, sizeof(int64_t) * (size_t)(nd - 1)) != 0 ||
             !unsqueezed_last(g, c->in[0], &a) || !unsqueezed_last(g, c->in[1], &b) ||
@@ -94,7 +94,7 @@ static bool rotated(si_graph *g, int v, int *x, bool *half) {
     }
     /* halves: Concat(Neg(x[..., D/2:]), x[..., :D/2], -1) */
     const si_shape *vs = &g->values[v].shape;
-    if (n->op != SI_OP_CONCAT || n->n_in != 2 || cat_axis(g, n) != vs->ndim - 1 ||
+    if (vs->ndim < 2 || n->op != SI_OP_CONCAT || n->n_in != 2 || cat_axis(g, n) != vs->ndim - 1 ||
         vs->dims[vs->ndim - 1] % 2 || !negated(g, n->in[0], &u))
         return false;
     int64_t h = vs->dims[vs->ndim - 1] / 2;
@@ -116,10 +116,11 @@ static int constant(si_graph *g, int v) {
         g->values[sp->in[0]].dtype != SI_DT_FLOAT || !g->values[sp->in[0]].data)
         return -1;
     const si_shape xs = g->values[sp->in[0]].shape, ys = g->values[v].shape;
-    int ax = sp->axis, k = 0;
+    int ax = sp->axis < 0 ? sp->axis + xs.ndim : sp->axis, k = 0;
+    if (ax < 0 || ax >= xs.ndim || ys.ndim != xs.ndim) return -1;
     int64_t start = 0;
     while (k < sp->n_out && sp->outs[k] != v) start += g->values[sp->outs[k++]].shape.dims[ax];
-    if (k == sp->n_out || ax < 0 || ax >= xs.ndim) return -1;
+    if (k == sp->n_out) return -1;
     char name[160];
     snprintf(name, sizeof name, "%.120s/const", g->values[v].name);
     for (int u = 0; u < g->n_values; u++) /* made already, by an earlier match */
