@@ -381,6 +381,14 @@ static si_status run_rotary(const op_ctx *c) {
     return SI_OK;
 }
 
+static si_status run_rownorm(const op_ctx *c) {
+    const si_shape *xs = &c->xv->shape;
+    int64_t d = xs->dims[xs->ndim - 1];
+    cudaCheck(si_k_rownorm(c->s, c->t, c->x, si_shape_numel(xs) / (d ? d : 1), d, c->n->epsilon,
+                           c->n->n_in > 1 ? c->in[1] : NULL, c->n->rn_div, c->n->rn_mod, c->y));
+    return SI_OK;
+}
+
 static si_status run_scatter_elements(const op_ctx *c) {
     cudaCheck(si_k_scatter_elements(c->s, c->t, &c->n->elems, c->n->reduction, c->x,
                                     si_shape_numel(&c->xv->shape), index_dev(c), c->in[2], c->y));
@@ -435,6 +443,7 @@ static constexpr op_entry op_table[] = {
     {SI_OP_SCATTER_ELEMENTS, NULL, run_scatter_elements},
     {SI_OP_ROTARY, NULL, run_rotary},
     {SI_OP_TILE, run_tile, NULL},
+    {SI_OP_ROWNORM, NULL, run_rownorm},
 };
 
 static constexpr bool table_in_order(void) {

@@ -928,6 +928,90 @@ cudaError_t si_k_rotary(cudaStream_t s, int t, const void *x, int64_t rows, int6
     return cudaGetLastError();
 }
 
+// a warp a row: lanes stride the row, the sum of squares through shuffles, then the scaled row
+template <typename T>
+__global__ void k_rownorm(const T *__restrict__ x, int64_t rows, int64_t d, float eps,
+                          const T *__restrict__ sc, int64_t div, int64_t mod, T *__restrict__ y) {
+    const int lane = threadIdx.x % 32;
+    for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < rows;
+         r += (int64_t)gridDim.x * blockDim.x / 32) {
+        const T *xr = x + r * d;
+        float q = 0.f;
+        for (int64_t i = lane; i < d; i += 32) {
+            float v = si_to_f(xr[i]);
+            q += v * v;
+        }
+        for (int k = 16; k > 0; k /= 2) q += __shfl_xor_sync(0xffffffffu, q, k);
+        float f = (sc && mod > 0 ? si_to_f(sc[(r / div) % mod]) : 1.f) / fmaxf(sqrtf(q), eps);
+        for (int64_t i = lane; i < d; i += 32) y[r * d + i] = si_from_f<T>(si_to_f(xr[i]) * f);
+    }
+}
+
+// The same with 16-byte chunks, L lanes a row (32 / L rows a warp): Swin V2's 32-wide FP16 rows
+// are 4 chunks, 4 lanes each, where a warp a row left 28 lanes idle and loaded 2 bytes a lane
+template <typename T, int L>
+__global__ void k_rownorm_vec(const T *__restrict__ x, int64_t rows, int nch, float eps,
+                              const T *__restrict__ sc, int64_t div, int64_t mod,
+                              T *__restrict__ y) {
+    constexpr int V = 16 / sizeof(T);
+    const int lane = threadIdx.x % L;
+    const unsigned group =
+        L >= 32 ? 0xffffffffu : ((1u << (L % 32)) - 1) << (threadIdx.x % 32 / L * L);
+    for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / L; r < rows;
+         r += (int64_t)gridDim.x * blockDim.x / L) {
+        const uint4 *xr = reinterpret_cast<const uint4 *>(x) + r * nch;
+        float q = 0.f;
+        for (int c = lane; c < nch; c += L) {
+            uint4 u = xr[c];
+            const T *e = reinterpret_cast<const T *>(&u);
+#pragma unroll
+            for (int k = 0; k < V; k++) q += si_to_f(e[k]) * si_to_f(e[k]);
+        }
+        for (int k = L / 2; k > 0; k /= 2) q += __shfl_xor_sync(group, q, k);
+        float f = (sc && mod > 0 ? si_to_f(sc[(r / div) % mod]) : 1.f) / fmaxf(sqrtf(q), eps);
+        uint4 *yr = reinterpret_cast<uint4 *>(y) + r * nch;
+        for (int c = lane; c < nch; c += L) {
+            uint4 u = xr[c], o;
+            const T *e = reinterpret_cast<const T *>(&u);
+            T *w = reinterpret_cast<T *>(&o);
+#pragma unroll
+            for (int k = 0; k < V; k++) w[k] = si_from_f<T>(si_to_f(e[k]) * f);
+            yr[c] = o;
+        }
+    }
+}
+
+cudaError_t si_k_rownorm(cudaStream_t s, int t, const void *x, int64_t rows, int64_t d, float eps,
+                         const void *sc, int64_t div, int64_t mod, void *y) {
+    if (rows <= 0 || d <= 0) return cudaSuccess;
+    size_t es = si_gtype_size(t);
+    if ((d * (int64_t)es) % 16 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0) {
+        int nch = (int)(d * (int64_t)es / 16), L = nch <= 4    ? 4
+                                                   : nch <= 8  ? 8
+                                                   : nch <= 16 ? 16
+                                                               : 32;
+        int64_t threads = rows * L;
+#define SI_ROWNORM_VEC(LANES)                                                                      \
+    SI_DISPATCH(t, T,                                                                              \
+                k_rownorm_vec<T, LANES><<<blocks_for(threads, 256), 256, 0, s>>>(                  \
+                    (const T *)x, rows, nch, eps, (const T *)sc, div, mod, (T *)y))
+        if (L == 4)
+            SI_ROWNORM_VEC(4);
+        else if (L == 8)
+            SI_ROWNORM_VEC(8);
+        else if (L == 16)
+            SI_ROWNORM_VEC(16);
+        else
+            SI_ROWNORM_VEC(32);
+#undef SI_ROWNORM_VEC
+        return cudaGetLastError();
+    }
+    SI_DISPATCH(t, T,
+                k_rownorm<T><<<blocks_for(rows * 32, 256), 256, 0, s>>>(
+                    (const T *)x, rows, d, eps, (const T *)sc, div, mod, (T *)y));
+    return cudaGetLastError();
+}
+
 static int64_t idims_numel(const si_elements_geom *geo) {
     int64_t n = 1;
     for (int d = 0; d < geo->nd; d++) n *= geo->idims[d];

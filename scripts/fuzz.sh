@@ -55,7 +55,7 @@ configure() {
             src/engine/ops_conv.c src/engine/ops_tensor.c src/engine/ops_math.c src/engine/ops_norm.c
             src/engine/attention.c src/engine/attention_views.c src/engine/concat_views.c
             src/engine/ops_index.c src/engine/ops_einsum.c src/engine/layout_moves.c src/engine/ops_host.c
-            src/engine/memplan.c src/engine/token_select.c src/engine/rotary.c)
+            src/engine/memplan.c src/engine/token_select.c src/engine/rotary.c src/engine/rownorm.c)
       max_len=262144 ;;
     decode) srcs=(src/base/common.c io/jpeg.c io/jpeg_scan.c); libs=(-lturbojpeg); max_len=262144 ;;
     # the recipe targets want their whole recipe from the start, not inputs grown byte by byte

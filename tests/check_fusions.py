@@ -63,11 +63,13 @@ EXPECT = {
     # folds into them (the BatchNorms before its two heads stay)
     "levit_128": ({"attention": 14, "operands": 56, "residual": 26},
                   ["Softmax", "BatchNormalization>2"]),
-    # Swin V2's cosine attention: the per-head logit scale moves onto q (a Mul of q, Q and K
-    # then computed: V and Y in place); its relative-position MLP over constant coordinates
-    # (MatMul, Relu, GatherND, Sigmoid) folds at load, so no such node runs per batch
+    # Swin V2's cosine attention: q and k's L2 normalisation one RowNorm node each, the per-head
+    # logit scale folded into q's (Q and K then computed: V and Y in place); its
+    # relative-position MLP over constant coordinates (MatMul, Relu, GatherND, Sigmoid) folds at
+    # load, so no such node runs per batch
     "swinv2_t": ({"attention": 12, "operands": 24, "bias": 48},
-                 ["Softmax", "Sigmoid", "GatherND", "Relu", "Exp"]),
+                 ["Softmax", "Sigmoid", "GatherND", "Relu", "Exp", "ReduceL2", "Clip", "Expand",
+                  "Div", "Mul"]),
     # Hugging Face's towers (tests/hf_models.py: 4 blocks), eager and SDPA attention: separate
     # q/k/v projections read in place through their (N, T, H, D) Reshapes; ViT's eager mask of
     # zeros dropped ("zero masks"), so the kernels without a bias run

@@ -1391,6 +1391,20 @@ def c_rotary_halves(c):
                     ["roped"]))
 
 
+def c_rownorm_narrow(c):
+    # F.normalize over rows of 10 (not a whole number of 16-byte chunks) and of 24, one
+    # RowNorm node each: the GPU's warp-a-row and chunked kernels
+    c.opset = 18
+    for n, w in (("a", 10), ("b", 24)):
+        x = c.input(n, normal(c.rng, (3, 7, w)))
+        nrm = c.node("Clip", [c.node("ReduceL2", [x, c.init(n + "_ax", np.array([-1], np.int64))],
+                                     [n + "_l2"]), c.init(n + "_eps", np.array(1e-12, np.float32))],
+                     [n + "_norm"])
+        full = c.node("Expand", [nrm, c.init(n + "_shape", np.array([3, 7, w], np.int64))],
+                      [n + "_full"])
+        c.output(c.node("Div", [x, full], [n + "_unit"]))
+
+
 def c_attention_k_transposed(c):
     # K arrives as K^T (N, H, D, S) from its own layout and large scores: the online softmax
     q, v = c.input("q", normal(c.rng, (2, 2, 70, 64), 3.0)), c.input("v", normal(c.rng, (2, 2, 90, 64)))

@@ -384,6 +384,13 @@ static void run_rotary(const op_args *a) {
                   a->y);
 }
 
+static void run_rownorm(const op_args *a) {
+    const si_gnode *n = a->n;
+    int64_t d = a->xs->dims[a->xs->ndim - 1];
+    si_cpu_rownorm(a->x, si_shape_numel(a->xs) / (d ? d : 1), d, n->epsilon,
+                   n->n_in > 1 ? ptr(a->e, n->in[1]) : NULL, n->rn_div, n->rn_mod, a->y);
+}
+
 static void run_resize(const op_args *a) {
     const si_shape *xs = a->xs, *ys = a->ys;
     si_cpu_resize2d(&a->n->resize, xs->dims[0] * xs->dims[1], (int)xs->dims[2], (int)xs->dims[3],
@@ -460,6 +467,7 @@ static void (*const op_runs[SI_OP_COUNT])(const op_args *a) = {
     [SI_OP_SCATTER_ELEMENTS] = run_scatter_elements,
     [SI_OP_ROTARY] = run_rotary,
     [SI_OP_TILE] = run_tile,
+    [SI_OP_ROWNORM] = run_rownorm,
 };
 
 /* The CPU is the reference: it runs every op the graph can hold, at any shape the graph's

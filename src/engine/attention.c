@@ -431,6 +431,10 @@ static bool looks_like_attention(const si_graph *g, const si_gnode *sm) {
 static void scale_q_per_head(si_graph *g, match *m) {
     si_gnode *hm = &g->nodes[m->head_mul];
     int c = g->values[hm->in[0]].kind == SI_VAL_CONST ? hm->in[0] : hm->in[1];
+    if (si_rownorm_take_scale(g, m->q, c)) { /* Swin V2: the normalisation of q scales it */
+        g->nodes[m->head_mul].op = -1;
+        return;
+    }
     si_shape qs = g->values[m->q].shape;
     size_t len = strlen(g->values[m->q].name) + 16;
     char *name = si_xmalloc(len);

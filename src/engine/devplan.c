@@ -38,6 +38,7 @@ bool si_devplan_rowmajor_op(const si_graph *g, const si_gnode *n) {
     case SI_OP_GATHER_ELEMENTS:
     case SI_OP_SCATTER_ELEMENTS:
     case SI_OP_ROTARY:
+    case SI_OP_ROWNORM:
     case SI_OP_PAD:
     case SI_OP_RESIZE: return true;
     case SI_OP_GLOBAL_AVGPOOL: return g->values[n->in[0]].shape.ndim != 4; /* as a Reduce */

@@ -44,6 +44,7 @@ const char *si_op_name(int op) {
         [SI_OP_SCATTER_ELEMENTS] = "ScatterElements",
         [SI_OP_ROTARY] = "Rotary",
         [SI_OP_TILE] = "Tile",
+        [SI_OP_ROWNORM] = "RowNorm",
     };
     _Static_assert(sizeof names / sizeof names[0] == SI_OP_COUNT, "an si_op without a name");
     _Static_assert(SI_INDEX_MAXD == SI_MAX_DIMS, "the indexing ops' geometry has the graph's rank");
@@ -1258,8 +1259,9 @@ static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
     g->linear_moves = si_linear_from_gemm(g);
     fold_linear_batchnorm(g);
     fuse_linear_bias(g);                 /* before Transposes move across the Linear layers */
-    g->fused_rotary = si_fuse_rotary(g); /* before attention: it makes q and k */
-    if (g->fused_rotary) remove_dead(g);
+    g->fused_rotary = si_fuse_rotary(g); /* before attention: they make q and k */
+    int rownorms = si_fuse_rownorm(g);
+    if (g->fused_rotary || rownorms) remove_dead(g);
     g->fused_attention = si_fuse_attention(g, at2);
     free(at2);
     if (g->fused_attention) g->zero_masks = si_attention_drop_zero_bias(g);

@@ -50,6 +50,7 @@ typedef enum {
     SI_OP_SCATTER_ELEMENTS, /* in[0] data, in[pslot[0]] indices, in[2] updates */
     SI_OP_ROTARY,           /* in[0] x (.., T, D), in[1] cos, in[2] sin (T - rot_skip, D) */
     SI_OP_TILE,             /* in[0] data, in[pslot[0]] repeats; a broadcast (kernel_math.h) */
+    SI_OP_ROWNORM,          /* in[0] x; in[1] the rows' scales (rn_mod of them), if any */
     SI_OP_COUNT
 } si_op;
 
@@ -169,6 +170,7 @@ typedef struct {
                              per-window mask over (images x windows) */
     int rot_skip;         /* Rotary: the leading tokens left as they are (a class token) */
     bool rot_half;        /* Rotary: partners D/2 apart (rotate_half), not adjacent pairs */
+    int64_t rn_div, rn_mod; /* RowNorm: row r scaled by in[1][(r / rn_div) % rn_mod] (mod 0: 1) */
 } si_gnode;
 
 typedef struct si_graph {

@@ -82,6 +82,15 @@ int si_select_token_early(si_graph *g);
  * count. rotary.c. */
 int si_fuse_rotary(si_graph *g);
 si_status si_infer_rotary(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y);
+
+/* x / max(|x|_2 over the last axis, eps) as exported (ReduceL2, Clip, [Expand], Div) made one
+ * SI_OP_ROWNORM node each; returns the count (the replaced nodes die unread). Then
+ * si_rownorm_take_scale: q = RowNorm(x) read once takes constant c's scale (constant along its
+ * rows, varying over one run of their axes: Swin V2's per-head logit scale); false if not.
+ * rownorm.c. */
+int si_fuse_rownorm(si_graph *g);
+bool si_rownorm_take_scale(si_graph *g, int q, int c);
+si_status si_infer_rownorm(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y);
 /* The operands' shapes at the current batch from a node's views; an error when the values they
  * read no longer have the shapes the views were made for. */
 si_status si_attention_view_shapes(const si_graph *g, const si_gnode *n, si_attn_view op[4]);

@@ -18,7 +18,8 @@ const si_import_row *si_import_device(const char *op_type) {
 }
 
 static si_import_infer_fn infer_of(int kind) {
-    if (kind == SI_OP_ROTARY) return si_infer_rotary; /* made by a pass, no ONNX op of its own */
+    if (kind == SI_OP_ROTARY) return si_infer_rotary; /* made by passes, no ONNX op of their own */
+    if (kind == SI_OP_ROWNORM) return si_infer_rownorm;
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
         for (const si_import_row *r = families[f]; r->onnx; r++)
             if (r->kind == kind) return r->infer;
