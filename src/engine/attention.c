@@ -97,11 +97,6 @@ const si_import_row si_import_attention_rows[] = {
 };
 
 /* --- the fusion ------------------------------------------------------------------------------ */
-static si_gnode *producer(si_graph *g, int v) {
-    int p = g->values[v].producer;
-    return p >= 0 ? &g->nodes[p] : NULL;
-}
-
 /* The batch-2 value of every one-element float HOST value (NAN otherwise), set by
  * si_fuse_attention's caller: a scale computed from shapes (the TorchScript exporter's
  * Sqrt(1 / Sqrt(D)) on Q and K) may be taken when it is the same at batch 1 and 2. */
@@ -120,7 +115,7 @@ static float scalar(const si_graph *g, int v) {
 
 /* v = Mul(u, c) or Div(u, c) with c a scalar constant and v read once: *u and the factor. */
 static bool scaled(si_graph *g, int v, int *u, float *f) {
-    si_gnode *p = producer(g, v);
+    si_gnode *p = si_graph_producer(g, v);
     if (!p || p->op != SI_OP_BINARY || p->act.kind || g->values[v].uses != 1) return false;
     for (int side = 0; side < 2; side++) {
         float c = scalar(g, p->in[1 - side]);
@@ -141,7 +136,7 @@ static bool scaled(si_graph *g, int v, int *u, float *f) {
  * its last two dims 1: Swin V2's learned logit scale per head (folded from exp(clamp(p))).
  * *mul: the Mul's node index. */
 static bool head_scaled(si_graph *g, int v, int *u, int *mul) {
-    si_gnode *p = producer(g, v);
+    si_gnode *p = si_graph_producer(g, v);
     if (!p || p->op != SI_OP_BINARY || p->binop != SI_BIN_MUL || p->act.kind ||
         g->values[v].uses != 1)
         return false;
@@ -174,7 +169,7 @@ static void kill_producer(si_graph *g, match *m, int v) {
 
 /* scores = MatMul(q', k') where q' = [q * a] and k' = [k^T * b] or [kt * b]. */
 static bool match_scores(si_graph *g, int sv, match *m) {
-    si_gnode *mm = producer(g, sv);
+    si_gnode *mm = si_graph_producer(g, sv);
     if (!mm || mm->op != SI_OP_MATMUL || mm->bias >= 0 || mm->residual >= 0 || mm->act.kind ||
         g->values[sv].uses != 1)
         return false;
@@ -194,7 +189,7 @@ static bool match_scores(si_graph *g, int sv, match *m) {
     m->q = q;
     m->k = kt;
     m->trans_b = 0;
-    si_gnode *t = producer(g, kt);
+    si_gnode *t = si_graph_producer(g, kt);
     int nd = g->values[kt].shape.ndim;
     if (t && t->op == SI_OP_TRANSPOSE && g->values[kt].uses == 1 && nd >= 3) {
         bool swap = t->perm[nd - 1] == nd - 2 && t->perm[nd - 2] == nd - 1;
@@ -216,13 +211,13 @@ static bool is_const(const si_graph *g, int v) {
 /* Swin's shifted windows: x = Reshape(Reshape(y, (B_/W, W, H, T, S)) + mask, (B_, H, T, S)), the
  * mask a constant (1, W, 1|H, T, S) for the W windows of an image. *x becomes y. */
 static bool match_window_mask(si_graph *g, int *x, match *m) {
-    si_gnode *r2 = producer(g, *x), *ad = r2 ? producer(g, r2->in[0]) : NULL;
+    si_gnode *r2 = si_graph_producer(g, *x), *ad = r2 ? si_graph_producer(g, r2->in[0]) : NULL;
     if (!r2 || r2->op != SI_OP_VIEW || g->values[*x].uses != 1 || !ad || ad->op != SI_OP_BINARY ||
         ad->binop != SI_BIN_ADD || ad->act.kind || g->values[r2->in[0]].uses != 1)
         return false;
     for (int side = 0; side < 2; side++) {
         int r1v = ad->in[side], mk = ad->in[1 - side];
-        si_gnode *r1 = producer(g, r1v);
+        si_gnode *r1 = si_graph_producer(g, r1v);
         if (!r1 || r1->op != SI_OP_VIEW || g->values[r1v].uses != 1 || !is_const(g, mk)) continue;
         const si_shape *y = &g->values[r1->in[0]].shape, *v5 = &g->values[r1v].shape,
                        *ms = &g->values[mk].shape, *xs = &g->values[*x].shape;
@@ -356,7 +351,7 @@ static bool match_at(si_graph *g, si_gnode *sm, si_gnode **out_mm, match *m, con
         m->scale *= f;
         x = u;
     }
-    si_gnode *ad = producer(g, x);
+    si_gnode *ad = si_graph_producer(g, x);
     if (ad && ad->op == SI_OP_BINARY && ad->binop == SI_BIN_ADD && !ad->act.kind &&
         g->values[x].uses == 1 && m->scale == 1.f) {
         for (int side = 0; side < 2 && m->bias < 0; side++) {

@@ -252,8 +252,7 @@ static void plan_input(const si_graph *g, const si_gnode *n, int i, operand *o) 
 /* Whether node r reads value v only as a view or for its shape (the legacy exporter's Shape of
  * the merged heads, for the Reshape after). */
 static bool reads_as_layout(const si_gnode *r) {
-    return r->op == SI_OP_VIEW ||
-           (r->op == SI_OP_HOST && (!strcmp(r->op_type, "Shape") || !strcmp(r->op_type, "Size")));
+    return r->op == SI_OP_VIEW || si_reads_shape_only(r);
 }
 
 /* Y read once, by a Transpose that keeps the last axis in place, whose result only Reshape-like

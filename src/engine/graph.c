@@ -598,12 +598,9 @@ static si_gnode *linear_by_column(si_graph *g, const si_gnode *a, si_binop op, i
  * exporter's shapes for a Reshape back). */
 static int data_readers(const si_graph *g, int v) {
     int n = g->values[v].uses;
-    for (int j = 0; j < g->n_nodes; j++) {
-        const si_gnode *r = &g->nodes[j];
-        if (r->op != SI_OP_HOST || (strcmp(r->op_type, "Shape") && strcmp(r->op_type, "Size")))
-            continue;
-        for (int i = 0; i < r->n_in; i++) n -= r->in[i] == v;
-    }
+    for (int j = 0; j < g->n_nodes; j++)
+        if (si_reads_shape_only(&g->nodes[j]))
+            for (int i = 0; i < g->nodes[j].n_in; i++) n -= g->nodes[j].in[i] == v;
     return n;
 }
 
@@ -641,9 +638,7 @@ static void fold_linear_batchnorm(si_graph *g) {
             bn->view_kind = SI_VIEW_IDENTITY;
             bn->n_in = 1;
         } else {
-            for (int k = 0; k < g->n_nodes; k++)
-                for (int i = 0; i < g->nodes[k].n_in; i++)
-                    if (g->nodes[k].in[i] == bn->out) g->nodes[k].in[i] = bn->in[0];
+            si_graph_replace_reads(g, bn->out, bn->in[0]);
             bn->op = -1;
         }
         char *t = join_types(m->op_type, "BatchNormalization(folded)");
@@ -698,13 +693,6 @@ static int const_copy(si_graph *g, int v) {
     return id;
 }
 
-static bool same_shape(const si_shape *a, const si_shape *b) {
-    if (a->ndim != b->ndim) return false;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->dims[d] != b->dims[d]) return false;
-    return true;
-}
-
 /* Mul(Transpose(Linear(x)), c), either order, where the Transpose (read by the Mul alone) moves
  * the Linear's columns to axis k and c is a float constant of one value per column along axis k
  * (ConvNeXt's LayerScale, after its MLP's way back to (N, C, H, W)): the Linear, with the
@@ -714,7 +702,7 @@ static si_gnode *linear_through_transpose(si_graph *g, const si_gnode *a, int *c
     for (int side = 0; side < 2; side++) {
         const si_value *tv = &g->values[a->in[side]], *cv = &g->values[a->in[1 - side]];
         if (tv->producer < 0 || tv->uses != 1 || cv->kind != SI_VAL_CONST ||
-            cv->dtype != SI_DT_FLOAT || !same_shape(&tv->shape, &g->values[a->out].shape))
+            cv->dtype != SI_DT_FLOAT || !si_shape_same(&tv->shape, &g->values[a->out].shape))
             continue;
         si_gnode *tr = &g->nodes[tv->producer];
         if (tr->op != SI_OP_TRANSPOSE) continue;
@@ -913,18 +901,13 @@ static void cancel_view_round_trips(si_graph *g) {
         const si_value *mid = &g->values[r2->in[0]];
         si_gnode *r1 = mid->producer >= 0 ? &g->nodes[mid->producer] : NULL;
         if (!r1 || r1->op != SI_OP_VIEW || data_readers(g, r2->in[0]) != 1 ||
-            !same_shape(&g->values[r1->in[0]].shape, &g->values[r2->out].shape) ||
+            !si_shape_same(&g->values[r1->in[0]].shape, &g->values[r2->out].shape) ||
             g->values[r1->in[0]].kind != SI_VAL_RUNTIME)
             continue;
         bool is_output = false;
         for (int o = 0; o < g->n_outputs; o++) is_output |= g->outputs[o] == r2->out;
         if (is_output) continue;
-        for (int k = j + 1; k < g->n_nodes; k++) {
-            si_gnode *n = &g->nodes[k];
-            for (int i = 0; i < n->n_in; i++)
-                if (n->in[i] == r2->out) n->in[i] = r1->in[0];
-            if (n->residual == r2->out) n->residual = r1->in[0];
-        }
+        si_graph_replace_reads(g, r2->out, r1->in[0]);
         r2->op = -1;
         r1->op = -1;
         g->dropped_copies++;
@@ -946,7 +929,7 @@ static void fuse_residual(si_graph *g) {
             /* same shape only: the conv or GEMM writes each element once */
             const si_value *ov = &g->values[other];
             if (ov->kind != SI_VAL_RUNTIME || (conv && ov->shape.ndim != 4)) continue;
-            if (!same_shape(&ov->shape, &cv->shape)) continue;
+            if (!si_shape_same(&ov->shape, &cv->shape)) continue;
             if (ov->producer >= cv->producer) continue; /* r must exist before the conv runs */
             c->residual = other;
             si_node_add_input(c, other);
@@ -971,6 +954,15 @@ si_gnode *si_graph_insert_nodes(si_graph *g, int at, int count) {
     return &g->nodes[at];
 }
 
+void si_graph_replace_reads(si_graph *g, int from, int to) {
+    for (int k = 0; k < g->n_nodes; k++) {
+        si_gnode *n = &g->nodes[k];
+        for (int i = 0; i < n->n_in; i++)
+            if (n->in[i] == from) n->in[i] = to;
+        if (n->residual == from) n->residual = to;
+    }
+}
+
 int si_graph_add_runtime(si_graph *g, const char *name, const si_shape *shape) {
     int id = si_graph_add_const(g, name, shape, NULL);
     g->values[id].kind = SI_VAL_RUNTIME;
@@ -991,7 +983,7 @@ static void fuse_residual_through_transpose(si_graph *g) {
         for (int side = 0; side < 2; side++) {
             const si_value *tv = &g->values[a->in[side]], *zv = &g->values[a->in[1 - side]];
             if (tv->producer < 0 || tv->uses != 1 || zv->kind != SI_VAL_RUNTIME ||
-                zv->shape.ndim != 4 || !same_shape(&zv->shape, &tv->shape))
+                zv->shape.ndim != 4 || !si_shape_same(&zv->shape, &tv->shape))
                 continue;
             int ti = tv->producer;
             if (g->nodes[ti].op != SI_OP_TRANSPOSE ||

@@ -4,7 +4,28 @@
 #ifndef SI_GRAPH_INTERNAL_H
 #define SI_GRAPH_INTERNAL_H
 
+#include <string.h>
+
 #include "graph.h"
+
+/* The node that makes value v, NULL for a constant or graph input. Borrows g. */
+static inline si_gnode *si_graph_producer(si_graph *g, int v) {
+    int p = g->values[v].producer;
+    return p >= 0 ? &g->nodes[p] : NULL;
+}
+
+static inline bool si_shape_same(const si_shape *a, const si_shape *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->dims[d] != b->dims[d]) return false;
+    return true;
+}
+
+/* Whether node r reads its inputs' shapes alone (the host's Shape and Size: the legacy
+ * exporter's shapes for a Reshape, which do not keep a fusion from taking their input). */
+static inline bool si_reads_shape_only(const si_gnode *r) {
+    return r->op == SI_OP_HOST && (!strcmp(r->op_type, "Shape") || !strcmp(r->op_type, "Size"));
+}
 
 typedef struct {
     int *slots, cap;
@@ -62,6 +83,8 @@ enum { SI_VIEW_IDENTITY = 0, SI_VIEW_FLATTEN, SI_VIEW_RESHAPE, SI_VIEW_SQUEEZE, 
 
 /* A new CONST float value of the given shape, taking ownership of data; its id. */
 int si_graph_add_const(si_graph *g, const char *name, const si_shape *shape, float *data);
+/* Every read of value from (inputs, residuals) becomes a read of value to. */
+void si_graph_replace_reads(si_graph *g, int from, int to);
 int si_fuse_attention(si_graph *g, const float *host_scalars_at_2);
 /* Lets fused attention read Q, K and V through the layout ops between them and the projection
  * that made them (Reshape, Transpose, Split, Slice, Gather, Squeeze) and write Y through the

@@ -27,11 +27,6 @@ static si_gnode *only_reader(si_graph *g, int v) {
     return NULL; /* a graph output */
 }
 
-static si_gnode *producer(si_graph *g, int v) {
-    int p = g->values[v].producer;
-    return p >= 0 ? &g->nodes[p] : NULL;
-}
-
 static bool keeps_last_axis(const si_gnode *t, int nd) {
     return t->op == SI_OP_TRANSPOSE && nd >= 2 && t->perm[nd - 1] == nd - 1;
 }
@@ -121,7 +116,7 @@ static int merge_flattened_linear(si_graph *g) {
     for (int j = 0; j < g->n_nodes; j++) {
         si_gnode *m = &g->nodes[j];
         if (!plain_linear(g, m) || g->values[m->in[0]].shape.ndim != 2) continue;
-        si_gnode *r1 = producer(g, m->in[0]), *r2 = only_reader(g, m->out);
+        si_gnode *r1 = si_graph_producer(g, m->in[0]), *r2 = only_reader(g, m->out);
         if (!r1 || r1->op != SI_OP_VIEW || g->values[r1->out].uses != 1 || !r2 ||
             r2->op != SI_OP_VIEW)
             continue;
@@ -171,16 +166,16 @@ static int hoist_transposes(si_graph *g) {
     for (int j = 0; j < g->n_nodes; j++) {
         si_gnode *t = &g->nodes[j];
         int nd = t->op == SI_OP_TRANSPOSE ? g->values[t->out].shape.ndim : 0;
-        si_gnode *m = nd ? producer(g, t->in[0]) : NULL;
+        si_gnode *m = nd ? si_graph_producer(g, t->in[0]) : NULL;
         if (!keeps_last_axis(t, nd) || !m || !plain_linear(g, m) || g->values[t->in[0]].uses != 1)
             continue;
         int mi = (int)(m - g->nodes), z = m->in[0], perm[SI_MAX_DIMS];
-        si_gnode *r = producer(g, z);
+        si_gnode *r = si_graph_producer(g, z);
         const si_shape *zs = &g->values[z].shape;
         bool through = r && r->op == SI_OP_VIEW && g->values[z].uses == 1 &&
                        leads(&g->values[r->in[0]].shape, zs->dims, nd - 1, zs->dims[nd - 1]);
         int x = through ? r->in[0] : z, xn = g->values[x].shape.ndim;
-        si_gnode *px = producer(g, x); /* moved only to compose: never a copy more */
+        si_gnode *px = si_graph_producer(g, x); /* moved only to compose: never a copy more */
         if (!px || px->op != SI_OP_TRANSPOSE || g->values[x].uses != 1) continue;
         for (int d = 0; d < xn; d++) perm[d] = d < nd - 1 ? t->perm[d] : d;
         int at = through ? (int)(r - g->nodes) : mi, out = t->out;
@@ -209,7 +204,8 @@ static int hoist_transposes(si_graph *g) {
 static int compose_transposes(si_graph *g) {
     int done = 0;
     for (int j = 0; j < g->n_nodes; j++) {
-        si_gnode *t2 = &g->nodes[j], *t1 = t2->op == SI_OP_TRANSPOSE ? producer(g, t2->in[0]) : 0;
+        si_gnode *t2 = &g->nodes[j],
+                 *t1 = t2->op == SI_OP_TRANSPOSE ? si_graph_producer(g, t2->in[0]) : 0;
         if (!t1 || t1->op != SI_OP_TRANSPOSE || g->values[t2->in[0]].uses != 1) continue;
         int nd = g->values[t2->out].shape.ndim;
         for (int d = 0; d < nd; d++) t2->attr_ints[d] = t2->perm[d] = t1->perm[t2->perm[d]];
@@ -242,7 +238,7 @@ static int sink_transposes(si_graph *g) {
     int done = 0;
     for (int j = 0; j < g->n_nodes; j++) {
         si_gnode *m = &g->nodes[j];
-        si_gnode *t = plain_linear(g, m) ? producer(g, m->in[0]) : NULL;
+        si_gnode *t = plain_linear(g, m) ? si_graph_producer(g, m->in[0]) : NULL;
         int nd = g->values[m->out].shape.ndim;
         if (!t || !keeps_last_axis(t, nd) || g->values[m->in[0]].uses != 1 ||
             !read_by_views(g, m->out))

@@ -15,16 +15,6 @@
 #include "graph_internal.h"
 #include "import.h"
 
-/* Concat node c's axis, normalised (a negative one counts from the end) */
-static int cat_axis(const si_graph *g, const si_gnode *c) {
-    return c->axis < 0 ? c->axis + g->values[c->out].shape.ndim : c->axis;
-}
-
-static si_gnode *producer(si_graph *g, int v) {
-    int p = g->values[v].producer;
-    return p >= 0 ? &g->nodes[p] : NULL;
-}
-
 /* Node n a Slice of its input along the last-but-k axis only (k 0: the last), starting at
  * start with step: *x its input. The other axes pass whole. */
 static bool slice_of(const si_graph *g, const si_gnode *n, int k, int64_t start, int64_t step,
@@ -43,7 +33,7 @@ static bool slice_of(const si_graph *g, const si_gnode *n, int k, int64_t start,
 
 /* v = Neg(u) alone: u */
 static bool negated(si_graph *g, int v, int *u) {
-    si_gnode *n = producer(g, v);
+    si_gnode *n = si_graph_producer(g, v);
     if (!n || n->op != SI_OP_ACTIVATION || n->act.kind != SI_ACT_NEG || n->residual >= 0 ||
         g->values[v].uses != 1)
         return false;
@@ -53,7 +43,7 @@ static bool negated(si_graph *g, int v, int *u) {
 
 /* v = Unsqueeze(u) of a trailing axis: u */
 static bool unsqueezed_last(si_graph *g, int v, int *u) {
-    si_gnode *n = producer(g, v);
+    si_gnode *n = si_graph_producer(g, v);
     if (!n || n->op != SI_OP_VIEW || n->view_kind != SI_VIEW_UNSQUEEZE) return false;
     const si_shape *us = &g->values[n->in[0]].shape, *vs = &g->values[v].shape;
     if (vs->ndim != us->ndim + 1 || vs->dims[vs->ndim - 1] != 1 ||
@@ -63,44 +53,41 @@ static bool unsqueezed_last(si_graph *g, int v, int *u) {
     return true;
 }
 
-static bool same_shape(const si_shape *a, const si_shape *b) {
-    if (a->ndim != b->ndim) return false;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->dims[d] != b->dims[d]) return false;
-    return true;
-}
-
 /* v = rot(x) for some x: *x, and *half (true: halves; false: interleaved pairs). */
 static bool rotated(si_graph *g, int v, int *x, bool *half) {
-    si_gnode *n = producer(g, v);
+    si_gnode *n = si_graph_producer(g, v);
     if (!n) return false;
     int a, b, u;
     /* interleaved: Reshape(Concat(Unsqueeze(Neg(x[..., 1::2])), Unsqueeze(x[..., ::2]), -1)) */
     if (n->op == SI_OP_VIEW && n->view_kind == SI_VIEW_RESHAPE) {
-        si_gnode *c = producer(g, n->in[0]);
+        si_gnode *c = si_graph_producer(g, n->in[0]);
         const si_shape *cs = c ? &g->values[c->out].shape : NULL;
         const si_shape *vs = &g->values[v].shape;
         int nd = vs->ndim;
         if (nd < 2 || !c || c->op != SI_OP_CONCAT || c->n_in != 2 || cs->ndim != nd + 1 ||
-            cat_axis(g, c) != nd || cs->dims[nd] != 2 || cs->dims[nd - 1] * 2 != vs->dims[nd - 1] ||
+            si_imp_norm_axis(c->axis, g->values[c->out].shape.ndim) != nd || cs->dims[nd] != 2 ||
+            cs->dims[nd - 1] * 2 != vs->dims[nd - 1] ||
             memcmp(cs->dims, vs->dims, sizeof(int64_t) * (size_t)(nd - 1)) != 0 ||
             !unsqueezed_last(g, c->in[0], &a) || !unsqueezed_last(g, c->in[1], &b) ||
-            !negated(g, a, &u) || !slice_of(g, producer(g, u), 0, 1, 2, x) ||
-            !slice_of(g, producer(g, b), 0, 0, 2, &u) || u != *x ||
-            !same_shape(&g->values[v].shape, &g->values[*x].shape))
+            !negated(g, a, &u) || !slice_of(g, si_graph_producer(g, u), 0, 1, 2, x) ||
+            !slice_of(g, si_graph_producer(g, b), 0, 0, 2, &u) || u != *x ||
+            !si_shape_same(&g->values[v].shape, &g->values[*x].shape))
             return false;
         *half = false;
         return true;
     }
     /* halves: Concat(Neg(x[..., D/2:]), x[..., :D/2], -1) */
     const si_shape *vs = &g->values[v].shape;
-    if (vs->ndim < 2 || n->op != SI_OP_CONCAT || n->n_in != 2 || cat_axis(g, n) != vs->ndim - 1 ||
+    if (vs->ndim < 2 || n->op != SI_OP_CONCAT || n->n_in != 2 ||
+        si_imp_norm_axis(n->axis, g->values[n->out].shape.ndim) != vs->ndim - 1 ||
         vs->dims[vs->ndim - 1] % 2 || !negated(g, n->in[0], &u))
         return false;
     int64_t h = vs->dims[vs->ndim - 1] / 2;
-    if (g->values[u].shape.dims[vs->ndim - 1] != h || !slice_of(g, producer(g, u), 0, h, 1, x) ||
-        !slice_of(g, producer(g, n->in[1]), 0, 0, 1, &u) || u != *x ||
-        g->values[n->in[1]].shape.dims[vs->ndim - 1] != h || !same_shape(vs, &g->values[*x].shape))
+    if (g->values[u].shape.dims[vs->ndim - 1] != h ||
+        !slice_of(g, si_graph_producer(g, u), 0, h, 1, x) ||
+        !slice_of(g, si_graph_producer(g, n->in[1]), 0, 0, 1, &u) || u != *x ||
+        g->values[n->in[1]].shape.dims[vs->ndim - 1] != h ||
+        !si_shape_same(vs, &g->values[*x].shape))
         return false;
     *half = true;
     return true;
@@ -111,7 +98,7 @@ static bool rotated(si_graph *g, int v, int *x, bool *half) {
  * (once). -1 when v is neither. */
 static int constant(si_graph *g, int v) {
     if (g->values[v].kind == SI_VAL_CONST) return v;
-    si_gnode *sp = producer(g, v);
+    si_gnode *sp = si_graph_producer(g, v);
     if (!sp || sp->op != SI_OP_SPLIT || g->values[sp->in[0]].kind != SI_VAL_CONST ||
         g->values[sp->in[0]].dtype != SI_DT_FLOAT || !g->values[sp->in[0]].data)
         return -1;
@@ -152,7 +139,7 @@ static bool table_for(const si_graph *g, int c, int x) {
 
 /* v = Mul(a, b) of a computed value and a table: *x and *c. */
 static bool times_table(si_graph *g, int v, int *x, int *c) {
-    si_gnode *n = producer(g, v);
+    si_gnode *n = si_graph_producer(g, v);
     if (!n || n->op != SI_OP_BINARY || n->binop != SI_BIN_MUL || n->act.kind || n->residual >= 0 ||
         g->values[v].uses != 1)
         return false;
@@ -193,7 +180,7 @@ static bool match_add(si_graph *g, const si_gnode *ad, rope *r) {
  * the tokens, y the rope's output read by that Concat alone: the Concat's node, r over X. */
 static si_gnode *skipped_tokens(si_graph *g, int y, rope *r) {
     int X, X0;
-    si_gnode *s = producer(g, r->x);
+    si_gnode *s = si_graph_producer(g, r->x);
     const si_shape *xs = &g->values[r->x].shape;
     int nd = xs->ndim;
     if (g->values[y].uses != 1 || !s || s->op != SI_OP_SLICE) return NULL;
@@ -202,9 +189,10 @@ static si_gnode *skipped_tokens(si_graph *g, int y, rope *r) {
     if (n <= 0 || !slice_of(g, s, 1, n, 1, &X)) return NULL;
     for (int j = 0; j < g->n_nodes; j++) {
         si_gnode *c = &g->nodes[j];
-        if (c->op != SI_OP_CONCAT || c->n_in != 2 || c->in[1] != y || cat_axis(g, c) != nd - 2)
+        if (c->op != SI_OP_CONCAT || c->n_in != 2 || c->in[1] != y ||
+            si_imp_norm_axis(c->axis, g->values[c->out].shape.ndim) != nd - 2)
             continue;
-        if (!slice_of(g, producer(g, c->in[0]), 1, 0, 1, &X0) || X0 != X ||
+        if (!slice_of(g, si_graph_producer(g, c->in[0]), 1, 0, 1, &X0) || X0 != X ||
             g->values[c->in[0]].shape.dims[nd - 2] != n)
             return NULL;
         r->x = X;

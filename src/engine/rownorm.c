@@ -11,11 +11,6 @@
 #include "graph_internal.h"
 #include "import.h"
 
-static si_gnode *producer(si_graph *g, int v) {
-    int p = g->values[v].producer;
-    return p >= 0 ? &g->nodes[p] : NULL;
-}
-
 /* Whether s is x's shape with the last dim 1. */
 static bool row_shape(const si_shape *s, const si_shape *x) {
     if (s->ndim != x->ndim || s->dims[s->ndim - 1] != 1) return false;
@@ -31,18 +26,18 @@ static bool match(si_graph *g, const si_gnode *dv, float *eps) {
     int x = dv->in[0], e = dv->in[1];
     const si_shape *xs = &g->values[x].shape;
     if (g->values[x].kind != SI_VAL_RUNTIME || xs->ndim < 2 || g->values[e].uses != 1) return false;
-    si_gnode *p = producer(g, e);
+    si_gnode *p = si_graph_producer(g, e);
     if (p && p->op == SI_OP_EXPAND && row_shape(&g->values[p->in[0]].shape, xs)) {
         e = p->in[0];
         if (g->values[e].uses != 1) return false;
-        p = producer(g, e);
+        p = si_graph_producer(g, e);
     }
     if (!p || !row_shape(&g->values[e].shape, xs) || p->op != SI_OP_ACTIVATION ||
         p->act.kind != SI_ACT_CLIP || p->n_in != 1 || !(p->act.lo > 0.f) || p->act.hi != INFINITY)
         return false;
     *eps = p->act.lo;
     int n = p->in[0];
-    si_gnode *r = producer(g, n);
+    si_gnode *r = si_graph_producer(g, n);
     if (!r || g->values[n].uses != 1 || r->op != SI_OP_REDUCE || r->reduce_op != SI_REDUCE_L2 ||
         r->in[0] != x || !row_shape(&g->values[n].shape, xs))
         return false;
@@ -72,7 +67,7 @@ int si_fuse_rownorm(si_graph *g) {
 }
 
 bool si_rownorm_take_scale(si_graph *g, int q, int c) {
-    si_gnode *n = producer(g, q);
+    si_gnode *n = si_graph_producer(g, q);
     const si_value *cv = &g->values[c];
     if (!n || n->op != SI_OP_ROWNORM || n->n_in != 1 || g->values[q].uses != 1 ||
         cv->kind != SI_VAL_CONST || cv->dtype != SI_DT_FLOAT || !cv->data)
