@@ -301,11 +301,18 @@ static si_status run_lnorm(const op_ctx *c) {
     const si_shape *xs = &c->xv->shape;
     int64_t rows = 1, len = 1;
     for (int d = 0; d < xs->ndim; d++) *(d < n->axis ? &rows : &len) *= xs->dims[d];
-    bool has_b = n->n_in > 2;
+    bool has_b = si_layernorm_has_bias(n);
     int64_t ns = si_shape_numel(&c->g->values[n->in[1]].shape);
     int64_t nb = has_b ? si_shape_numel(&c->g->values[n->in[2]].shape) : 1;
-    cudaCheck(si_k_layernorm(c->s, c->t, c->x, rows, len, c->in[1], ns, has_b ? c->in[2] : NULL, nb,
-                             n->epsilon, c->y));
+    const void *mul = NULL, *res = NULL; // the fused neighbours (norm_fusion.c), after ONNX's
+    for (int k = has_b ? 3 : 2; k < n->n_in; k++) {
+        if (n->in[k] == n->premul && !mul)
+            mul = c->in[k];
+        else if (n->in[k] == n->residual)
+            res = c->in[k];
+    }
+    cudaCheck(si_k_layernorm(c->s, c->t, c->x, mul, rows, len, c->in[1], ns,
+                             has_b ? c->in[2] : NULL, nb, res, n->epsilon, c->y));
     return SI_OK;
 }
 

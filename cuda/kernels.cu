@@ -525,19 +525,27 @@ __device__ float block_sum(float v, float *part) {
 // InstanceNormalization (chans C: scale[r % C], bias[r % C] per row), a block per row. The
 // variance is the mean of squared deviations from the mean, a second pass as in the CPU's
 // row_stats: E[x^2] - E[x]^2 would cancel when the mean is large against the spread.
+// A LayerNorm's fused neighbours (norm_fusion.c; NULL if none, rows of len like x): the row is
+// x * mul, and res is added to the output.
+template <typename T> __device__ __forceinline__ float ld_mul(const T *x, const T *m, int64_t j) {
+    return m ? ld(x, j) * ld(m, j) : ld(x, j);
+}
+
 template <typename T>
-__global__ void k_norm(const T *__restrict__ x, int64_t rows, int64_t len,
-                       const T *__restrict__ scale, int64_t ns, const T *__restrict__ bias,
-                       int64_t nb, int64_t chans, float eps, T *__restrict__ y) {
+__global__ void k_norm(const T *__restrict__ x, const T *__restrict__ mul, int64_t rows,
+                       int64_t len, const T *__restrict__ scale, int64_t ns,
+                       const T *__restrict__ bias, int64_t nb, int64_t chans,
+                       const T *__restrict__ res, float eps, T *__restrict__ y) {
     __shared__ float part[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) { // the same trip count block-wide
-        const T *xr = x + r * len;
+        const T *xr = x + r * len, *mr = mul ? mul + r * len : nullptr;
+        const T *rr = res ? res + r * len : nullptr;
         T *yr = y + r * len;
         float s = 0.f;
-        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) s += ld(xr, j);
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) s += ld_mul(xr, mr, j);
         float mean = block_sum(s, part) / (float)len, v = 0.f;
         for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
-            float d = ld(xr, j) - mean;
+            float d = ld_mul(xr, mr, j) - mean;
             v += d * d;
         }
         float inv = rsqrtf(block_sum(v, part) / (float)len + eps);
@@ -545,7 +553,7 @@ __global__ void k_norm(const T *__restrict__ x, int64_t rows, int64_t len,
         for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
             float sc = chans ? rs : ld(scale, j % ns);
             float b = chans ? rb : bias ? ld(bias, j % nb) : 0.f;
-            st(yr, j, (ld(xr, j) - mean) * inv * sc + b);
+            st(yr, j, (ld_mul(xr, mr, j) - mean) * inv * sc + b + (rr ? ld(rr, j) : 0.f));
         }
     }
 }
@@ -554,18 +562,18 @@ __global__ void k_norm(const T *__restrict__ x, int64_t rows, int64_t len,
 // as long as the row: a warp per row, the row in registers, the same two passes as k_norm
 constexpr int LN_PER = 32;
 template <typename T>
-__global__ void k_norm_warp(const T *__restrict__ x, int64_t rows, int len,
-                            const T *__restrict__ scale, const T *__restrict__ bias, float eps,
-                            T *__restrict__ y) {
+__global__ void k_norm_warp(const T *__restrict__ x, const T *__restrict__ mul, int64_t rows,
+                            int len, const T *__restrict__ scale, const T *__restrict__ bias,
+                            const T *__restrict__ res, float eps, T *__restrict__ y) {
     const int lane = threadIdx.x % 32;
     for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < rows;
          r += (int64_t)gridDim.x * blockDim.x / 32) {
-        const T *xr = x + r * len;
+        const T *xr = x + r * len, *mr = mul ? mul + r * len : nullptr;
         float v[LN_PER], s = 0.f;
 #pragma unroll
         for (int i = 0; i < LN_PER; i++) {
             int j = lane + 32 * i;
-            v[i] = j < len ? ld(xr, j) : 0.f;
+            v[i] = j < len ? ld_mul(xr, mr, j) : 0.f;
             s += v[i];
         }
         for (int k = 16; k > 0; k /= 2) s += __shfl_xor_sync(0xffffffffu, s, k);
@@ -578,12 +586,51 @@ __global__ void k_norm_warp(const T *__restrict__ x, int64_t rows, int len,
         for (int k = 16; k > 0; k /= 2) q += __shfl_xor_sync(0xffffffffu, q, k);
         float inv = rsqrtf(q / (float)len + eps);
         T *yr = y + r * len;
+        const T *rr = res ? res + r * len : nullptr;
 #pragma unroll
         for (int i = 0; i < LN_PER; i++) {
             int j = lane + 32 * i;
-            if (j < len) st(yr, j, (v[i] - mean) * inv * ld(scale, j) + (bias ? ld(bias, j) : 0.f));
+            if (j < len)
+                st(yr, j,
+                   (v[i] - mean) * inv * ld(scale, j) + (bias ? ld(bias, j) : 0.f) +
+                       (rr ? ld(rr, j) : 0.f));
         }
     }
+}
+
+// One 16-byte chunk ch of row offset `at` into v (times mul's chunk when fused; zeros when !in)
+template <typename T>
+__device__ __forceinline__ void ld_chunk(const T *x, const T *mul, int64_t at, int ch, bool in,
+                                         float *v) {
+    constexpr int V = 16 / sizeof(T);
+    uint4 u = in ? reinterpret_cast<const uint4 *>(x + at)[ch] : make_uint4(0, 0, 0, 0);
+    const T *e = reinterpret_cast<const T *>(&u);
+#pragma unroll
+    for (int k = 0; k < V; k++) v[k] = ld(e, k);
+    if (mul && in) {
+        uint4 m = reinterpret_cast<const uint4 *>(mul + at)[ch];
+        const T *em = reinterpret_cast<const T *>(&m);
+#pragma unroll
+        for (int k = 0; k < V; k++) v[k] *= ld(em, k);
+    }
+}
+
+// Chunk ch of the normalised row: (v - mean) inv scale + bias (+ res's chunk when fused)
+template <typename T>
+__device__ __forceinline__ void st_chunk(const float *v, float mean, float inv, const T *scale,
+                                         const T *bias, const T *res, int64_t at, int ch, T *y) {
+    constexpr int V = 16 / sizeof(T);
+    uint4 us = reinterpret_cast<const uint4 *>(scale)[ch], ub = make_uint4(0, 0, 0, 0), ur = ub, uo;
+    if (bias) ub = reinterpret_cast<const uint4 *>(bias)[ch];
+    if (res) ur = reinterpret_cast<const uint4 *>(res + at)[ch];
+    const T *es = reinterpret_cast<const T *>(&us), *eb = reinterpret_cast<const T *>(&ub),
+            *er = reinterpret_cast<const T *>(&ur);
+    T *eo = reinterpret_cast<T *>(&uo);
+#pragma unroll
+    for (int k = 0; k < V; k++)
+        st(eo, k,
+           (v[k] - mean) * inv * ld(es, k) + (bias ? ld(eb, k) : 0.f) + (res ? ld(er, k) : 0.f));
+    reinterpret_cast<uint4 *>(y + at)[ch] = uo;
 }
 
 // The same with 16-byte loads and stores (len a multiple of 16 bytes' elements, rows aligned),
@@ -591,27 +638,22 @@ __global__ void k_norm_warp(const T *__restrict__ x, int64_t rows, int len,
 // each of 32 lanes; a 384-wide one (DeiT-S, DINOv2-S) three on each of 16, two rows a warp,
 // where 32 lanes a row left half of them idle on its second chunk; a 96-wide one three on 4.
 template <typename T, int L>
-__global__ void k_norm_warp_vec(const T *__restrict__ x, int64_t rows, int len,
-                                const T *__restrict__ scale, const T *__restrict__ bias, float eps,
-                                T *__restrict__ y) {
+__global__ void k_norm_warp_vec(const T *__restrict__ x, const T *__restrict__ mul, int64_t rows,
+                                int len, const T *__restrict__ scale, const T *__restrict__ bias,
+                                const T *__restrict__ res, float eps, T *__restrict__ y) {
     constexpr int V = 16 / sizeof(T), NC = LN_PER / V; // chunks a lane: rows up to L * LN_PER
     const int lane = threadIdx.x % L, nch = len / V;
     const unsigned group =
         L >= 32 ? 0xffffffffu : ((1u << (L % 32)) - 1) << (threadIdx.x % 32 / L * L); // its lanes
     for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / L; r < rows;
          r += (int64_t)gridDim.x * blockDim.x / L) {
-        const uint4 *xr = reinterpret_cast<const uint4 *>(x + r * len);
         float v[NC * V], s = 0.f;
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             int ch = lane + L * c;
-            uint4 u = ch < nch ? xr[ch] : make_uint4(0, 0, 0, 0);
-            const T *e = reinterpret_cast<const T *>(&u);
+            ld_chunk(x, mul, r * len, ch, ch < nch, &v[c * V]);
 #pragma unroll
-            for (int k = 0; k < V; k++) {
-                v[c * V + k] = ld(e, k);
-                s += v[c * V + k];
-            }
+            for (int k = 0; k < V; k++) s += v[c * V + k];
         }
         for (int k = L / 2; k > 0; k /= 2) s += __shfl_xor_sync(group, s, k);
         float mean = s / (float)len, q = 0.f;
@@ -624,19 +666,10 @@ __global__ void k_norm_warp_vec(const T *__restrict__ x, int64_t rows, int len,
             }
         for (int k = L / 2; k > 0; k /= 2) q += __shfl_xor_sync(group, q, k);
         float inv = rsqrtf(q / (float)len + eps);
-        uint4 *yr = reinterpret_cast<uint4 *>(y + r * len);
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             int ch = lane + L * c;
-            if (ch >= nch) continue;
-            uint4 us = reinterpret_cast<const uint4 *>(scale)[ch], ub = make_uint4(0, 0, 0, 0), uo;
-            if (bias) ub = reinterpret_cast<const uint4 *>(bias)[ch];
-            const T *es = reinterpret_cast<const T *>(&us), *eb = reinterpret_cast<const T *>(&ub);
-            T *eo = reinterpret_cast<T *>(&uo);
-#pragma unroll
-            for (int k = 0; k < V; k++)
-                st(eo, k, (v[c * V + k] - mean) * inv * ld(es, k) + (bias ? ld(eb, k) : 0.f));
-            yr[ch] = uo;
+            if (ch < nch) st_chunk(&v[c * V], mean, inv, scale, bias, res, r * len, ch, y);
         }
     }
 }
@@ -646,25 +679,20 @@ __global__ void k_norm_warp_vec(const T *__restrict__ x, int64_t rows, int len,
 // scalar passes over such rows ran at a sixth of the memory's bandwidth.
 constexpr int LN_BLOCK_NC = 2;
 template <typename T>
-__global__ void k_norm_block_vec(const T *__restrict__ x, int64_t rows, int len,
-                                 const T *__restrict__ scale, const T *__restrict__ bias, float eps,
-                                 T *__restrict__ y) {
+__global__ void k_norm_block_vec(const T *__restrict__ x, const T *__restrict__ mul, int64_t rows,
+                                 int len, const T *__restrict__ scale, const T *__restrict__ bias,
+                                 const T *__restrict__ res, float eps, T *__restrict__ y) {
     constexpr int V = 16 / sizeof(T);
     __shared__ float part[32];
     const int nch = len / V;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) { // the same trip count block-wide
-        const uint4 *xr = reinterpret_cast<const uint4 *>(x + r * len);
         float v[LN_BLOCK_NC * V], s = 0.f;
 #pragma unroll
         for (int c = 0; c < LN_BLOCK_NC; c++) {
             int ch = threadIdx.x + blockDim.x * c;
-            uint4 u = ch < nch ? xr[ch] : make_uint4(0, 0, 0, 0);
-            const T *e = reinterpret_cast<const T *>(&u);
+            ld_chunk(x, mul, r * len, ch, ch < nch, &v[c * V]);
 #pragma unroll
-            for (int k = 0; k < V; k++) {
-                v[c * V + k] = ld(e, k);
-                s += v[c * V + k];
-            }
+            for (int k = 0; k < V; k++) s += v[c * V + k];
         }
         float mean = block_sum(s, part) / (float)len, q = 0.f;
 #pragma unroll
@@ -675,45 +703,40 @@ __global__ void k_norm_block_vec(const T *__restrict__ x, int64_t rows, int len,
                 q += d * d;
             }
         float inv = rsqrtf(block_sum(q, part) / (float)len + eps);
-        uint4 *yr = reinterpret_cast<uint4 *>(y + r * len);
 #pragma unroll
         for (int c = 0; c < LN_BLOCK_NC; c++) {
             int ch = threadIdx.x + blockDim.x * c;
-            if (ch >= nch) continue;
-            uint4 us = reinterpret_cast<const uint4 *>(scale)[ch], ub = make_uint4(0, 0, 0, 0), uo;
-            if (bias) ub = reinterpret_cast<const uint4 *>(bias)[ch];
-            const T *es = reinterpret_cast<const T *>(&us), *eb = reinterpret_cast<const T *>(&ub);
-            T *eo = reinterpret_cast<T *>(&uo);
-#pragma unroll
-            for (int k = 0; k < V; k++)
-                st(eo, k, (v[c * V + k] - mean) * inv * ld(es, k) + (bias ? ld(eb, k) : 0.f));
-            yr[ch] = uo;
+            if (ch < nch) st_chunk(&v[c * V], mean, inv, scale, bias, res, r * len, ch, y);
         }
     }
 }
 
-static cudaError_t launch_norm(cudaStream_t s, int t, const void *x, int64_t rows, int64_t len,
-                               const void *scale, int64_t ns, const void *bias, int64_t nb,
-                               int64_t chans, float eps, void *y) {
+// 16-byte aligned (a NULL pointer is)
+static bool al16(const void *p) {
+    return (uintptr_t)p % 16 == 0;
+}
+
+static cudaError_t launch_norm(cudaStream_t s, int t, const void *x, const void *mul, int64_t rows,
+                               int64_t len, const void *scale, int64_t ns, const void *bias,
+                               int64_t nb, int64_t chans, const void *res, float eps, void *y) {
     if (rows <= 0 || len <= 0) return cudaSuccess;
+    size_t es = si_gtype_size(t);
+    bool aligned = (len * es) % 16 == 0 && al16(x) && al16(mul) && al16(y) && al16(scale) &&
+                   al16(bias) && al16(res);
     if (!chans && len <= 32 * LN_PER && ns == len && (!bias || nb == len)) {
-        int64_t b = (rows + 7) / 8; // 8 warps (rows) per block
-        unsigned grid = (unsigned)(b < 65535 * 16 ? b : 65535 * 16);
-        size_t es = si_gtype_size(t);
-        bool vec = (len * es) % 16 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0 &&
-                   (uintptr_t)scale % 16 == 0 && (uintptr_t)bias % 16 == 0;
         // as few lanes a row as hold it in at most 2 * es chunks of 16 bytes each (the kernel's
         // NC): 32 for 768-wide FP16 rows, 16 for 384 (DeiT-S, DINOv2-S), 8 for 192 and 4 for 96
         // (ConvNeXt-T's and Swin-T's first stages), where 32 lanes a row left most of them idle
         int64_t nch = len * (int64_t)es / 16, per = 2 * (int64_t)es, need = (nch + per - 1) / per;
-        if (vec) {
+        if (aligned) {
             int L = need <= 4 ? 4 : need <= 8 ? 8 : need <= 16 ? 16 : 32;
             int64_t b = (rows + 256 / L - 1) / (256 / L); // 256 / L rows a block
             unsigned gl = (unsigned)(b < 65535 * 16 ? b : 65535 * 16);
 #define SI_NORM_VEC(LANES)                                                                         \
     SI_DISPATCH(t, T,                                                                              \
                 k_norm_warp_vec<T, LANES><<<gl, 256, 0, s>>>(                                      \
-                    (const T *)x, rows, (int)len, (const T *)scale, (const T *)bias, eps, (T *)y))
+                    (const T *)x, (const T *)mul, rows, (int)len, (const T *)scale,                \
+                    (const T *)bias, (const T *)res, eps, (T *)y))
             if (L == 4)
                 SI_NORM_VEC(4);
             else if (L == 8)
@@ -725,42 +748,42 @@ static cudaError_t launch_norm(cudaStream_t s, int t, const void *x, int64_t row
 #undef SI_NORM_VEC
             return cudaGetLastError();
         }
+        int64_t b = (rows + 7) / 8; // 8 warps (rows) per block
+        unsigned grid = (unsigned)(b < 65535 * 16 ? b : 65535 * 16);
         SI_DISPATCH(t, T,
-                    k_norm_warp<T>
-                    <<<grid, 256, 0, s>>>((const T *)x, rows, (int)len, (const T *)scale,
-                                          (const T *)bias, eps, (T *)y));
+                    k_norm_warp<T><<<grid, 256, 0, s>>>((const T *)x, (const T *)mul, rows,
+                                                        (int)len, (const T *)scale, (const T *)bias,
+                                                        (const T *)res, eps, (T *)y));
         return cudaGetLastError();
     }
     unsigned grid = (unsigned)(rows < 65535 * 16 ? rows : 65535 * 16); // the row loop covers more
-    size_t es = si_gtype_size(t);
     int64_t nch = len * (int64_t)es / 16, threads = (nch + LN_BLOCK_NC - 1) / LN_BLOCK_NC;
-    if (!chans && ns == len && (!bias || nb == len) && (len * es) % 16 == 0 && threads <= 1024 &&
-        (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0 && (uintptr_t)scale % 16 == 0 &&
-        (uintptr_t)bias % 16 == 0) {
+    if (!chans && ns == len && (!bias || nb == len) && aligned && threads <= 1024) {
         unsigned bt = (unsigned)((threads + 31) / 32 * 32);
         SI_DISPATCH(t, T,
-                    k_norm_block_vec<T>
-                    <<<grid, bt, 0, s>>>((const T *)x, rows, (int)len, (const T *)scale,
-                                         (const T *)bias, eps, (T *)y));
+                    k_norm_block_vec<T><<<grid, bt, 0, s>>>(
+                        (const T *)x, (const T *)mul, rows, (int)len, (const T *)scale,
+                        (const T *)bias, (const T *)res, eps, (T *)y));
         return cudaGetLastError();
     }
     SI_DISPATCH(t, T,
-                k_norm<T><<<grid, 256, 0, s>>>((const T *)x, rows, len, (const T *)scale, ns,
-                                               (const T *)bias, nb, chans, eps, (T *)y));
+                k_norm<T>
+                <<<grid, 256, 0, s>>>((const T *)x, (const T *)mul, rows, len, (const T *)scale, ns,
+                                      (const T *)bias, nb, chans, (const T *)res, eps, (T *)y));
     return cudaGetLastError();
 }
 
-cudaError_t si_k_layernorm(cudaStream_t s, int t, const void *x, int64_t rows, int64_t len,
-                           const void *scale, int64_t ns, const void *bias, int64_t nb, float eps,
-                           void *y) {
-    return launch_norm(s, t, x, rows, len, scale, ns, bias, nb, 0, eps, y);
+cudaError_t si_k_layernorm(cudaStream_t s, int t, const void *x, const void *mul, int64_t rows,
+                           int64_t len, const void *scale, int64_t ns, const void *bias, int64_t nb,
+                           const void *res, float eps, void *y) {
+    return launch_norm(s, t, x, mul, rows, len, scale, ns, bias, nb, 0, res, eps, y);
 }
 
 cudaError_t si_k_instancenorm(cudaStream_t s, int t, const void *x, int64_t n, int64_t c,
                               int64_t inner, const void *scale, const void *bias, float eps,
                               void *y) {
     if (c <= 0) return cudaSuccess;
-    return launch_norm(s, t, x, n * c, inner, scale, c, bias, c, c, eps, y);
+    return launch_norm(s, t, x, NULL, n * c, inner, scale, c, bias, c, c, NULL, eps, y);
 }
 
 struct reduce_desc {

@@ -66,11 +66,12 @@ cudaError_t si_k_global_avgpool(cudaStream_t s, int t, int n, int64_t hw, int c,
 /* Row-major ops (inputs and outputs contiguous in ONNX's order), twins of the CPU kernels. */
 cudaError_t si_k_softmax(cudaStream_t s, int t, const void *x, int64_t outer, int64_t len,
                          int64_t inner, void *y);
-/* LayerNormalization: rows of len, scale (ns) and bias (nb, or NULL) repeated over a row;
+/* LayerNormalization: rows of len, scale (ns) and bias (nb, or NULL) repeated over a row; the
+ * fused neighbours (NULL if none, rows of len like x): x times mul first, res added last.
  * InstanceNormalization: (n, c, inner), scale and bias per channel. Scale and bias in type t. */
-cudaError_t si_k_layernorm(cudaStream_t s, int t, const void *x, int64_t rows, int64_t len,
-                           const void *scale, int64_t ns, const void *bias, int64_t nb, float eps,
-                           void *y);
+cudaError_t si_k_layernorm(cudaStream_t s, int t, const void *x, const void *mul, int64_t rows,
+                           int64_t len, const void *scale, int64_t ns, const void *bias, int64_t nb,
+                           const void *res, float eps, void *y);
 cudaError_t si_k_instancenorm(cudaStream_t s, int t, const void *x, int64_t n, int64_t c,
                               int64_t inner, const void *scale, const void *bias, float eps,
                               void *y);

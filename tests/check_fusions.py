@@ -53,9 +53,10 @@ EXPECT = {
     "clip_mha_b_16.legacy": ({"attention": 12, "operands": 48, "residual": 12, "moves": 12,
                               "token": 1}, ["Softmax", "Sigmoid"]),
     # EVA-02: rotary embeddings on q and k, one Rotary node each (written as the attention reads
-    # them); V and Y in place
-    "eva02_b_14": ({"attention": 12, "operands": 36, "bias": 72, "residual": 24, "rotary": 24},
-                   ["Softmax", "Neg", "Split", "Unsqueeze"]),
+    # them); V and Y in place; its SwiGLU's gate product normalised by the LayerNorm that reads
+    # both factors ("norm")
+    "eva02_b_14": ({"attention": 12, "operands": 36, "bias": 72, "residual": 24, "rotary": 24,
+                    "norm": 12}, ["Softmax", "Neg", "Split", "Unsqueeze", "Mul"]),
     # BEiT and LeViT: the relative-position bias gathered from its table at load, added in the
     # fused node
     "beit_b_16": ({"attention": 12, "operands": 48, "bias": 48, "residual": 24}, ["Softmax"]),
@@ -66,10 +67,10 @@ EXPECT = {
     # Swin V2's cosine attention: q and k's L2 normalisation one RowNorm node each, the per-head
     # logit scale folded into q's (Q and K then computed: V and Y in place); its
     # relative-position MLP over constant coordinates (MatMul, Relu, GatherND, Sigmoid) folds at
-    # load, so no such node runs per batch
-    "swinv2_t": ({"attention": 12, "operands": 24, "bias": 48},
+    # load, so no such node runs per batch; its post-norm blocks' Adds run in their LayerNorms
+    "swinv2_t": ({"attention": 12, "operands": 24, "bias": 48, "norm": 24},
                  ["Softmax", "Sigmoid", "GatherND", "Relu", "Exp", "ReduceL2", "Clip", "Expand",
-                  "Div", "Mul"]),
+                  "Div", "Mul", "Add"]),
     # Hugging Face's towers (tests/hf_models.py: 4 blocks), eager and SDPA attention: separate
     # q/k/v projections read in place through their (N, T, H, D) Reshapes; ViT's eager mask of
     # zeros dropped ("zero masks"), so the kernels without a bias run
@@ -123,6 +124,7 @@ def main():
         got["moves"] = int((re.findall(r"(\d+) Gemms made Linear", line) or [0])[0])
         got["zero"] = int((re.findall(r"(\d+) attention masks of zeros dropped", line) or [0])[0])
         got["rotary"] = int((re.findall(r"(\d+) rotary embeddings made one", line) or [0])[0])
+        got["norm"] = int((re.findall(r"(\d+) Muls and Adds fused into LayerNorm", line) or [0])[0])
         counts = {t: int(c) for c, t in
                   re.findall(r"^\s+(\d+)\s+(\S+)(?!.*on the host)", p.stdout, re.M)}
         mins, banned = EXPECT[base]

@@ -1103,6 +1103,46 @@ def c_layernorm_after_matmul(c):
     c.output(layernorm(c, y, "ln", (64,), epsilon=1e-6))
 
 
+def c_layernorm_fused_mul(c):
+    # EVA-02's SwiGLU normalises the gate product, LayerNorm(silu(x Wg) * (x Wx)): the Mul is
+    # taken into the LayerNorm (norm_fusion.c), which reads both factors. Rows the GPU gives a
+    # block (2048), a warp of 16-byte chunks (768), a warp of scalars (100: not 16-byte rows in
+    # FP16) and a block of scalars (1100: wider than a warp holds, not 16-byte rows)
+    for d, shape, bias in ((2048, (2, 9, 2048), True), (768, (2, 7, 768), False),
+                           (100, (3, 5, 100), True), (1100, (2, 3, 1100), True)):
+        g = c.input(f"gate{d}", normal(c.rng, shape, 1.5))
+        v = c.input(f"value{d}", normal(c.rng, shape) + 0.5)
+        p = c.node("Mul", [g, v], [f"prod{d}"])
+        c.output(layernorm(c, p, f"ln{d}", (d,), bias=bias))
+
+
+def c_layernorm_fused_add(c):
+    # Swin V2's post-norm blocks, x + LayerNorm(f(x)) on (N, H, W, C): the Add is taken into the
+    # LayerNorm, the shortcut on either side; with a fused Mul before it as well (2048 wide).
+    # Left alone: a LayerNorm whose output is a graph output too, and one whose Add reads a
+    # value computed after it (the LayerNorm would run before its residual exists)
+    x = c.input("features", normal(c.rng, (2, 8, 8, 96), 2.0))
+    w = c.init("f.weight", normal(c.rng, (96, 96), 0.15))
+    h = c.node("MatMul", [x, w], ["f_out"])
+    c.output(c.node("Add", [x, layernorm(c, h, "ln_post", (96,))], ["block_out"]))
+    r = c.input("shortcut", normal(c.rng, (2, 7, 768)))
+    t = c.input("tokens", normal(c.rng, (2, 7, 768), 3.0) + 1.0)
+    c.output(c.node("Add", [layernorm(c, t, "ln_right", (768,), bias=False), r], ["right_out"]))
+    g = c.input("gate", normal(c.rng, (2, 5, 2048)))
+    v = c.input("value", normal(c.rng, (2, 5, 2048)) - 0.5)
+    s = c.input("stream", normal(c.rng, (2, 5, 2048)))
+    p = c.node("Mul", [g, v], ["gated"])
+    c.output(c.node("Add", [s, layernorm(c, p, "ln_both", (2048,))], ["both_out"]))
+    u = c.input("odd", normal(c.rng, (3, 4, 100)) + 2.0)
+    n = layernorm(c, u, "ln_shown", (100,))
+    c.output(n)
+    c.output(c.node("Add", [n, u], ["shown_out"]))
+    k = c.input("late", normal(c.rng, (2, 6, 64)))
+    m = layernorm(c, k, "ln_early", (64,))
+    late = c.node("Sigmoid", [k], ["late_sig"])
+    c.output(c.node("Add", [m, late], ["late_out"]))
+
+
 def c_instancenorm_2x8x7x9(c):
     x = c.input("features", normal(c.rng, (2, 8, 7, 9), 2.0) + 1.0)
     s = c.init("in.scale", uniform(c.rng, (8,), 0.5, 1.5))

@@ -148,11 +148,11 @@ static void print_io(const si_graph *g) {
            "their Slice, %d one-token Gathers moved up (the nodes before them run one row an "
            "image), %d Gemms made Linear and Transposes moved across Linear layers, %d "
            "Softmaxes shaped like attention left unfused, %d attention masks of zeros dropped, "
-           "%d rotary embeddings made one node\n",
+           "%d rotary embeddings made one node, %d Muls and Adds fused into LayerNorm\n",
            g->folded_consts, g->removed_nodes, g->folded_bn, g->fused_act, g->fused_residual,
            g->fused_bias, g->fused_attention, g->attention_views, g->folded_scale,
            g->dropped_copies, g->concat_slices, g->token_early, g->linear_moves,
-           g->attention_missed, g->zero_masks, g->fused_rotary);
+           g->attention_missed, g->zero_masks, g->fused_rotary, g->fused_norm);
 }
 
 /* Engine nodes by (fused) type, then parameters and FLOPs at batch 1. */

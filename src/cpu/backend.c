@@ -424,10 +424,12 @@ static void run_reduce(const op_args *a) {
 static void run_lnorm(const op_args *a) {
     const si_gnode *n = a->n;
     int64_t rows = dims_prod(a->xs, 0, n->axis), len = dims_prod(a->xs, n->axis, a->xs->ndim);
-    const float *bias = n->n_in > 2 ? ptr(a->e, n->in[2]) : NULL;
-    int64_t nb = n->n_in > 2 ? si_shape_numel(&a->g->values[n->in[2]].shape) : 1;
-    si_cpu_layernorm(a->x, rows, len, ptr(a->e, n->in[1]),
-                     si_shape_numel(&a->g->values[n->in[1]].shape), bias, nb, n->epsilon, a->y);
+    bool has_b = si_layernorm_has_bias(n);
+    const float *bias = has_b ? ptr(a->e, n->in[2]) : NULL;
+    int64_t nb = has_b ? si_shape_numel(&a->g->values[n->in[2]].shape) : 1;
+    si_cpu_layernorm(a->x, n->premul >= 0 ? ptr(a->e, n->premul) : NULL, rows, len,
+                     ptr(a->e, n->in[1]), si_shape_numel(&a->g->values[n->in[1]].shape), bias, nb,
+                     n->residual >= 0 ? ptr(a->e, n->residual) : NULL, n->epsilon, a->y);
 }
 
 static void run_inorm(const op_args *a) {

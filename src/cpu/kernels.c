@@ -422,18 +422,24 @@ static void row_stats(const float *x, int64_t len, float eps, double *mean, doub
     *inv = 1.0 / sqrt(v / (double)len + (double)eps);
 }
 
-void si_cpu_layernorm(const float *x, int64_t rows, int64_t len, const float *scale, int64_t ns,
-                      const float *bias, int64_t nb, float eps, float *y) {
+void si_cpu_layernorm(const float *x, const float *mul, int64_t rows, int64_t len,
+                      const float *scale, int64_t ns, const float *bias, int64_t nb,
+                      const float *res, float eps, float *y) {
     if (rows <= 0 || len <= 0) return;
 #pragma omp parallel for schedule(static) if (rows * len > PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * len;
         float *yr = y + r * len;
+        if (mul) { /* the product in float, as the Mul wrote it, normalised from y's row */
+            for (int64_t j = 0; j < len; j++) yr[j] = xr[j] * mul[r * len + j];
+            xr = yr;
+        }
         double mean, inv;
         row_stats(xr, len, eps, &mean, &inv);
         for (int64_t j = 0; j < len; j++) {
             double v = ((double)xr[j] - mean) * inv * scale[j % ns];
-            yr[j] = (float)(bias ? v + bias[j % nb] : v);
+            float o = (float)(bias ? v + bias[j % nb] : v);
+            yr[j] = res ? o + res[r * len + j] : o; /* LayerNorm's float output, then the Add */
         }
     }
 }

@@ -44,9 +44,11 @@ void si_cpu_softmax(const float *x, int64_t rows, int64_t cols, float *y);
 /* --- the rest of the engine's ops (opsets 7-22); dims are int64, tensors contiguous --------- */
 
 /* LayerNormalization of (rows, len): each row to mean 0 and variance 1 (statistics in double),
- * then times scale[j % ns] plus bias[j % nb] (bias may be NULL). */
-void si_cpu_layernorm(const float *x, int64_t rows, int64_t len, const float *scale, int64_t ns,
-                      const float *bias, int64_t nb, float eps, float *y);
+ * then times scale[j % ns] plus bias[j % nb] (bias may be NULL). Fused neighbours, NULL if
+ * none: x times mul first, res (rows, len) added last. */
+void si_cpu_layernorm(const float *x, const float *mul, int64_t rows, int64_t len,
+                      const float *scale, int64_t ns, const float *bias, int64_t nb,
+                      const float *res, float eps, float *y);
 
 /* InstanceNormalization of (n, c, inner): each (n, c) plane normalised like a LayerNorm row,
  * then times scale[c] plus bias[c]. */

@@ -360,8 +360,11 @@ static bool convert_node_checked(si_builder *b, const si_node_proto *n) {
     }
     if (!all_known && !strcmp(n->op_type, "Einsum")) return si_einsum_lower(b, n);
     si_gnode *gn = &g->nodes[g->n_nodes];
-    *gn = (si_gnode){
-        .name = si_xstrdup(n->name), .op_type = si_xstrdup(n->op_type), .residual = -1, .bias = -1};
+    *gn = (si_gnode){.name = si_xstrdup(n->name),
+                     .op_type = si_xstrdup(n->op_type),
+                     .residual = -1,
+                     .premul = -1,
+                     .bias = -1};
     bool is_shape = !strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size");
     bool host = si_host_supports(n->op_type) && (all_known || is_shape);
     bool ok = host ? si_convert_host_op(b, n, gn) : si_convert_device_op(b, n, gn);
@@ -467,17 +470,15 @@ static void count_uses(si_graph *g) {
     for (int i = 0; i < g->n_outputs; i++) g->values[g->outputs[i]].uses++;
 }
 
-static char *join_types(const char *a, const char *b) {
+char *si_graph_join_types(const char *a, const char *b) {
     size_t n = strlen(a) + strlen(b) + 2;
     char *s = si_xmalloc(n);
     snprintf(s, n, "%s+%s", a, b);
     return s;
 }
 
-/* Node `c` is absorbed by its producer p: p writes c's output value (so graph outputs and later
- * readers keep working), and c is marked dead for compact(). */
-static void absorb(si_graph *g, si_gnode *p, si_gnode *c) {
-    char *t = join_types(p->op_type, c->op_type);
+void si_graph_absorb(si_graph *g, si_gnode *p, si_gnode *c) {
+    char *t = si_graph_join_types(p->op_type, c->op_type);
     free(p->op_type);
     p->op_type = t;
     g->values[c->out].producer = g->values[p->out].producer;
@@ -545,7 +546,7 @@ static void fold_batchnorm(si_graph *g) {
         } else {
             si_node_add_input(cv, bn->in[2]); /* the shift becomes the bias */
         }
-        absorb(g, cv, bn);
+        si_graph_absorb(g, cv, bn);
         g->folded_bn++;
     }
     si_graph_compact(g);
@@ -641,7 +642,7 @@ static void fold_linear_batchnorm(si_graph *g) {
             si_graph_replace_reads(g, bn->out, bn->in[0]);
             bn->op = -1;
         }
-        char *t = join_types(m->op_type, "BatchNormalization(folded)");
+        char *t = si_graph_join_types(m->op_type, "BatchNormalization(folded)");
         free(m->op_type);
         m->op_type = t;
         g->folded_bn++;
@@ -656,7 +657,7 @@ static void fuse_linear_bias(si_graph *g) {
         if (!m || m->bias >= 0) continue;
         m->bias = c;
         si_node_add_input(m, c);
-        absorb(g, m, a);
+        si_graph_absorb(g, m, a);
         g->fused_bias++;
     }
     si_graph_compact(g);
@@ -750,7 +751,7 @@ static void fold_linear_scale(si_graph *g) {
             for (int64_t c = 0; c < n; c++) w[r * n + c] *= s[c];
         if (m->bias >= 0)
             for (int64_t c = 0; c < n; c++) ((float *)g->values[m->bias].data)[c] *= s[c];
-        absorb(g, t ? t : m, a);
+        si_graph_absorb(g, t ? t : m, a);
         g->folded_scale++;
     }
     si_graph_compact(g);
@@ -785,7 +786,7 @@ static bool binop_with(const si_gnode *n, si_binop op, int v, int *other) {
 /* Node n, retyped by a pattern fusion, takes over the output of the pattern's last node (absorb)
  * and is named after the pattern. */
 static void take_over(si_graph *g, si_gnode *n, si_gnode *last, const char *pattern) {
-    absorb(g, n, last);
+    si_graph_absorb(g, n, last);
     free(n->op_type);
     n->op_type = si_xstrdup(pattern);
     g->fused_act++;
@@ -835,7 +836,7 @@ static void fuse_silu(si_graph *g) {
             if (!pair) continue;
             /* the Sigmoid becomes SiLU and takes the Mul's output */
             s->act.kind = SI_ACT_SILU;
-            absorb(g, s, m);
+            si_graph_absorb(g, s, m);
             break;
         }
     }
@@ -882,7 +883,7 @@ static void fuse_activations(si_graph *g) {
         if (!fusable_producer(g, p)) continue;
         if (p->op == SI_OP_GEMM && a->act.kind != SI_ACT_RELU) continue;
         p->act = a->act;
-        absorb(g, p, a);
+        si_graph_absorb(g, p, a);
         g->fused_act++;
     }
     si_graph_compact(g);
@@ -933,7 +934,7 @@ static void fuse_residual(si_graph *g) {
             if (ov->producer >= cv->producer) continue; /* r must exist before the conv runs */
             c->residual = other;
             si_node_add_input(c, other);
-            absorb(g, c, a);
+            si_graph_absorb(g, c, a);
             g->fused_residual++;
             break;
         }
@@ -946,7 +947,7 @@ si_gnode *si_graph_insert_nodes(si_graph *g, int at, int count) {
     memmove(&g->nodes[at + count], &g->nodes[at], sizeof *g->nodes * (size_t)(g->n_nodes - at));
     g->n_nodes += count;
     for (int k = at; k < at + count; k++) {
-        g->nodes[k] = (si_gnode){.residual = -1, .bias = -1};
+        g->nodes[k] = (si_gnode){.residual = -1, .premul = -1, .bias = -1};
         for (int s = 0; s < 4; s++) g->nodes[k].pslot[s] = -1;
     }
     for (int k = at + count; k < g->n_nodes; k++) /* the nodes after moved count places on */
@@ -960,6 +961,7 @@ void si_graph_replace_reads(si_graph *g, int from, int to) {
         for (int i = 0; i < n->n_in; i++)
             if (n->in[i] == from) n->in[i] = to;
         if (n->residual == from) n->residual = to;
+        if (n->premul == from) n->premul = to;
     }
 }
 
@@ -1015,7 +1017,7 @@ static void fuse_residual_through_transpose(si_graph *g) {
             si_gnode *m2 = &g->nodes[mi + 1], *tr = &g->nodes[ti + 1], *a2 = &g->nodes[j + 1];
             m2->residual = z2;
             si_node_add_input(m2, z2);
-            absorb(g, tr, a2);
+            si_graph_absorb(g, tr, a2);
             g->fused_residual++;
             j++; /* a moved one place on */
             break;
@@ -1271,6 +1273,7 @@ static si_status run_passes(si_graph *g, const si_graph_opts *opts) {
     fuse_residual(g);
     fuse_residual_through_transpose(g);
     fuse_activations(g);
+    g->fused_norm = si_fuse_layernorm_neighbours(g);
     g->inferred_batch = -1; /* the fusions moved values */
     st = si_graph_infer(g, 1);
     if (st != SI_OK) return st;

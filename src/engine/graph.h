@@ -124,7 +124,9 @@ typedef struct {
     int out;       /* first output; Split has n_out of them in outs */
     int outs[SI_MAX_OUTPUTS], n_out;
     si_act act;   /* fused activation (or the op itself for SI_OP_ACTIVATION) */
-    int residual; /* Conv, MatMul: value added before the activation (fused residual Add), -1 if
+    int residual; /* Conv, MatMul: value added before the activation (fused residual Add);
+                     LayerNorm: added to its output (a post-norm block's Add); -1 if none */
+    int premul;   /* LayerNorm: value x is multiplied by first (SwiGLU's gate product), -1 if
                      none */
     int bias;     /* MatMul: a constant per-column bias (fused Add of a Linear layer), -1 if none */
     int pslot[4]; /* positions in `in` of parameter inputs (op-specific order), -1 if absent */
@@ -173,6 +175,12 @@ typedef struct {
     int64_t rn_div, rn_mod; /* RowNorm: row r scaled by in[1][(r / rn_div) % rn_mod] (mod 0: 1) */
 } si_gnode;
 
+/* LayerNorm: whether ONNX's B is given (in[2]); a fused premul and residual follow the ONNX
+ * inputs in `in`. */
+static inline bool si_layernorm_has_bias(const si_gnode *n) {
+    return n->n_in - (n->residual >= 0) - (n->premul >= 0) > 2;
+}
+
 typedef struct si_graph {
     char *path;
     int64_t opset;
@@ -191,6 +199,7 @@ typedef struct si_graph {
     int concat_slices;    /* Concat inputs read through their Slice (the Slice gone) */
     int token_early;     /* Gathers of one token moved up through row-wise nodes (token_select.c) */
     int fused_rotary;    /* rotary position embeddings made one node (rotary.c) */
+    int fused_norm;      /* Muls and Adds fused into LayerNorm (norm_fusion.c) */
     int inferred_batch;  /* batch size the shapes are inferred for, -1 if none yet */
     bool spatial_marked; /* si_value.spatial is set (at the first si_graph_infer) */
     si_meta_prop *meta;

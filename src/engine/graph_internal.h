@@ -74,6 +74,14 @@ bool si_convert_host_op(si_builder *b, const si_node_proto *n, si_gnode *gn);
 
 /* Drops the nodes marked dead (op < 0), renumbers producers and recounts uses. graph.c. */
 void si_graph_compact(si_graph *g);
+/* "a+b": a fused node's op types; the caller frees it. graph.c. */
+char *si_graph_join_types(const char *a, const char *b);
+/* Node c is absorbed by its producer p: p writes c's output value (graph outputs and later
+ * readers keep working) and c is marked dead for si_graph_compact. graph.c. */
+void si_graph_absorb(si_graph *g, si_gnode *p, si_gnode *c);
+/* Mul before and Add after a LayerNorm taken into it (premul, residual); how many.
+ * norm_fusion.c. */
+int si_fuse_layernorm_neighbours(si_graph *g);
 /* Fuses the exported attention pattern into SI_OP_ATTENTION nodes (shapes inferred at batch 1;
  * host_scalars_at_2[v]: one-element float HOST values at batch 2, NAN otherwise, so scales
  * computed from shapes count only when the batch does not change them); returns how many.
@@ -83,7 +91,7 @@ enum { SI_VIEW_IDENTITY = 0, SI_VIEW_FLATTEN, SI_VIEW_RESHAPE, SI_VIEW_SQUEEZE, 
 
 /* A new CONST float value of the given shape, taking ownership of data; its id. */
 int si_graph_add_const(si_graph *g, const char *name, const si_shape *shape, float *data);
-/* Every read of value from (inputs, residuals) becomes a read of value to. */
+/* Every read of value from (inputs, residuals, premuls) becomes a read of value to. */
 void si_graph_replace_reads(si_graph *g, int from, int to);
 int si_fuse_attention(si_graph *g, const float *host_scalars_at_2);
 /* Lets fused attention read Q, K and V through the layout ops between them and the projection

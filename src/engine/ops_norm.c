@@ -61,11 +61,17 @@ static si_status infer_layernorm(si_graph *g, si_gnode *n, const si_shape *x, si
     if (a < 0 || a >= x->ndim)
         return si_node_error(g, n, SI_ERR_FORMAT, "axis %d out of range for rank %d", n->axis,
                              x->ndim);
-    for (int k = 1; k < n->n_in; k++)
+    for (int k = 1; k < (si_layernorm_has_bias(n) ? 3 : 2); k++)
         if (!suffix_broadcast(&g->values[n->in[k]].shape, x, a))
             return si_node_error(g, n, SI_ERR_FORMAT,
                                  "%s does not broadcast to the normalised dims (axis %d on)",
                                  k == 1 ? "Scale" : "B", a);
+    for (int k = 0; k < 2; k++) { /* fused operands, norm_fusion.c: x's shape exactly */
+        int v = k ? n->residual : n->premul;
+        if (v >= 0 && !si_shape_same(&g->values[v].shape, x))
+            return si_node_error(g, n, SI_ERR_FORMAT, "fused %s's shape differs from X's",
+                                 k ? "residual" : "multiplier");
+    }
     n->axis = a;
     *y = *x;
     return SI_OK;

@@ -212,7 +212,8 @@ int si_fuse_rotary(si_graph *g) {
         /* the node that gives the result becomes the rope; the rest dies unread */
         int out = n->out;
         char *name = si_xstrdup(n->name);
-        si_gnode fresh = {.op = SI_OP_ROTARY, .name = name, .residual = -1, .bias = -1};
+        si_gnode fresh = {
+            .op = SI_OP_ROTARY, .name = name, .residual = -1, .premul = -1, .bias = -1};
         for (int s = 0; s < 4; s++) fresh.pslot[s] = -1;
         fresh.op_type = si_xstrdup(r.half ? "Rotary(halves)" : "Rotary(pairs)");
         si_node_add_input(&fresh, r.x);

@@ -145,6 +145,7 @@ static int move_up(si_graph *g, int sj, int64_t k) {
             for (int i = 0; i < n->n_in; i++)
                 if (n->in[i] == entries[e]) n->in[i] = gathered[e];
             if (n->residual == entries[e]) n->residual = gathered[e];
+            if (n->premul == entries[e]) n->premul = gathered[e];
         }
     }
     si_gnode *s = &g->nodes[sj];
