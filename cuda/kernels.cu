@@ -553,7 +553,8 @@ __global__ void k_norm(const T *__restrict__ x, const T *__restrict__ mul, int64
         for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
             float sc = chans ? rs : ld(scale, j % ns);
             float b = chans ? rb : bias ? ld(bias, j % nb) : 0.f;
-            st(yr, j, (ld_mul(xr, mr, j) - mean) * inv * sc + b + (rr ? ld(rr, j) : 0.f));
+            float o = (ld_mul(xr, mr, j) - mean) * inv * sc + b;
+            st(yr, j, rr ? o + ld(rr, j) : o);
         }
     }
 }
@@ -590,10 +591,9 @@ __global__ void k_norm_warp(const T *__restrict__ x, const T *__restrict__ mul, 
 #pragma unroll
         for (int i = 0; i < LN_PER; i++) {
             int j = lane + 32 * i;
-            if (j < len)
-                st(yr, j,
-                   (v[i] - mean) * inv * ld(scale, j) + (bias ? ld(bias, j) : 0.f) +
-                       (rr ? ld(rr, j) : 0.f));
+            if (j >= len) continue;
+            float o = (v[i] - mean) * inv * ld(scale, j) + (bias ? ld(bias, j) : 0.f);
+            st(yr, j, rr ? o + ld(rr, j) : o);
         }
     }
 }
@@ -627,9 +627,11 @@ __device__ __forceinline__ void st_chunk(const float *v, float mean, float inv, 
             *er = reinterpret_cast<const T *>(&ur);
     T *eo = reinterpret_cast<T *>(&uo);
 #pragma unroll
-    for (int k = 0; k < V; k++)
-        st(eo, k,
-           (v[k] - mean) * inv * ld(es, k) + (bias ? ld(eb, k) : 0.f) + (res ? ld(er, k) : 0.f));
+    for (int k = 0; k < V; k++) {
+        float o = (v[k] - mean) * inv * ld(es, k) + (bias ? ld(eb, k) : 0.f);
+        if (res) o += ld(er, k); // not "+ 0.f" without one: the compiler must keep that add
+        st(eo, k, o);
+    }
     reinterpret_cast<uint4 *>(y + at)[ch] = uo;
 }
 
@@ -637,10 +639,12 @@ __device__ __forceinline__ void st_chunk(const float *v, float mean, float inv, 
 // L lanes a row (32 / L rows a warp at once): a 768-wide FP16 row is three 16-byte chunks on
 // each of 32 lanes; a 384-wide one (DeiT-S, DINOv2-S) three on each of 16, two rows a warp,
 // where 32 lanes a row left half of them idle on its second chunk; a 96-wide one three on 4.
-template <typename T, int L>
+// FUSED false: mul and res are not read (the LayerNorm without neighbours compiles as before).
+template <typename T, int L, bool FUSED>
 __global__ void k_norm_warp_vec(const T *__restrict__ x, const T *__restrict__ mul, int64_t rows,
                                 int len, const T *__restrict__ scale, const T *__restrict__ bias,
                                 const T *__restrict__ res, float eps, T *__restrict__ y) {
+    if (!FUSED) mul = res = nullptr;
     constexpr int V = 16 / sizeof(T), NC = LN_PER / V; // chunks a lane: rows up to L * LN_PER
     const int lane = threadIdx.x % L, nch = len / V;
     const unsigned group =
@@ -678,10 +682,11 @@ __global__ void k_norm_warp_vec(const T *__restrict__ x, const T *__restrict__ m
 // each thread two 16-byte chunks in registers, the block's sums through shared memory. k_norm's
 // scalar passes over such rows ran at a sixth of the memory's bandwidth.
 constexpr int LN_BLOCK_NC = 2;
-template <typename T>
+template <typename T, bool FUSED>
 __global__ void k_norm_block_vec(const T *__restrict__ x, const T *__restrict__ mul, int64_t rows,
                                  int len, const T *__restrict__ scale, const T *__restrict__ bias,
                                  const T *__restrict__ res, float eps, T *__restrict__ y) {
+    if (!FUSED) mul = res = nullptr;
     constexpr int V = 16 / sizeof(T);
     __shared__ float part[32];
     const int nch = len / V;
@@ -716,6 +721,10 @@ static bool al16(const void *p) {
     return (uintptr_t)p % 16 == 0;
 }
 
+// the row kernels' arguments (but k_norm's), with T the type SI_DISPATCH chose
+#define SI_NORM_ARGS                                                                               \
+    (const T *)x, (const T *)mul, rows, (int)len, (const T *)scale, (const T *)bias,               \
+        (const T *)res, eps, (T *)y
 static cudaError_t launch_norm(cudaStream_t s, int t, const void *x, const void *mul, int64_t rows,
                                int64_t len, const void *scale, int64_t ns, const void *bias,
                                int64_t nb, int64_t chans, const void *res, float eps, void *y) {
@@ -723,6 +732,7 @@ static cudaError_t launch_norm(cudaStream_t s, int t, const void *x, const void 
     size_t es = si_gtype_size(t);
     bool aligned = (len * es) % 16 == 0 && al16(x) && al16(mul) && al16(y) && al16(scale) &&
                    al16(bias) && al16(res);
+    bool fused = mul || res;
     if (!chans && len <= 32 * LN_PER && ns == len && (!bias || nb == len)) {
         // as few lanes a row as hold it in at most 2 * es chunks of 16 bytes each (the kernel's
         // NC): 32 for 768-wide FP16 rows, 16 for 384 (DeiT-S, DINOv2-S), 8 for 192 and 4 for 96
@@ -733,10 +743,8 @@ static cudaError_t launch_norm(cudaStream_t s, int t, const void *x, const void 
             int64_t b = (rows + 256 / L - 1) / (256 / L); // 256 / L rows a block
             unsigned gl = (unsigned)(b < 65535 * 16 ? b : 65535 * 16);
 #define SI_NORM_VEC(LANES)                                                                         \
-    SI_DISPATCH(t, T,                                                                              \
-                k_norm_warp_vec<T, LANES><<<gl, 256, 0, s>>>(                                      \
-                    (const T *)x, (const T *)mul, rows, (int)len, (const T *)scale,                \
-                    (const T *)bias, (const T *)res, eps, (T *)y))
+    SI_DISPATCH(t, T, if (fused) k_norm_warp_vec<T, LANES, true><<<gl, 256, 0, s>>>(SI_NORM_ARGS); \
+                else k_norm_warp_vec<T, LANES, false><<<gl, 256, 0, s>>>(SI_NORM_ARGS))
             if (L == 4)
                 SI_NORM_VEC(4);
             else if (L == 8)
@@ -750,20 +758,15 @@ static cudaError_t launch_norm(cudaStream_t s, int t, const void *x, const void 
         }
         int64_t b = (rows + 7) / 8; // 8 warps (rows) per block
         unsigned grid = (unsigned)(b < 65535 * 16 ? b : 65535 * 16);
-        SI_DISPATCH(t, T,
-                    k_norm_warp<T><<<grid, 256, 0, s>>>((const T *)x, (const T *)mul, rows,
-                                                        (int)len, (const T *)scale, (const T *)bias,
-                                                        (const T *)res, eps, (T *)y));
+        SI_DISPATCH(t, T, k_norm_warp<T><<<grid, 256, 0, s>>>(SI_NORM_ARGS));
         return cudaGetLastError();
     }
     unsigned grid = (unsigned)(rows < 65535 * 16 ? rows : 65535 * 16); // the row loop covers more
     int64_t nch = len * (int64_t)es / 16, threads = (nch + LN_BLOCK_NC - 1) / LN_BLOCK_NC;
     if (!chans && ns == len && (!bias || nb == len) && aligned && threads <= 1024) {
         unsigned bt = (unsigned)((threads + 31) / 32 * 32);
-        SI_DISPATCH(t, T,
-                    k_norm_block_vec<T><<<grid, bt, 0, s>>>(
-                        (const T *)x, (const T *)mul, rows, (int)len, (const T *)scale,
-                        (const T *)bias, (const T *)res, eps, (T *)y));
+        SI_DISPATCH(t, T, if (fused) k_norm_block_vec<T, true><<<grid, bt, 0, s>>>(SI_NORM_ARGS);
+                    else k_norm_block_vec<T, false><<<grid, bt, 0, s>>>(SI_NORM_ARGS));
         return cudaGetLastError();
     }
     SI_DISPATCH(t, T,
@@ -772,6 +775,8 @@ static cudaError_t launch_norm(cudaStream_t s, int t, const void *x, const void 
                                       (const T *)bias, nb, chans, (const T *)res, eps, (T *)y));
     return cudaGetLastError();
 }
+
+#undef SI_NORM_ARGS
 
 cudaError_t si_k_layernorm(cudaStream_t s, int t, const void *x, const void *mul, int64_t rows,
                            int64_t len, const void *scale, int64_t ns, const void *bias, int64_t nb,
