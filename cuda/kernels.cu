@@ -598,6 +598,27 @@ __global__ void k_norm_warp(const T *__restrict__ x, const T *__restrict__ mul, 
     }
 }
 
+// Row kernels with L lanes a row (4, 8, 16 or 32; 32 / L rows a warp): the mask of the calling
+// thread's group of lanes for its shuffles, the fewest lanes that hold `need` units of a row at
+// most one a lane, and a launch of LAUNCH(L) with L a constant.
+template <int L> __device__ __forceinline__ unsigned lane_group() {
+    return L >= 32 ? 0xffffffffu : ((1u << (L % 32)) - 1) << (threadIdx.x % 32 / L * L);
+}
+static int lanes_for(int64_t need) {
+    return need <= 4 ? 4 : need <= 8 ? 8 : need <= 16 ? 16 : 32;
+}
+#define SI_BY_LANES(L, LAUNCH)                                                                     \
+    do {                                                                                           \
+        if ((L) == 4)                                                                              \
+            LAUNCH(4);                                                                             \
+        else if ((L) == 8)                                                                         \
+            LAUNCH(8);                                                                             \
+        else if ((L) == 16)                                                                        \
+            LAUNCH(16);                                                                            \
+        else                                                                                       \
+            LAUNCH(32);                                                                            \
+    } while (0)
+
 // One 16-byte chunk ch of row offset `at` into v (times mul's chunk when fused; zeros when !in)
 template <typename T>
 __device__ __forceinline__ void ld_chunk(const T *x, const T *mul, int64_t at, int ch, bool in,
@@ -647,8 +668,7 @@ __global__ void k_norm_warp_vec(const T *__restrict__ x, const T *__restrict__ m
     if (!FUSED) mul = res = nullptr;
     constexpr int V = 16 / sizeof(T), NC = LN_PER / V; // chunks a lane: rows up to L * LN_PER
     const int lane = threadIdx.x % L, nch = len / V;
-    const unsigned group =
-        L >= 32 ? 0xffffffffu : ((1u << (L % 32)) - 1) << (threadIdx.x % 32 / L * L); // its lanes
+    const unsigned group = lane_group<L>();
     for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / L; r < rows;
          r += (int64_t)gridDim.x * blockDim.x / L) {
         float v[NC * V], s = 0.f;
@@ -739,20 +759,13 @@ static cudaError_t launch_norm(cudaStream_t s, int t, const void *x, const void 
         // (ConvNeXt-T's and Swin-T's first stages), where 32 lanes a row left most of them idle
         int64_t nch = len * (int64_t)es / 16, per = 2 * (int64_t)es, need = (nch + per - 1) / per;
         if (aligned) {
-            int L = need <= 4 ? 4 : need <= 8 ? 8 : need <= 16 ? 16 : 32;
+            int L = lanes_for(need);
             int64_t b = (rows + 256 / L - 1) / (256 / L); // 256 / L rows a block
             unsigned gl = (unsigned)(b < 65535 * 16 ? b : 65535 * 16);
 #define SI_NORM_VEC(LANES)                                                                         \
     SI_DISPATCH(t, T, if (fused) k_norm_warp_vec<T, LANES, true><<<gl, 256, 0, s>>>(SI_NORM_ARGS); \
                 else k_norm_warp_vec<T, LANES, false><<<gl, 256, 0, s>>>(SI_NORM_ARGS))
-            if (L == 4)
-                SI_NORM_VEC(4);
-            else if (L == 8)
-                SI_NORM_VEC(8);
-            else if (L == 16)
-                SI_NORM_VEC(16);
-            else
-                SI_NORM_VEC(32);
+            SI_BY_LANES(L, SI_NORM_VEC);
 #undef SI_NORM_VEC
             return cudaGetLastError();
         }
@@ -983,8 +996,7 @@ __global__ void k_rownorm_vec(const T *__restrict__ x, int64_t rows, int nch, fl
                               T *__restrict__ y) {
     constexpr int V = 16 / sizeof(T);
     const int lane = threadIdx.x % L;
-    const unsigned group =
-        L >= 32 ? 0xffffffffu : ((1u << (L % 32)) - 1) << (threadIdx.x % 32 / L * L);
+    const unsigned group = lane_group<L>();
     for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / L; r < rows;
          r += (int64_t)gridDim.x * blockDim.x / L) {
         const uint4 *xr = reinterpret_cast<const uint4 *>(x) + r * nch;
@@ -1014,23 +1026,13 @@ cudaError_t si_k_rownorm(cudaStream_t s, int t, const void *x, int64_t rows, int
     if (rows <= 0 || d <= 0) return cudaSuccess;
     size_t es = si_gtype_size(t);
     if ((d * (int64_t)es) % 16 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0) {
-        int nch = (int)(d * (int64_t)es / 16), L = nch <= 4    ? 4
-                                                   : nch <= 8  ? 8
-                                                   : nch <= 16 ? 16
-                                                               : 32;
+        int nch = (int)(d * (int64_t)es / 16), L = lanes_for(nch);
         int64_t threads = rows * L;
 #define SI_ROWNORM_VEC(LANES)                                                                      \
     SI_DISPATCH(t, T,                                                                              \
                 k_rownorm_vec<T, LANES><<<blocks_for(threads, 256), 256, 0, s>>>(                  \
                     (const T *)x, rows, nch, eps, (const T *)sc, div, mod, (T *)y))
-        if (L == 4)
-            SI_ROWNORM_VEC(4);
-        else if (L == 8)
-            SI_ROWNORM_VEC(8);
-        else if (L == 16)
-            SI_ROWNORM_VEC(16);
-        else
-            SI_ROWNORM_VEC(32);
+        SI_BY_LANES(L, SI_ROWNORM_VEC);
 #undef SI_ROWNORM_VEC
         return cudaGetLastError();
     }
