@@ -48,6 +48,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--set", required=True)
     ap.add_argument("--arch", default="resnet50")
+    ap.add_argument("--narrow", action="store_true",
+                    help="a 768-wide transformer 384 wide, as tests/export_models.py --narrow")
     ap.add_argument("--ranks", type=int, default=1)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--workers", type=int)
@@ -77,9 +79,10 @@ def main():
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
     peer = os.path.join(HERE, "torch_peer.py")
-    onnx_path = os.path.join(a.work, f"{a.arch}.onnx")
+    narrow = ["--narrow"] if a.narrow else []
+    onnx_path = os.path.join(a.work, f"{a.arch}{'.narrow' if a.narrow else ''}.onnx")
     if not os.path.exists(onnx_path):
-        run([a.torch_python, peer, "--arch", a.arch, "--export-onnx", onnx_path], env)
+        run([a.torch_python, peer, "--arch", a.arch, *narrow, "--export-onnx", onnx_path], env)
     with h5py.File(a.set, "r") as f:
         n = len(f["/images/offsets"]) - 1
 
@@ -88,7 +91,7 @@ def main():
         torchrun = shutil.which("torchrun") or "torchrun"
     t_out = os.path.join(a.work, "torch.h5")
     cmd = [torchrun, "--standalone", f"--nproc-per-node={a.ranks}", peer, "--arch", a.arch,
-           "--input", a.set, "--output", t_out, "--batch", str(a.batch), "--device", a.device,
+           *narrow, "--input", a.set, "--output", t_out, "--batch", str(a.batch), "--device", a.device,
            *pre, *post]
     if a.workers is not None:
         cmd += ["--workers", str(a.workers)]

@@ -38,13 +38,13 @@ MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 
-def build(arch, seed):
+def build(arch, seed, narrow=False):
     """The network: a transformer-family model of tests/export_models.py (timm, seeded by its
-    name) or torchvision's `arch` (seeded_model)."""
+    name; narrow: at the tests' width) or torchvision's `arch` (seeded_model)."""
     import export_models
 
     if arch in export_models.ALL_TRANSFORMERS:
-        return export_models.build_transformer(arch)[0]
+        return export_models.build_transformer(arch, narrow)[0]
     return seeded_model(arch, seed)
 
 
@@ -101,8 +101,8 @@ class PackedSet(torch.utils.data.Dataset):
         return x, i, status, msg
 
 
-def export_onnx(arch, seed, path):
-    m = build(arch, seed)
+def export_onnx(arch, seed, path, narrow=False):
+    m = build(arch, seed, narrow)
     x = torch.randn(1, 3, 224, 224)
     torch.onnx.export(m, x, path, input_names=["input"], output_names=["logits"], opset_version=17,
                       dynamic_axes={"input": {0: "N"}, "logits": {0: "N"}}, do_constant_folding=True,
@@ -114,6 +114,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--arch", default="resnet50")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--narrow", action="store_true",
+                    help="a 768-wide transformer 384 wide, as tests/export_models.py --narrow")
     ap.add_argument("--export-onnx")
     ap.add_argument("--input")
     ap.add_argument("--output")
@@ -132,7 +134,7 @@ def main():
     ap.add_argument("--std", default=",".join(map(str, STD)))
     a = ap.parse_args()
     if a.export_onnx:
-        export_onnx(a.arch, a.seed, a.export_onnx)
+        export_onnx(a.arch, a.seed, a.export_onnx, a.narrow)
         return
     if not a.input or not a.output:
         sys.exit("torch_peer: --input and --output are needed")
@@ -160,7 +162,7 @@ def main():
     loader = torch.utils.data.DataLoader(PackedSet(a.input, lo, hi, tf), batch_size=a.batch,
                                          num_workers=workers, pin_memory=cuda,
                                          persistent_workers=False, prefetch_factor=4 if workers else None)
-    model = build(a.arch, a.seed).to(dev)
+    model = build(a.arch, a.seed, a.narrow).to(dev)
     half = cuda and a.precision == "fp16"
     if cuda:
         model = model.to(memory_format=torch.channels_last)
