@@ -51,11 +51,12 @@ configure() {
   libs=() flags=()
   case $1 in
     model)
-      srcs=(src/base/common.c src/engine/onnx.c src/engine/graph.c src/engine/import.c
-            src/engine/ops_conv.c src/engine/ops_tensor.c src/engine/ops_math.c src/engine/ops_norm.c
-            src/engine/attention.c src/engine/attention_views.c src/engine/concat_views.c
-            src/engine/ops_index.c src/engine/ops_einsum.c src/engine/layout_moves.c src/engine/ops_host.c
-            src/engine/memplan.c src/engine/token_select.c src/engine/rotary.c src/engine/rownorm.c)
+      # the reader, the graph and every pass: all of src/engine but the backend selection
+      # (engine.c), the device plan and the bench driver, so a new pass file joins by itself
+      srcs=(src/base/common.c)
+      for f in "$code"/src/engine/*.c; do
+        case ${f##*/} in engine.c | devplan.c | bench.c) ;; *) srcs+=("src/engine/${f##*/}") ;; esac
+      done
       max_len=262144 ;;
     decode) srcs=(src/base/common.c io/jpeg.c io/jpeg_scan.c); libs=(-lturbojpeg); max_len=262144 ;;
     # the recipe targets want their whole recipe from the start, not inputs grown byte by byte
