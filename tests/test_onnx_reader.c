@@ -266,11 +266,48 @@ static void test_graph_errors(void) {
     CHECK_MSG(strstr(msg, "'y'") != NULL, "%s", msg);
 }
 
+/* Transpose of a (2, 3) constant, folded at load, with a perm that is no permutation of its
+ * axes: a repeated axis (found by fuzzing: the host evaluator read and wrote past both tensors)
+ * and one of the wrong length. One message naming the node, and no access out of bounds. */
+static void test_bad_perm(void) {
+    static const int64_t perms[2][2] = {{0, 0}, {1, -1}};
+    const float cv[6] = {1, 2, 3, 4, 5, 6};
+    char msg[2048];
+    for (int k = 0; k < 2; k++) {
+        pb g = {0}, init = {0}, n = {0}, attr = {0};
+        put_int(&init, 1, 2);
+        put_int(&init, 1, 3);
+        put_int(&init, 2, SI_DT_FLOAT);
+        put_str(&init, 8, "c");
+        put_bytes(&init, 9, cv, sizeof cv);
+        put_str(&attr, 1, "perm");
+        for (int i = 0; i < 2 && perms[k][i] >= 0; i++) put_int(&attr, 8, (uint64_t)perms[k][i]);
+        put_int(&attr, 20, 7); /* INTS */
+        put_str(&n, 1, "c");
+        put_str(&n, 2, "t");
+        put_str(&n, 3, "bad_transpose");
+        put_str(&n, 4, "Transpose");
+        put_msg(&n, 5, &attr);
+        put_msg(&g, 1, &n);
+        node(&g, "Add", "add", "x", "t", "y");
+        put_msg(&g, 5, &init);
+        int64_t d[2] = {2, 2};
+        value_info(&g, 11, "x", 2, d);
+        value_info(&g, 12, "y", 2, d);
+        si_status st = build(&g, msg, sizeof msg);
+        CHECK_MSG(st != SI_OK, "built: %s", msg); /* refused at load, the folding's error kept */
+        CHECK_MSG(strstr(msg, "bad_transpose") &&
+                      strstr(msg, k ? "perm has 1 values" : "perm is not a permutation"),
+                  "%s", msg);
+    }
+}
+
 int main(void) {
     test_valid();
     test_truncations();
     test_hostile();
     test_graph_errors();
+    test_bad_perm();
     /* the file entry point: a missing file and a non-ONNX file */
     si_model_proto *mp;
     CHECK(si_model_proto_load("/nonexistent/model.onnx", &mp) == SI_ERR_IO);

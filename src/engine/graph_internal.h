@@ -89,6 +89,9 @@ int si_fuse_layernorm_neighbours(si_graph *g);
 /* si_gnode.view_kind of SI_OP_VIEW: the ONNX op whose shape rule the view follows */
 enum { SI_VIEW_IDENTITY = 0, SI_VIEW_FLATTEN, SI_VIEW_RESHAPE, SI_VIEW_SQUEEZE, SI_VIEW_UNSQUEEZE };
 
+/* Transpose node n's perm for rank nd into perm (the reverse when it has none); an error when
+ * it is not a permutation of 0..nd-1. ops_tensor.c. */
+si_status si_transpose_perm(si_graph *g, si_gnode *n, int nd, int *perm);
 /* A new CONST float value of the given shape, taking ownership of data; its id. */
 int si_graph_add_const(si_graph *g, const char *name, const si_shape *shape, float *data);
 /* Every read of value from (inputs, residuals, premuls) becomes a read of value to. */

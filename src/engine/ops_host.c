@@ -861,16 +861,15 @@ static si_status eval_clip(si_graph *g, si_gnode *n, const si_value *x, si_value
 static si_status eval_transpose(si_graph *g, si_gnode *n, const si_value *x, si_value *y) {
     int nd = x->shape.ndim;
     int perm[SI_MAX_DIMS];
-    for (int d = 0; d < nd; d++) {
-        perm[d] = n->n_attr_ints < 0 ? nd - 1 - d : (int)n->attr_ints[d];
-        if (perm[d] < 0 || perm[d] >= nd) return si_node_error(g, n, SI_ERR_FORMAT, "invalid perm");
-        y->shape.dims[d] = x->shape.dims[perm[d]];
-    }
+    /* a perm of the wrong length or with a repeated axis read and wrote past the tensors */
+    si_status st = si_transpose_perm(g, n, nd, perm);
+    if (st != SI_OK) return st;
+    for (int d = 0; d < nd; d++) y->shape.dims[d] = x->shape.dims[perm[d]];
     y->shape.ndim = nd;
     y->dtype = x->dtype;
     ALLOC_OR_FAIL(y);
-    int64_t total = si_value_numel(x), xs[SI_MAX_DIMS];
-    for (int d = nd - 1, s = 1; d >= 0; d--) xs[d] = s, s *= (int)x->shape.dims[d];
+    int64_t total = si_value_numel(x), xs[SI_MAX_DIMS], s = 1;
+    for (int d = nd - 1; d >= 0; d--) xs[d] = s, s *= x->shape.dims[d];
     for (int64_t i = 0; i < total; i++) {
         int64_t rem = i, off = 0;
         for (int d = nd - 1; d >= 0; d--) {

@@ -336,21 +336,26 @@ static si_status infer_slice(si_graph *g, si_gnode *n, const si_shape *x, si_sha
     return SI_OK;
 }
 
-static si_status infer_transpose(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
-    int nd = x->ndim;
+si_status si_transpose_perm(si_graph *g, si_gnode *n, int nd, int *perm) {
     if (n->n_attr_ints >= 0 && n->n_attr_ints != nd)
         return si_node_error(g, n, SI_ERR_FORMAT, "perm has %d values for rank %d", n->n_attr_ints,
                              nd);
     uint8_t seen[SI_MAX_DIMS] = {0};
-    y->ndim = nd;
     for (int d = 0; d < nd; d++) {
         int p = n->n_attr_ints < 0 ? nd - 1 - d : (int)n->attr_ints[d];
         if (p < 0 || p >= nd || seen[p])
             return si_node_error(g, n, SI_ERR_FORMAT, "perm is not a permutation");
         seen[p] = 1;
-        n->perm[d] = p;
-        y->dims[d] = x->dims[p];
+        perm[d] = p;
     }
+    return SI_OK;
+}
+
+static si_status infer_transpose(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
+    si_status st = si_transpose_perm(g, n, x->ndim, n->perm);
+    if (st != SI_OK) return st;
+    y->ndim = x->ndim;
+    for (int d = 0; d < x->ndim; d++) y->dims[d] = x->dims[n->perm[d]];
     return SI_OK;
 }
 
