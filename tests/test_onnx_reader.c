@@ -302,12 +302,50 @@ static void test_bad_perm(void) {
     }
 }
 
+/* Concat of constants, folded at load, whose inputs differ off the axis: (2, 3) and (1, 1) on
+ * axis 0 read past the smaller one. Refused, naming the node and the dims. */
+static void test_bad_concat(void) {
+    const float cv[6] = {1, 2, 3, 4, 5, 6};
+    char msg[2048];
+    pb g = {0}, a = {0}, b = {0}, n = {0}, attr = {0};
+    put_int(&a, 1, 2);
+    put_int(&a, 1, 3);
+    put_int(&a, 2, SI_DT_FLOAT);
+    put_str(&a, 8, "a");
+    put_bytes(&a, 9, cv, sizeof cv);
+    put_int(&b, 1, 1);
+    put_int(&b, 1, 1);
+    put_int(&b, 2, SI_DT_FLOAT);
+    put_str(&b, 8, "b");
+    put_bytes(&b, 9, cv, sizeof(float));
+    put_str(&attr, 1, "axis");
+    put_int(&attr, 3, 0);
+    put_int(&attr, 20, 2); /* INT */
+    put_str(&n, 1, "a");
+    put_str(&n, 1, "b");
+    put_str(&n, 2, "t");
+    put_str(&n, 3, "bad_concat");
+    put_str(&n, 4, "Concat");
+    put_msg(&n, 5, &attr);
+    put_msg(&g, 1, &n);
+    node(&g, "Add", "add", "x", "t", "y");
+    put_msg(&g, 5, &a);
+    put_msg(&g, 5, &b);
+    int64_t d[2] = {3, 3};
+    value_info(&g, 11, "x", 2, d);
+    value_info(&g, 12, "y", 2, d);
+    si_status st = build(&g, msg, sizeof msg);
+    CHECK_MSG(st != SI_OK, "built: %s", msg);
+    CHECK_MSG(strstr(msg, "bad_concat") && strstr(msg, "differs"), "%s", msg);
+}
+
 int main(void) {
     test_valid();
     test_truncations();
     test_hostile();
     test_graph_errors();
     test_bad_perm();
+    test_bad_concat();
     /* the file entry point: a missing file and a non-ONNX file */
     si_model_proto *mp;
     CHECK(si_model_proto_load("/nonexistent/model.onnx", &mp) == SI_ERR_IO);

@@ -645,6 +645,11 @@ static si_status eval_concat(si_graph *g, si_gnode *n, const si_value *x, si_val
     for (int i = 0; i < n->n_in; i++) {
         const si_value *v = &g->values[n->in[i]];
         if (v->shape.ndim != nd) return si_node_error(g, n, SI_ERR_FORMAT, "ranks differ");
+        for (int d = 0; d < nd; d++) /* else the copy below read past the smaller input */
+            if (d != a && v->shape.dims[d] != x->shape.dims[d])
+                return si_node_error(g, n, SI_ERR_FORMAT,
+                                     "input %d's dim %d (%lld) differs from input 0's (%lld)", i, d,
+                                     (long long)v->shape.dims[d], (long long)x->shape.dims[d]);
         y->shape.dims[a] += v->shape.dims[a];
         if (v->dtype == SI_DT_FLOAT) y->dtype = SI_DT_FLOAT;
     }
