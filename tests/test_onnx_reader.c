@@ -339,6 +339,34 @@ static void test_bad_concat(void) {
     CHECK_MSG(strstr(msg, "bad_concat") && strstr(msg, "differs"), "%s", msg);
 }
 
+/* Range whose start is no scalar: refused (it read element 0 of whatever it was given). */
+static void test_bad_range(void) {
+    static const char *names[3] = {"start", "limit", "delta"};
+    const float vals[3][2] = {{0, 1}, {4, 0}, {1, 0}};
+    char msg[2048];
+    pb g = {0}, n = {0};
+    for (int k = 0; k < 3; k++) {
+        pb t = {0};
+        if (k == 0) put_int(&t, 1, 2); /* start has 2 values; limit and delta are scalars */
+        put_int(&t, 2, SI_DT_FLOAT);
+        put_str(&t, 8, names[k]);
+        put_bytes(&t, 9, vals[k], (size_t)(k == 0 ? 2 : 1) * sizeof(float));
+        put_msg(&g, 5, &t);
+        put_str(&n, 1, names[k]);
+    }
+    put_str(&n, 2, "r");
+    put_str(&n, 3, "bad_range");
+    put_str(&n, 4, "Range");
+    put_msg(&g, 1, &n);
+    node(&g, "Add", "add", "x", "r", "y");
+    int64_t d[1] = {4};
+    value_info(&g, 11, "x", 1, d);
+    value_info(&g, 12, "y", 1, d);
+    si_status st = build(&g, msg, sizeof msg);
+    CHECK_MSG(st != SI_OK, "built: %s", msg);
+    CHECK_MSG(strstr(msg, "bad_range") && strstr(msg, "scalars"), "%s", msg);
+}
+
 int main(void) {
     test_valid();
     test_truncations();
@@ -346,6 +374,7 @@ int main(void) {
     test_graph_errors();
     test_bad_perm();
     test_bad_concat();
+    test_bad_range();
     /* the file entry point: a missing file and a non-ONNX file */
     si_model_proto *mp;
     CHECK(si_model_proto_load("/nonexistent/model.onnx", &mp) == SI_ERR_IO);

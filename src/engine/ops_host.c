@@ -750,6 +750,8 @@ static si_status eval_einsum(si_graph *g, si_gnode *n, const si_value *x, si_val
 static si_status eval_range(si_graph *g, si_gnode *n, const si_value *s, si_value *y) {
     const si_value *l = hin(g, n, 1), *dl = hin(g, n, 2);
     if (!s || !l || !dl) return si_node_error(g, n, SI_ERR_FORMAT, "start, limit, delta");
+    if (si_value_numel(s) != 1 || si_value_numel(l) != 1 || si_value_numel(dl) != 1)
+        return si_node_error(g, n, SI_ERR_FORMAT, "start, limit and delta must be scalars");
     double a = si_value_f64(s, 0), lim = si_value_f64(l, 0), d = si_value_f64(dl, 0);
     if (d == 0) return si_node_error(g, n, SI_ERR_FORMAT, "delta is 0");
     int64_t cnt = si_f2i_sat(ceil((lim - a) / d));
