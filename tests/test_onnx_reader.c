@@ -266,105 +266,84 @@ static void test_graph_errors(void) {
     CHECK_MSG(strstr(msg, "'y'") != NULL, "%s", msg);
 }
 
-/* Transpose of a (2, 3) constant, folded at load, with a perm that is no permutation of its
- * axes: a repeated axis (found by fuzzing: the host evaluator read and wrote past both tensors)
- * and one of the wrong length. One message naming the node, and no access out of bounds. */
+/* A float initializer `name` of nd dims into graph g, its values from v (raw_data). */
+static void const_init(pb *g, const char *name, int nd, const int64_t *dims, const float *v) {
+    pb t = {0};
+    int64_t count = 1;
+    for (int d = 0; d < nd; d++) {
+        put_int(&t, 1, (uint64_t)dims[d]);
+        count *= dims[d];
+    }
+    put_int(&t, 2, SI_DT_FLOAT);
+    put_str(&t, 8, name);
+    put_bytes(&t, 9, v, (size_t)count * sizeof(float));
+    put_msg(g, 5, &t);
+}
+
+/* Node `name` of op on inputs ins (constants: folded at load) writing "t", with attribute attr
+ * (or none), then y = x + t with x and y of nd dims: building must refuse it, in one message
+ * that names the node and says `want`. */
+static void check_refused(pb *g, const char *op, const char *name, const char *const *ins, int n_in,
+                          const pb *attr, int nd, const int64_t *dims, const char *want) {
+    pb n = {0};
+    char msg[2048];
+    for (int i = 0; i < n_in; i++) put_str(&n, 1, ins[i]);
+    put_str(&n, 2, "t");
+    put_str(&n, 3, name);
+    put_str(&n, 4, op);
+    if (attr) put_msg(&n, 5, attr);
+    put_msg(g, 1, &n);
+    node(g, "Add", "add", "x", "t", "y");
+    value_info(g, 11, "x", nd, dims);
+    value_info(g, 12, "y", nd, dims);
+    si_status st = build(g, msg, sizeof msg);
+    CHECK_MSG(st != SI_OK, "built: %s", msg); /* refused at load, the folding's error kept */
+    CHECK_MSG(strstr(msg, name) && strstr(msg, want), "%s", msg);
+}
+
+/* Transpose of a (2, 3) constant with a perm that is no permutation of its axes: a repeated
+ * axis (found by fuzzing: the host evaluator read and wrote past both tensors) and one of the
+ * wrong length. */
 static void test_bad_perm(void) {
     static const int64_t perms[2][2] = {{0, 0}, {1, -1}};
+    static const char *const in[1] = {"c"};
     const float cv[6] = {1, 2, 3, 4, 5, 6};
-    char msg[2048];
+    const int64_t cd[2] = {2, 3}, d[2] = {2, 2};
     for (int k = 0; k < 2; k++) {
-        pb g = {0}, init = {0}, n = {0}, attr = {0};
-        put_int(&init, 1, 2);
-        put_int(&init, 1, 3);
-        put_int(&init, 2, SI_DT_FLOAT);
-        put_str(&init, 8, "c");
-        put_bytes(&init, 9, cv, sizeof cv);
+        pb g = {0}, attr = {0};
+        const_init(&g, "c", 2, cd, cv);
         put_str(&attr, 1, "perm");
         for (int i = 0; i < 2 && perms[k][i] >= 0; i++) put_int(&attr, 8, (uint64_t)perms[k][i]);
         put_int(&attr, 20, 7); /* INTS */
-        put_str(&n, 1, "c");
-        put_str(&n, 2, "t");
-        put_str(&n, 3, "bad_transpose");
-        put_str(&n, 4, "Transpose");
-        put_msg(&n, 5, &attr);
-        put_msg(&g, 1, &n);
-        node(&g, "Add", "add", "x", "t", "y");
-        put_msg(&g, 5, &init);
-        int64_t d[2] = {2, 2};
-        value_info(&g, 11, "x", 2, d);
-        value_info(&g, 12, "y", 2, d);
-        si_status st = build(&g, msg, sizeof msg);
-        CHECK_MSG(st != SI_OK, "built: %s", msg); /* refused at load, the folding's error kept */
-        CHECK_MSG(strstr(msg, "bad_transpose") &&
-                      strstr(msg, k ? "perm has 1 values" : "perm is not a permutation"),
-                  "%s", msg);
+        check_refused(&g, "Transpose", "bad_transpose", in, 1, &attr, 2, d,
+                      k ? "perm has 1 values" : "perm is not a permutation");
     }
 }
 
-/* Concat of constants, folded at load, whose inputs differ off the axis: (2, 3) and (1, 1) on
- * axis 0 read past the smaller one. Refused, naming the node and the dims. */
+/* Concat of constants whose inputs differ off the axis: (2, 3) and (1, 1) on axis 0 read past
+ * the smaller one. */
 static void test_bad_concat(void) {
+    static const char *const in[2] = {"a", "b"};
     const float cv[6] = {1, 2, 3, 4, 5, 6};
-    char msg[2048];
-    pb g = {0}, a = {0}, b = {0}, n = {0}, attr = {0};
-    put_int(&a, 1, 2);
-    put_int(&a, 1, 3);
-    put_int(&a, 2, SI_DT_FLOAT);
-    put_str(&a, 8, "a");
-    put_bytes(&a, 9, cv, sizeof cv);
-    put_int(&b, 1, 1);
-    put_int(&b, 1, 1);
-    put_int(&b, 2, SI_DT_FLOAT);
-    put_str(&b, 8, "b");
-    put_bytes(&b, 9, cv, sizeof(float));
+    const int64_t ad[2] = {2, 3}, bd[2] = {1, 1}, d[2] = {3, 3};
+    pb g = {0}, attr = {0};
+    const_init(&g, "a", 2, ad, cv);
+    const_init(&g, "b", 2, bd, cv);
     put_str(&attr, 1, "axis");
     put_int(&attr, 3, 0);
     put_int(&attr, 20, 2); /* INT */
-    put_str(&n, 1, "a");
-    put_str(&n, 1, "b");
-    put_str(&n, 2, "t");
-    put_str(&n, 3, "bad_concat");
-    put_str(&n, 4, "Concat");
-    put_msg(&n, 5, &attr);
-    put_msg(&g, 1, &n);
-    node(&g, "Add", "add", "x", "t", "y");
-    put_msg(&g, 5, &a);
-    put_msg(&g, 5, &b);
-    int64_t d[2] = {3, 3};
-    value_info(&g, 11, "x", 2, d);
-    value_info(&g, 12, "y", 2, d);
-    si_status st = build(&g, msg, sizeof msg);
-    CHECK_MSG(st != SI_OK, "built: %s", msg);
-    CHECK_MSG(strstr(msg, "bad_concat") && strstr(msg, "differs"), "%s", msg);
+    check_refused(&g, "Concat", "bad_concat", in, 2, &attr, 2, d, "differs");
 }
 
-/* Range whose start is no scalar: refused (it read element 0 of whatever it was given). */
+/* Range whose start is no scalar (it read element 0 of whatever it was given). */
 static void test_bad_range(void) {
-    static const char *names[3] = {"start", "limit", "delta"};
+    static const char *const in[3] = {"start", "limit", "delta"};
     const float vals[3][2] = {{0, 1}, {4, 0}, {1, 0}};
-    char msg[2048];
-    pb g = {0}, n = {0};
-    for (int k = 0; k < 3; k++) {
-        pb t = {0};
-        if (k == 0) put_int(&t, 1, 2); /* start has 2 values; limit and delta are scalars */
-        put_int(&t, 2, SI_DT_FLOAT);
-        put_str(&t, 8, names[k]);
-        put_bytes(&t, 9, vals[k], (size_t)(k == 0 ? 2 : 1) * sizeof(float));
-        put_msg(&g, 5, &t);
-        put_str(&n, 1, names[k]);
-    }
-    put_str(&n, 2, "r");
-    put_str(&n, 3, "bad_range");
-    put_str(&n, 4, "Range");
-    put_msg(&g, 1, &n);
-    node(&g, "Add", "add", "x", "r", "y");
-    int64_t d[1] = {4};
-    value_info(&g, 11, "x", 1, d);
-    value_info(&g, 12, "y", 1, d);
-    si_status st = build(&g, msg, sizeof msg);
-    CHECK_MSG(st != SI_OK, "built: %s", msg);
-    CHECK_MSG(strstr(msg, "bad_range") && strstr(msg, "scalars"), "%s", msg);
+    const int64_t two[1] = {2}, d[1] = {4};
+    pb g = {0};
+    for (int k = 0; k < 3; k++) /* start has 2 values; limit and delta are scalars */
+        const_init(&g, in[k], k == 0 ? 1 : 0, two, vals[k]);
+    check_refused(&g, "Range", "bad_range", in, 3, NULL, 1, d, "scalars");
 }
 
 int main(void) {
