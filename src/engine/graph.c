@@ -632,9 +632,7 @@ static void fold_linear_batchnorm(si_graph *g) {
         m->bias = bn->in[2];
         si_node_add_input(m, bn->in[2]);
         /* its readers read the Reshape's rows; a graph output keeps it, as an identity view */
-        bool is_output = false;
-        for (int o = 0; o < g->n_outputs; o++) is_output |= g->outputs[o] == bn->out;
-        if (is_output) {
+        if (si_graph_is_output(g, bn->out)) {
             bn->op = SI_OP_VIEW;
             bn->view_kind = SI_VIEW_IDENTITY;
             bn->n_in = 1;
@@ -905,9 +903,7 @@ static void cancel_view_round_trips(si_graph *g) {
             !si_shape_same(&g->values[r1->in[0]].shape, &g->values[r2->out].shape) ||
             g->values[r1->in[0]].kind != SI_VAL_RUNTIME)
             continue;
-        bool is_output = false;
-        for (int o = 0; o < g->n_outputs; o++) is_output |= g->outputs[o] == r2->out;
-        if (is_output) continue;
+        if (si_graph_is_output(g, r2->out)) continue;
         si_graph_replace_reads(g, r2->out, r1->in[0]);
         r2->op = -1;
         r1->op = -1;

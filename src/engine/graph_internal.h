@@ -14,6 +14,13 @@ static inline si_gnode *si_graph_producer(si_graph *g, int v) {
     return p >= 0 ? &g->nodes[p] : NULL;
 }
 
+/* Whether value v is one of the graph's outputs. */
+static inline bool si_graph_is_output(const si_graph *g, int v) {
+    for (int o = 0; o < g->n_outputs; o++)
+        if (g->outputs[o] == v) return true;
+    return false;
+}
+
 static inline bool si_shape_same(const si_shape *a, const si_shape *b) {
     if (a->ndim != b->ndim) return false;
     for (int d = 0; d < a->ndim; d++)

@@ -36,8 +36,7 @@ static bool take_mul(si_graph *g, si_gnode *n) {
     si_gnode *m = si_graph_producer(g, x);
     if (!m || g->values[x].uses != 1 || !same_shape_binary(g, m, SI_BIN_MUL, &g->values[x].shape))
         return false;
-    for (int o = 0; o < g->n_outputs; o++)
-        if (g->outputs[o] == x) return false;
+    if (si_graph_is_output(g, x)) return false;
     n->in[0] = m->in[0];
     n->premul = m->in[1];
     si_node_add_input(n, m->in[1]);
@@ -53,8 +52,7 @@ static bool take_add(si_graph *g, int j) {
     si_gnode *n = &g->nodes[j];
     int y = n->out;
     if (g->values[y].uses != 1) return false;
-    for (int o = 0; o < g->n_outputs; o++)
-        if (g->outputs[o] == y) return false;
+    if (si_graph_is_output(g, y)) return false;
     for (int k = j + 1; k < g->n_nodes; k++) {
         si_gnode *a = &g->nodes[k];
         if (a->op < 0 || (a->in[0] != y && (a->n_in < 2 || a->in[1] != y))) continue;
