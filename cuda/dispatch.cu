@@ -388,10 +388,13 @@ static si_status run_rotary(const op_ctx *c) {
     return SI_OK;
 }
 
+// rows of the last axis, read where si_rownorm_rows says (the packed projection's q or k)
 static si_status run_rownorm(const op_ctx *c) {
-    const si_shape *xs = &c->xv->shape;
-    int64_t d = xs->dims[xs->ndim - 1];
-    cudaCheck(si_k_rownorm(c->s, c->t, c->x, si_shape_numel(xs) / (d ? d : 1), d, c->n->epsilon,
+    si_row_geom rg;
+    int64_t rows, d;
+    si_status st = si_rownorm_rows(c->g, c->n, &rg, &rows, &d);
+    if (st != SI_OK) return st;
+    cudaCheck(si_k_rownorm(c->s, c->t, c->x, &rg, rows, d, c->n->epsilon,
                            c->n->n_in > 1 ? c->in[1] : NULL, c->n->rn_div, c->n->rn_mod, c->y));
     return SI_OK;
 }

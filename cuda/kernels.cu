@@ -971,12 +971,13 @@ cudaError_t si_k_rotary(cudaStream_t s, int t, const void *x, int64_t rows, int6
 
 // a warp a row: lanes stride the row, the sum of squares through shuffles, then the scaled row
 template <typename T>
-__global__ void k_rownorm(const T *__restrict__ x, int64_t rows, int64_t d, float eps,
-                          const T *__restrict__ sc, int64_t div, int64_t mod, T *__restrict__ y) {
+__global__ void k_rownorm(const T *__restrict__ x, si_row_geom rg, int64_t rows, int64_t d,
+                          float eps, const T *__restrict__ sc, int64_t div, int64_t mod,
+                          T *__restrict__ y) {
     const int lane = threadIdx.x % 32;
     for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < rows;
          r += (int64_t)gridDim.x * blockDim.x / 32) {
-        const T *xr = x + r * d;
+        const T *xr = x + si_row_start(&rg, r, d);
         float q = 0.f;
         for (int64_t i = lane; i < d; i += 32) {
             float v = si_to_f(xr[i]);
@@ -991,15 +992,15 @@ __global__ void k_rownorm(const T *__restrict__ x, int64_t rows, int64_t d, floa
 // The same with 16-byte chunks, L lanes a row (32 / L rows a warp): Swin V2's 32-wide FP16 rows
 // are 4 chunks, 4 lanes each, where a warp a row left 28 lanes idle and loaded 2 bytes a lane
 template <typename T, int L>
-__global__ void k_rownorm_vec(const T *__restrict__ x, int64_t rows, int nch, float eps,
-                              const T *__restrict__ sc, int64_t div, int64_t mod,
+__global__ void k_rownorm_vec(const T *__restrict__ x, si_row_geom rg, int64_t rows, int nch,
+                              float eps, const T *__restrict__ sc, int64_t div, int64_t mod,
                               T *__restrict__ y) {
     constexpr int V = 16 / sizeof(T);
     const int lane = threadIdx.x % L;
     const unsigned group = lane_group<L>();
     for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / L; r < rows;
          r += (int64_t)gridDim.x * blockDim.x / L) {
-        const uint4 *xr = reinterpret_cast<const uint4 *>(x) + r * nch;
+        const uint4 *xr = reinterpret_cast<const uint4 *>(x + si_row_start(&rg, r, nch * V));
         float q = 0.f;
         for (int c = lane; c < nch; c += L) {
             uint4 u = xr[c];
@@ -1021,24 +1022,26 @@ __global__ void k_rownorm_vec(const T *__restrict__ x, int64_t rows, int nch, fl
     }
 }
 
-cudaError_t si_k_rownorm(cudaStream_t s, int t, const void *x, int64_t rows, int64_t d, float eps,
-                         const void *sc, int64_t div, int64_t mod, void *y) {
+cudaError_t si_k_rownorm(cudaStream_t s, int t, const void *x, const si_row_geom *rg, int64_t rows,
+                         int64_t d, float eps, const void *sc, int64_t div, int64_t mod, void *y) {
     if (rows <= 0 || d <= 0) return cudaSuccess;
     size_t es = si_gtype_size(t);
-    if ((d * (int64_t)es) % 16 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0) {
+    bool rows16 = (d * (int64_t)es) % 16 == 0 && (rg->off * (int64_t)es) % 16 == 0; // row starts
+    for (int k = 0; k < rg->nd; k++) rows16 = rows16 && (rg->st[k] * (int64_t)es) % 16 == 0;
+    if (rows16 && al16(x) && al16(y)) {
         int nch = (int)(d * (int64_t)es / 16), L = lanes_for(nch);
         int64_t threads = rows * L;
 #define SI_ROWNORM_VEC(LANES)                                                                      \
     SI_DISPATCH(t, T,                                                                              \
                 k_rownorm_vec<T, LANES><<<blocks_for(threads, 256), 256, 0, s>>>(                  \
-                    (const T *)x, rows, nch, eps, (const T *)sc, div, mod, (T *)y))
+                    (const T *)x, *rg, rows, nch, eps, (const T *)sc, div, mod, (T *)y))
         SI_BY_LANES(L, SI_ROWNORM_VEC);
 #undef SI_ROWNORM_VEC
         return cudaGetLastError();
     }
     SI_DISPATCH(t, T,
                 k_rownorm<T><<<blocks_for(rows * 32, 256), 256, 0, s>>>(
-                    (const T *)x, rows, d, eps, (const T *)sc, div, mod, (T *)y));
+                    (const T *)x, *rg, rows, d, eps, (const T *)sc, div, mod, (T *)y));
     return cudaGetLastError();
 }
 

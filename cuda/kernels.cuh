@@ -84,10 +84,11 @@ cudaError_t si_k_gather(cudaStream_t s, int t, const void *x, int64_t outer, int
  * partners d/2 apart. Twin of si_cpu_rotary. */
 cudaError_t si_k_rotary(cudaStream_t s, int t, const void *x, int64_t rows, int64_t tok, int64_t d,
                         int64_t skip, bool half, const void *c, const void *sn, void *y);
-/* Rows of d: y = x s[(r / div) % mod] / max(|x row|_2, eps) (s NULL or mod 0: 1), a warp a row,
- * the sum in float. Twin of si_cpu_rownorm. */
-cudaError_t si_k_rownorm(cudaStream_t s, int t, const void *x, int64_t rows, int64_t d, float eps,
-                         const void *sc, int64_t div, int64_t mod, void *y);
+/* Rows of d, each where rg says it starts in x: y = x s[(r / div) % mod] / max(|x row|_2, eps)
+ * (s NULL or mod 0: 1), y row-major, 4 to 32 lanes a row, the sum in float. Twin of
+ * si_cpu_rownorm. */
+cudaError_t si_k_rownorm(cudaStream_t s, int t, const void *x, const si_row_geom *rg, int64_t rows,
+                         int64_t d, float eps, const void *sc, int64_t div, int64_t mod, void *y);
 /* GatherND, GatherElements and ScatterElements by their geometry (engine/ops.h), the indices
  * int64 on the device; twins of si_cpu_gather_nd and friends, an index out of range (refused at
  * load) read as 0 or skipped just as there. ScatterElements copies x (nx values) into y, then

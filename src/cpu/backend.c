@@ -386,9 +386,11 @@ static void run_rotary(const op_args *a) {
 
 static void run_rownorm(const op_args *a) {
     const si_gnode *n = a->n;
-    int64_t d = a->xs->dims[a->xs->ndim - 1];
-    si_cpu_rownorm(a->x, si_shape_numel(a->xs) / (d ? d : 1), d, n->epsilon,
-                   n->n_in > 1 ? ptr(a->e, n->in[1]) : NULL, n->rn_div, n->rn_mod, a->y);
+    si_row_geom rg;
+    int64_t rows, d;
+    if (si_rownorm_rows(a->g, n, &rg, &rows, &d) != SI_OK) return; /* infer checked it */
+    si_cpu_rownorm(a->x, &rg, rows, d, n->epsilon, n->n_in > 1 ? ptr(a->e, n->in[1]) : NULL,
+                   n->rn_div, n->rn_mod, a->y);
 }
 
 static void run_resize(const op_args *a) {

@@ -740,11 +740,11 @@ void si_cpu_rotary(const float *x, int64_t rows, int64_t t, int64_t d, int64_t s
     }
 }
 
-void si_cpu_rownorm(const float *x, int64_t rows, int64_t d, float eps, const float *s, int64_t div,
-                    int64_t mod, float *y) {
+void si_cpu_rownorm(const float *x, const si_row_geom *rg, int64_t rows, int64_t d, float eps,
+                    const float *s, int64_t div, int64_t mod, float *y) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * d;
+        const float *xr = x + si_row_start(rg, r, d);
         double q = 0;
         for (int64_t i = 0; i < d; i++) q += (double)xr[i] * xr[i];
         double f = (s && mod > 0 ? s[(r / div) % mod] : 1.0) / fmax(sqrt(q), eps);

@@ -98,9 +98,10 @@ void si_cpu_gather_nd(const si_gathernd_geom *geo, const float *x, const int64_t
  * row t - skip of c and s (T - skip, D); half: partners D/2 apart (kernel_math.h). */
 void si_cpu_rotary(const float *x, int64_t rows, int64_t t, int64_t d, int64_t skip, bool half,
                    const float *c, const float *s, float *y);
-/* Rows of d: y = x s[(r / div) % mod] / max(|x row|_2, eps), s NULL (or mod 0) for 1. */
-void si_cpu_rownorm(const float *x, int64_t rows, int64_t d, float eps, const float *s, int64_t div,
-                    int64_t mod, float *y);
+/* Rows of d, each where rg says it starts in x: y = x s[(r / div) % mod] / max(|x row|_2, eps),
+ * s NULL (or mod 0) for 1; y row-major. */
+void si_cpu_rownorm(const float *x, const si_row_geom *rg, int64_t rows, int64_t d, float eps,
+                    const float *s, int64_t div, int64_t mod, float *y);
 void si_cpu_gather_elements(const si_elements_geom *geo, const float *x, const int64_t *idx,
                             float *y);
 void si_cpu_scatter_elements(const si_elements_geom *geo, int red, const float *x, int64_t nx,

@@ -362,8 +362,8 @@ static bool plan_samples(si_graph *g, operand *o, si_shape *srcs) {
         }
         for (int j = 0; j < g->n_nodes; j++) {
             const si_gnode *n = &g->nodes[j];
-            if (n->op != SI_OP_ATTENTION) continue;
-            for (int i = 0; i < 4; i++) {
+            if (n->op != SI_OP_ATTENTION && n->op != SI_OP_ROWNORM) continue;
+            for (int i = 0; i < (n->op == SI_OP_ROWNORM ? 1 : 4); i++) {
                 size_t at = (size_t)(4 * j + i) * N_SAMPLE + (size_t)k;
                 if (i < 3)
                     plan_input(g, n, i, &o[at]);
@@ -376,6 +376,15 @@ static bool plan_samples(si_graph *g, operand *o, si_shape *srcs) {
     return true;
 }
 
+/* RowNorm node j reads its input through view (q and k of Swin V2's cosine attention, straight
+ * from the packed projection, as the attention reads v). */
+static void apply_rownorm(si_graph *g, int j, const si_attn_view *view, const operand *o) {
+    si_gnode *n = &g->nodes[j];
+    n->aview = si_xcalloc(1, sizeof *n->aview);
+    n->aview[0] = *view;
+    n->in[0] = o->src;
+}
+
 int si_fuse_attention_views(si_graph *g) {
     int n_att = 0, taken = 0;
     for (int j = 0; j < g->n_nodes; j++) n_att += g->nodes[j].op == SI_OP_ATTENTION;
@@ -385,6 +394,15 @@ int si_fuse_attention_views(si_graph *g) {
     si_shape *srcs = si_xcalloc(cells, sizeof *srcs);
     bool planned = plan_samples(g, o, srcs);
     for (int j = 0; planned && j < g->n_nodes; j++) {
+        if (g->nodes[j].op == SI_OP_ROWNORM) {
+            si_attn_view view;
+            size_t at = (size_t)(4 * j) * N_SAMPLE;
+            if (combine(o + at, srcs + at, &view)) {
+                apply_rownorm(g, j, &view, &o[at]);
+                taken++;
+            }
+            continue;
+        }
         if (g->nodes[j].op != SI_OP_ATTENTION) continue;
         si_attn_view view[4];
         operand first[4];
@@ -428,21 +446,26 @@ static si_status misfit(const si_graph *g, const si_gnode *n, int i) {
                          "operand %d no longer has the shape its strided view was made for", i);
 }
 
+si_status si_view_input(const si_graph *g, const si_gnode *n, int i, si_attn_view *op) {
+    const si_attn_view *a = n->aview ? &n->aview[i] : NULL;
+    const si_shape *s = &g->values[n->in[i]].shape;
+    if (!a || !a->taken) {
+        *op = row_major_view(s);
+        return SI_OK;
+    }
+    int ax = a->src_batch;
+    bool fits = s->ndim == a->src.ndim && (ax < 0 || s->dims[ax] % a->src.dims[ax] == 0);
+    for (int d = 0; d < s->ndim && fits; d++) fits = d == ax || s->dims[d] == a->src.dims[d];
+    if (!fits) return misfit(g, n, i);
+    *op = *a;
+    at_batch(op, ax >= 0 ? s->dims[ax] / a->src.dims[ax] : 0);
+    return SI_OK;
+}
+
 si_status si_attention_view_shapes(const si_graph *g, const si_gnode *n, si_attn_view op[4]) {
     for (int i = 0; i < 3; i++) {
-        const si_attn_view *a = &n->aview[i];
-        const si_shape *s = &g->values[n->in[i]].shape;
-        if (!a->taken) {
-            op[i] = row_major_view(s);
-        } else {
-            int ax = a->src_batch;
-            bool fits = s->ndim == a->src.ndim && (ax < 0 || s->dims[ax] % a->src.dims[ax] == 0);
-            for (int d = 0; d < s->ndim && fits; d++)
-                fits = d == ax || s->dims[d] == a->src.dims[d];
-            if (!fits) return misfit(g, n, i);
-            op[i] = *a;
-            at_batch(&op[i], ax >= 0 ? s->dims[ax] / a->src.dims[ax] : 0);
-        }
+        si_status st = si_view_input(g, n, i, &op[i]);
+        if (st != SI_OK) return st;
         if (op[i].shape.dims[0] != op[0].shape.dims[0]) return misfit(g, n, i);
     }
     op[3] = n->aview[3];

@@ -164,14 +164,15 @@ typedef struct {
     unsigned host_present; /* SI_OP_HOST: bit k set when ONNX input k is present */
     int64_t host_i[4];     /* host op integer attributes (Shape start/end, Cast to, axis, ...) */
     float host_f;
-    si_tensor *host_t;    /* ConstantOfShape value */
-    char *equation;       /* Einsum on the host (owned) */
-    si_attn_view *aview;  /* Attention: Q, K, V, Y views (4, owned), NULL when all are row-major */
-    si_slice_view *sview; /* Concat: per input (n_in, owned), NULL when none reads a Slice */
-    bool bias_tiles;      /* Attention: the bias's batch dims repeat (index mod extent): Swin's
-                             per-window mask over (images x windows) */
-    int rot_skip;         /* Rotary: the leading tokens left as they are (a class token) */
-    bool rot_half;        /* Rotary: partners D/2 apart (rotate_half), not adjacent pairs */
+    si_tensor *host_t;      /* ConstantOfShape value */
+    char *equation;         /* Einsum on the host (owned) */
+    si_attn_view *aview;    /* Attention: Q, K, V, Y views (4, owned); RowNorm: its input's (1,
+                               owned); NULL when all are row-major */
+    si_slice_view *sview;   /* Concat: per input (n_in, owned), NULL when none reads a Slice */
+    bool bias_tiles;        /* Attention: the bias's batch dims repeat (index mod extent): Swin's
+                               per-window mask over (images x windows) */
+    int rot_skip;           /* Rotary: the leading tokens left as they are (a class token) */
+    bool rot_half;          /* Rotary: partners D/2 apart (rotate_half), not adjacent pairs */
     int64_t rn_div, rn_mod; /* RowNorm: row r scaled by in[1][(r / rn_div) % rn_mod] (mod 0: 1) */
 } si_gnode;
 
@@ -241,6 +242,10 @@ const char *si_graph_meta(const si_graph *g, const char *key);
  * logical shapes, and the offset and strides at which the backends read in[0..2] and write out
  * (row-major unless the node has views). */
 void si_attention_operands(const si_graph *g, const si_gnode *n, si_attn_view op[4]);
+/* RowNorm node n's rows at the shapes inferred now: *rows rows of *d elements, where each
+ * starts in its input (rg, through its strided view when it has one). */
+si_status si_rownorm_rows(const si_graph *g, const si_gnode *n, si_row_geom *rg, int64_t *rows,
+                          int64_t *d);
 /* The shape of Concat input i at the inferred batch: its part when read through a Slice
  * (sview; concat_views.c); an error when in[i] no longer has the shape the view was made for. */
 si_status si_concat_input_shape(const si_graph *g, const si_gnode *n, int i, si_shape *s);

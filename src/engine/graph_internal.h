@@ -106,8 +106,8 @@ void si_graph_replace_reads(si_graph *g, int from, int to);
 int si_fuse_attention(si_graph *g, const float *host_scalars_at_2);
 /* Lets fused attention read Q, K and V through the layout ops between them and the projection
  * that made them (Reshape, Transpose, Split, Slice, Gather, Squeeze) and write Y through the
- * Transpose after it, where strides can say it; the layout ops then die. Returns the operands
- * rewired. */
+ * Transpose after it, where strides can say it, and a RowNorm read its input so (the q and k of
+ * a cosine attention); the layout ops then die. Returns the operands rewired. */
 int si_fuse_attention_views(si_graph *g);
 /* Lets a Concat read each input made by a Slice of a computed value through that Slice (starts
  * and steps), when they are the same at batch 1 and 2; the Slices die. Returns the inputs. */
@@ -135,6 +135,9 @@ si_status si_infer_rownorm(si_graph *g, si_gnode *n, const si_shape *x, si_shape
 /* The operands' shapes at the current batch from a node's views; an error when the values they
  * read no longer have the shapes the views were made for. */
 si_status si_attention_view_shapes(const si_graph *g, const si_gnode *n, si_attn_view op[4]);
+/* Node n's input i as read at the shapes inferred now: its strided view (n->aview[i], taken)
+ * at this batch, or the value itself row-major. attention_views.c. */
+si_status si_view_input(const si_graph *g, const si_gnode *n, int i, si_attn_view *op);
 
 /* Drops the bias of attention nodes where it is zero at batch 2 and 3, so at every batch (a
  * value computed from shapes alone: Hugging Face's eager attention adds a mask of zeros made

@@ -137,6 +137,17 @@ SI_HD static inline int64_t si_gathernd_offset(const si_gathernd_geom *g, int64_
 
 /* ScatterElements' reduction (si_scatter_reduction) of the data's value a with the update b; Max
  * and Min as the Max and Min ops (NaN wins). */
+/* The first element of row r (rows of d elements) of the value g describes. */
+SI_HD static inline int64_t si_row_start(const si_row_geom *g, int64_t r, int64_t d) {
+    if (g->nd == 0) return r * d;
+    int64_t o = g->off;
+    for (int k = g->nd - 1; k >= 0; k--) {
+        o += r % g->dims[k] * g->st[k];
+        r /= g->dims[k];
+    }
+    return o;
+}
+
 SI_HD static inline float si_scatter_eval(int red, float a, float b) {
     switch (red) {
     case SI_SCATTER_ADD: return a + b;

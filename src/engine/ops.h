@@ -81,6 +81,15 @@ typedef enum {
  * si_gathernd_offset. SI_INDEX_MAXD is the graph's SI_MAX_DIMS (graph.c checks). */
 #define SI_INDEX_MAXD 8
 
+/* Rows of a value's last axis (contiguous), as RowNorm reads them (kernel_math.h's
+ * si_row_start): row-major rows (nd 0), or a strided view's, its leading nd logical dims
+ * (innermost last) at strides st, from element off: the head split of a packed projection read
+ * in place. */
+typedef struct {
+    int nd;
+    int64_t dims[SI_INDEX_MAXD], st[SI_INDEX_MAXD], off;
+} si_row_geom;
+
 /* GatherElements and ScatterElements: element i of the index tensor (row-major over idims, the
  * rank of the data) addresses the data at its own coordinates but along axis, where the index's
  * value (in [-len, len)) is the coordinate. No other dim of idims exceeds the data's. */

@@ -94,9 +94,32 @@ bool si_rownorm_take_scale(si_graph *g, int q, int c) {
 }
 
 si_status si_infer_rownorm(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
-    if (x->ndim < 2 || n->rn_div < 1 || n->rn_mod < 0 ||
+    si_attn_view v; /* the rows as read: x itself, or x through the view */
+    si_status st = si_view_input(g, n, 0, &v);
+    if (st != SI_OK) return st;
+    if (n->aview) x = &v.shape;
+    if (x->ndim < 2 || x->ndim > SI_INDEX_MAXD || n->rn_div < 1 || n->rn_mod < 0 ||
         (n->n_in > 1 && si_shape_numel(&g->values[n->in[1]].shape) != n->rn_mod))
         return si_node_error(g, n, SI_ERR_FORMAT, "row normalisation does not fit its input");
     *y = *x;
+    return SI_OK;
+}
+
+si_status si_rownorm_rows(const si_graph *g, const si_gnode *n, si_row_geom *rg, int64_t *rows,
+                          int64_t *d) {
+    const si_shape *y = &g->values[n->out].shape;
+    *d = y->dims[y->ndim - 1];
+    *rows = si_shape_numel(y) / (*d ? *d : 1);
+    *rg = (si_row_geom){0};
+    if (!n->aview) return SI_OK;
+    si_attn_view v;
+    si_status st = si_view_input(g, n, 0, &v);
+    if (st != SI_OK) return st;
+    rg->nd = v.shape.ndim - 1;
+    rg->off = v.off;
+    for (int k = 0; k < rg->nd; k++) {
+        rg->dims[k] = v.shape.dims[k];
+        rg->st[k] = v.st[k];
+    }
     return SI_OK;
 }
