@@ -378,21 +378,24 @@ static si_status run_gather_elements(const op_ctx *c) {
     return SI_OK;
 }
 
+// rows of the last axis, read where si_node_rows says (q or k of a projection, in place)
 static si_status run_rotary(const op_ctx *c) {
-    const si_shape *xs = &c->xv->shape;
-    int nd = xs->ndim;
-    int64_t rows = 1;
-    for (int d = 0; d < nd - 2; d++) rows *= xs->dims[d];
-    cudaCheck(si_k_rotary(c->s, c->t, c->x, rows, xs->dims[nd - 2], xs->dims[nd - 1],
-                          c->n->rot_skip, c->n->rot_half, c->in[1], c->in[2], c->y));
+    const si_shape *ys = &c->g->values[c->n->out].shape;
+    si_row_geom rg;
+    int64_t rows, d;
+    si_status st = si_node_rows(c->g, c->n, &rg, &rows, &d);
+    if (st != SI_OK) return st;
+    int64_t tok = ys->dims[ys->ndim - 2];
+    cudaCheck(si_k_rotary(c->s, c->t, c->x, &rg, rows / tok, tok, d, c->n->rot_skip, c->n->rot_half,
+                          c->in[1], c->in[2], c->y));
     return SI_OK;
 }
 
-// rows of the last axis, read where si_rownorm_rows says (the packed projection's q or k)
+// rows of the last axis, read where si_node_rows says (the packed projection's q or k)
 static si_status run_rownorm(const op_ctx *c) {
     si_row_geom rg;
     int64_t rows, d;
-    si_status st = si_rownorm_rows(c->g, c->n, &rg, &rows, &d);
+    si_status st = si_node_rows(c->g, c->n, &rg, &rows, &d);
     if (st != SI_OK) return st;
     cudaCheck(si_k_rownorm(c->s, c->t, c->x, &rg, rows, d, c->n->epsilon,
                            c->n->n_in > 1 ? c->in[1] : NULL, c->n->rn_div, c->n->rn_mod, c->y));

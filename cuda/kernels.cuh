@@ -79,11 +79,12 @@ cudaError_t si_k_reduce(cudaStream_t s, int t, int op, int ndim, const int64_t *
                         const void *x, const uint8_t *reduce, void *y);
 cudaError_t si_k_gather(cudaStream_t s, int t, const void *x, int64_t outer, int64_t len,
                         int64_t inner, const int64_t *idx_dev, int64_t n, void *y);
-/* Rotary embedding of (rows, t, d) x into y (rotary.c's SI_OP_ROTARY): tokens before skip copied,
- * the others rotated with row t - skip of c and s ((t - skip, d), the activations' type); half:
- * partners d/2 apart. Twin of si_cpu_rotary. */
-cudaError_t si_k_rotary(cudaStream_t s, int t, const void *x, int64_t rows, int64_t tok, int64_t d,
-                        int64_t skip, bool half, const void *c, const void *sn, void *y);
+/* Rotary embedding of (rows, t, d) x into y (rotary.c's SI_OP_ROTARY), x's rows where rg says
+ * they start: tokens before skip copied, the others rotated with row t - skip of c and s
+ * ((t - skip, d), the activations' type); half: partners d/2 apart. Twin of si_cpu_rotary. */
+cudaError_t si_k_rotary(cudaStream_t s, int t, const void *x, const si_row_geom *rg, int64_t rows,
+                        int64_t tok, int64_t d, int64_t skip, bool half, const void *c,
+                        const void *sn, void *y);
 /* Rows of d, each where rg says it starts in x: y = x s[(r / div) % mod] / max(|x row|_2, eps)
  * (s NULL or mod 0: 1), y row-major, 4 to 32 lanes a row, the sum in float. Twin of
  * si_cpu_rownorm. */

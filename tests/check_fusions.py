@@ -52,11 +52,12 @@ EXPECT = {
                            ["Softmax", "Erf"]),
     "clip_mha_b_16.legacy": ({"attention": 12, "operands": 48, "residual": 12, "moves": 12,
                               "token": 1}, ["Softmax", "Sigmoid"]),
-    # EVA-02: rotary embeddings on q and k, one Rotary node each (written as the attention reads
-    # them); V and Y in place; its SwiGLU's gate product normalised by the LayerNorm that reads
+    # EVA-02: rotary embeddings on q and k, one Rotary node each, which reads q or k from its
+    # projection in place and writes it as the attention reads it (no head-split Transpose
+    # left); V and Y in place; its SwiGLU's gate product normalised by the LayerNorm that reads
     # both factors ("norm")
-    "eva02_b_14": ({"attention": 12, "operands": 36, "bias": 72, "residual": 24, "rotary": 24,
-                    "norm": 12}, ["Softmax", "Neg", "Split", "Unsqueeze", "Mul"]),
+    "eva02_b_14": ({"attention": 12, "operands": 60, "bias": 72, "residual": 24, "rotary": 24,
+                    "norm": 12}, ["Softmax", "Neg", "Split", "Unsqueeze", "Mul", "Transpose>1"]),
     # BEiT and LeViT: the relative-position bias gathered from its table at load, added in the
     # fused node
     "beit_b_16": ({"attention": 12, "operands": 48, "bias": 48, "residual": 24}, ["Softmax"]),

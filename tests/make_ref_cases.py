@@ -1470,6 +1470,65 @@ def c_rotary_halves(c):
                     ["roped"]))
 
 
+def _projected_heads(c, x, name, e, h, t):
+    # a Linear projection split into heads, (N, T, E) -> (N, H, T, D), as timm writes q and k
+    w = c.init(name + ".w", normal(c.rng, (e, e), e ** -0.5))
+    y = c.node("Add", [c.node("MatMul", [x, w], [name + "_mm"]),
+                       c.init(name + ".b", normal(c.rng, (e,), 0.1))], [name + "_proj"])
+    y = c.node("Reshape", [y, c.init(name + "_split", np.array([0, t, h, e // h], np.int64))],
+               [name + "_4d"])
+    return c.node("Transpose", [y], [name + "_heads"], perm=[0, 2, 1, 3])
+
+
+def _rotary_projected(c, h, t, d, half, skip):
+    # q and k from their projections' head split, rotated (by pairs, or by halves as Hugging
+    # Face's rotate_half does) behind skip class tokens, then the attention: the Rotary nodes
+    # read their rows from the projections in place (attention_views.c), so no Transpose is left
+    x = c.input("tokens", normal(c.rng, (2, t, h * d)))
+    cos = c.init("rope_cos", normal(c.rng, (t - skip, d)))
+    sin = c.init("rope_sin", normal(c.rng, (t - skip, d)))
+    ax = lambda m, v: c.init(m, np.array([v], np.int64))
+    ops = []
+    for n in "qk":
+        hx = _projected_heads(c, x, n, h * d, h, t)
+        rest = hx
+        if skip:
+            rest = c.node("Slice", [hx, ax(n + "_r0", skip), ax(n + "_r1", t), ax(n + "_rax", 2)],
+                          [n + "_rest"])
+        if half:
+            sl = lambda a, z, m: c.node("Slice", [rest, ax(m + "_a", a), ax(m + "_b", z),
+                                                  ax(m + "_ax", -1)], [m])
+            rot = c.node("Concat", [c.node("Neg", [sl(d // 2, d, n + "_hi")], [n + "_neg_hi"]),
+                                    sl(0, d // 2, n + "_lo")], [n + "_rot"], axis=-1)
+        else:
+            rot = _rotate_pairs(c, rest, n)
+        r = c.node("Add", [c.node("Mul", [rest, cos], [n + "_xc"]),
+                           c.node("Mul", [rot, sin], [n + "_rs"])], [n + "_roped"])
+        if skip:
+            cls = c.node("Slice", [hx, ax(n + "_s0", 0), ax(n + "_s1", skip), ax(n + "_sax", 2)],
+                         [n + "_cls"])
+            r = c.node("Concat", [cls, r], [n + "_rotated"], axis=2)
+        ops.append(r)
+    v = _projected_heads(c, x, "v", h * d, h, t)
+    _sdpa(c, ops[0], ops[1], v, scale_split=False, d=d)
+
+
+def c_rotary_projected_pairs(c):
+    # EVA-02's: by pairs behind a class token, head size 64 (16-byte chunks in every type)
+    _rotary_projected(c, 2, 17, 64, half=False, skip=1)
+
+
+def c_rotary_projected_halves(c):
+    # by halves, every token, head size 32 (a 16-byte chunk of each half in FP16 and BF16)
+    _rotary_projected(c, 3, 11, 32, half=True, skip=0)
+
+
+def c_rotary_projected_odd(c):
+    # by pairs behind a class token, head size 20 (rows not whole 16-byte chunks): the GPU's
+    # pair-a-thread kernel through the view
+    _rotary_projected(c, 3, 9, 20, half=False, skip=1)
+
+
 def c_rownorm_narrow(c):
     # F.normalize over rows of 10 (not a whole number of 16-byte chunks) and of 24, one
     # RowNorm node each: the GPU's warp-a-row and chunked kernels

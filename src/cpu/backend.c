@@ -377,18 +377,19 @@ static void run_scatter_elements(const op_args *a) {
 }
 
 static void run_rotary(const op_args *a) {
-    const si_shape *xs = a->xs;
-    int nd = xs->ndim;
-    si_cpu_rotary(a->x, dims_prod(xs, 0, nd - 2), xs->dims[nd - 2], xs->dims[nd - 1],
-                  a->n->rot_skip, a->n->rot_half, ptr(a->e, a->n->in[1]), ptr(a->e, a->n->in[2]),
-                  a->y);
+    si_row_geom rg;
+    int64_t rows, d;
+    if (si_node_rows(a->g, a->n, &rg, &rows, &d) != SI_OK) return; /* infer checked it */
+    int64_t t = a->ys->dims[a->ys->ndim - 2];
+    si_cpu_rotary(a->x, &rg, rows / t, t, d, a->n->rot_skip, a->n->rot_half, ptr(a->e, a->n->in[1]),
+                  ptr(a->e, a->n->in[2]), a->y);
 }
 
 static void run_rownorm(const op_args *a) {
     const si_gnode *n = a->n;
     si_row_geom rg;
     int64_t rows, d;
-    if (si_rownorm_rows(a->g, n, &rg, &rows, &d) != SI_OK) return; /* infer checked it */
+    if (si_node_rows(a->g, n, &rg, &rows, &d) != SI_OK) return; /* infer checked it */
     si_cpu_rownorm(a->x, &rg, rows, d, n->epsilon, n->n_in > 1 ? ptr(a->e, n->in[1]) : NULL,
                    n->rn_div, n->rn_mod, a->y);
 }

@@ -720,11 +720,11 @@ static int64_t idims_numel(const si_elements_geom *geo) {
     return n;
 }
 
-void si_cpu_rotary(const float *x, int64_t rows, int64_t t, int64_t d, int64_t skip, bool half,
-                   const float *c, const float *s, float *y) {
+void si_cpu_rotary(const float *x, const si_row_geom *rg, int64_t rows, int64_t t, int64_t d,
+                   int64_t skip, bool half, const float *c, const float *s, float *y) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows * t; r++) {
-        const float *xr = x + r * d;
+        const float *xr = x + si_row_start(rg, r, d);
         float *yr = y + r * d;
         int64_t tok = r % t;
         if (tok < skip) {

@@ -96,8 +96,8 @@ void si_cpu_gather(const float *x, int64_t outer, int64_t len, int64_t inner, co
 void si_cpu_gather_nd(const si_gathernd_geom *geo, const float *x, const int64_t *idx, float *y);
 /* Rotary embedding over (rows, T, D) x into y: tokens t < skip copied, the others rotated with
  * row t - skip of c and s (T - skip, D); half: partners D/2 apart (kernel_math.h). */
-void si_cpu_rotary(const float *x, int64_t rows, int64_t t, int64_t d, int64_t skip, bool half,
-                   const float *c, const float *s, float *y);
+void si_cpu_rotary(const float *x, const si_row_geom *rg, int64_t rows, int64_t t, int64_t d,
+                   int64_t skip, bool half, const float *c, const float *s, float *y);
 /* Rows of d, each where rg says it starts in x: y = x s[(r / div) % mod] / max(|x row|_2, eps),
  * s NULL (or mod 0) for 1; y row-major. */
 void si_cpu_rownorm(const float *x, const si_row_geom *rg, int64_t rows, int64_t d, float eps,

@@ -352,8 +352,16 @@ static int apply(si_graph *g, int j, const si_attn_view *view, const operand *o)
     return taken;
 }
 
-/* Every attention node's four operands planned at every sample size: node j's operand i at
- * size k in o[(4 * j + i) * N_SAMPLE + k], its source's shape in srcs at the same place. */
+/* Nodes that read their input as rows of its last axis, each row on its own, and can read them
+ * through a view (si_node_rows): q's and k's normalisation (Swin V2) and rotary embedding
+ * (EVA-02) before an attention. */
+static bool row_wise(const si_gnode *n) {
+    return n->op == SI_OP_ROWNORM || n->op == SI_OP_ROTARY;
+}
+
+/* Every attention node's four operands (a row-wise node's input) planned at every sample size:
+ * node j's operand i at size k in o[(4 * j + i) * N_SAMPLE + k], its source's shape in srcs at
+ * the same place. */
 static bool plan_samples(si_graph *g, operand *o, si_shape *srcs) {
     for (int k = 0; k < N_SAMPLE; k++) {
         if (si_graph_infer(g, SAMPLE[k]) != SI_OK) {
@@ -362,8 +370,8 @@ static bool plan_samples(si_graph *g, operand *o, si_shape *srcs) {
         }
         for (int j = 0; j < g->n_nodes; j++) {
             const si_gnode *n = &g->nodes[j];
-            if (n->op != SI_OP_ATTENTION && n->op != SI_OP_ROWNORM) continue;
-            for (int i = 0; i < (n->op == SI_OP_ROWNORM ? 1 : 4); i++) {
+            if (n->op != SI_OP_ATTENTION && !row_wise(n)) continue;
+            for (int i = 0; i < (row_wise(n) ? 1 : 4); i++) {
                 size_t at = (size_t)(4 * j + i) * N_SAMPLE + (size_t)k;
                 if (i < 3)
                     plan_input(g, n, i, &o[at]);
@@ -376,9 +384,9 @@ static bool plan_samples(si_graph *g, operand *o, si_shape *srcs) {
     return true;
 }
 
-/* RowNorm node j reads its input through view (q and k of Swin V2's cosine attention, straight
- * from the packed projection, as the attention reads v). */
-static void apply_rownorm(si_graph *g, int j, const si_attn_view *view, const operand *o) {
+/* Row-wise node j reads its input through view (q and k straight from the projection, as the
+ * attention reads v). */
+static void apply_row_wise(si_graph *g, int j, const si_attn_view *view, const operand *o) {
     si_gnode *n = &g->nodes[j];
     n->aview = si_xcalloc(1, sizeof *n->aview);
     n->aview[0] = *view;
@@ -394,11 +402,11 @@ int si_fuse_attention_views(si_graph *g) {
     si_shape *srcs = si_xcalloc(cells, sizeof *srcs);
     bool planned = plan_samples(g, o, srcs);
     for (int j = 0; planned && j < g->n_nodes; j++) {
-        if (g->nodes[j].op == SI_OP_ROWNORM) {
+        if (row_wise(&g->nodes[j])) {
             si_attn_view view;
             size_t at = (size_t)(4 * j) * N_SAMPLE;
             if (combine(o + at, srcs + at, &view)) {
-                apply_rownorm(g, j, &view, &o[at]);
+                apply_row_wise(g, j, &view, &o[at]);
                 taken++;
             }
             continue;
@@ -493,4 +501,23 @@ void si_attention_operands(const si_graph *g, const si_gnode *n, si_attn_view op
         if (nd >= 2 && op[i].shape.dims[nd - 2] == 1 && op[i].st[nd - 1] == 1)
             op[i].st[nd - 2] = op[i].shape.dims[nd - 1];
     }
+}
+
+si_status si_node_rows(const si_graph *g, const si_gnode *n, si_row_geom *rg, int64_t *rows,
+                       int64_t *d) {
+    const si_shape *y = &g->values[n->out].shape;
+    *d = y->dims[y->ndim - 1];
+    *rows = si_shape_numel(y) / (*d ? *d : 1);
+    *rg = (si_row_geom){0};
+    if (!n->aview) return SI_OK;
+    si_attn_view v;
+    si_status st = si_view_input(g, n, 0, &v);
+    if (st != SI_OK) return st;
+    rg->nd = v.shape.ndim - 1;
+    rg->off = v.off;
+    for (int k = 0; k < rg->nd; k++) {
+        rg->dims[k] = v.shape.dims[k];
+        rg->st[k] = v.st[k];
+    }
+    return SI_OK;
 }

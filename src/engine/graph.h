@@ -242,10 +242,11 @@ const char *si_graph_meta(const si_graph *g, const char *key);
  * logical shapes, and the offset and strides at which the backends read in[0..2] and write out
  * (row-major unless the node has views). */
 void si_attention_operands(const si_graph *g, const si_gnode *n, si_attn_view op[4]);
-/* RowNorm node n's rows at the shapes inferred now: *rows rows of *d elements, where each
- * starts in its input (rg, through its strided view when it has one). */
-si_status si_rownorm_rows(const si_graph *g, const si_gnode *n, si_row_geom *rg, int64_t *rows,
-                          int64_t *d);
+/* A row-wise node's rows (RowNorm, Rotary) at the shapes inferred now: its output's *rows rows
+ * of *d elements, and where each starts in its input 0 (rg: through its strided view, when it
+ * has one, the head split of a packed projection read in place). */
+si_status si_node_rows(const si_graph *g, const si_gnode *n, si_row_geom *rg, int64_t *rows,
+                       int64_t *d);
 /* The shape of Concat input i at the inferred batch: its part when read through a Slice
  * (sview; concat_views.c); an error when in[i] no longer has the shape the view was made for. */
 si_status si_concat_input_shape(const si_graph *g, const si_gnode *n, int i, si_shape *s);

@@ -241,6 +241,10 @@ static bool table_is(const si_shape *c, int64_t t, int64_t d) {
 }
 
 si_status si_infer_rotary(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y) {
+    si_attn_view v; /* the rows as read: x itself, or x through the view */
+    si_status st = si_view_input(g, n, 0, &v);
+    if (st != SI_OK) return st;
+    if (n->aview) x = &v.shape;
     int nd = x->ndim;
     if (nd < 2 || x->dims[nd - 1] % 2 || x->dims[nd - 2] < n->rot_skip ||
         !table_is(&g->values[n->in[1]].shape, x->dims[nd - 2] - n->rot_skip, x->dims[nd - 1]) ||

@@ -104,22 +104,3 @@ si_status si_infer_rownorm(si_graph *g, si_gnode *n, const si_shape *x, si_shape
     *y = *x;
     return SI_OK;
 }
-
-si_status si_rownorm_rows(const si_graph *g, const si_gnode *n, si_row_geom *rg, int64_t *rows,
-                          int64_t *d) {
-    const si_shape *y = &g->values[n->out].shape;
-    *d = y->dims[y->ndim - 1];
-    *rows = si_shape_numel(y) / (*d ? *d : 1);
-    *rg = (si_row_geom){0};
-    if (!n->aview) return SI_OK;
-    si_attn_view v;
-    si_status st = si_view_input(g, n, 0, &v);
-    if (st != SI_OK) return st;
-    rg->nd = v.shape.ndim - 1;
-    rg->off = v.off;
-    for (int k = 0; k < rg->nd; k++) {
-        rg->dims[k] = v.shape.dims[k];
-        rg->st[k] = v.st[k];
-    }
-    return SI_OK;
-}
