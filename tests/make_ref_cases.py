@@ -1864,10 +1864,13 @@ def c_conv_mish(c):
 
 
 def c_unary_ops(c):
-    # the unary ops on image data, each alone; inputs FP16 can hold exactly, so that Floor, Ceil,
-    # Round and Sign give the same integers on the GPU's FP16 run (halves among them)
+    # the unary ops on image data, each alone; inputs FP16 and BF16 can hold exactly (8 bits of
+    # mantissa, none below FP16's normal range), so that Floor, Ceil, Round and Sign give the
+    # same integers on the GPU's FP16 and BF16 runs (halves among them)
     c.opset = 18  # Mish (HardSwish: 14)
-    v = uniform(c.rng, (2, 3, 4, 5), -4.0, 4.0).astype(np.float16).astype(np.float32)
+    v = uniform(c.rng, (2, 3, 4, 5), -4.0, 4.0).astype(np.float32)
+    v = (v.view(np.uint32) + 0x8000 & 0xFFFF0000).view(np.float32)  # to BF16, nearest
+    v[np.abs(v) < 2.0 ** -14] = 0.0
     v.flat[:4] = [0.5, 1.5, 2.5, -2.5]
     x = c.input("features", v)
     for op in ("Exp", "Neg", "Abs", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "Softplus",
