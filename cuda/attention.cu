@@ -7,7 +7,9 @@
 // keeps whole matrices' K and V resident and hands out rows to warps as they come free.
 // Otherwise (FP32, other head sizes): one block per query row, the row's scores in shared
 // memory. On an H100 the ViTs' shapes (head size 64, up to 272 keys, no bias) go to the wgmma
-// kernel of cuda/attention_sm90.cu first. The CPU twin is si_cpu_attention (src/cpu/kernels.c).
+// kernel of cuda/attention_sm90.cu first. Cosine attention (Swin V2: q and k L2-normalised, q
+// scaled per head) runs on k_flash, which normalises Q and each K tile in shared memory as they
+// land, or on the row-by-row kernel. The CPU twin is si_cpu_attention (src/cpu/kernels.c).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +77,42 @@ __device__ inline void load_kt(T *sm, const T *kt, int ld, int s0, int S) {
     for (int i = threadIdx.x; i < BN * D; i += blockDim.x) {
         int d = i / BN, s = i % BN;
         sm[s * (D + PAD) + d] = s0 + s < S ? kt[d * ld + s0 + s] : si_from_f<T>(0.f);
+    }
+}
+
+// Cosine attention: rows [0, rows) of a tile in shared memory, D + PAD apart, to
+// x f / max(|x|, eps) (the RowNorm it replaces: FP32 sums, the result rounded to T) by threads
+// tid of nthr (a multiple of 32): TPR threads a row, each PER 16-byte chunks of it, every row of
+// a pass at once (a warp a row, its shuffles one after the other, cost Swin V2 more than the
+// RowNorm nodes saved).
+template <typename T, int D>
+__device__ inline void norm_rows(T *sm, int rows, int tid, int nthr, float eps, float f) {
+    constexpr int CH = D / 8, TPR = CH % 4 == 0 ? 4 : 2, PER = CH / TPR;
+    static_assert(D % 16 == 0 && CH % TPR == 0, "rows of whole 16-byte chunks, evenly shared");
+    for (int base = 0; base < rows; base += nthr / TPR) {
+        const int r = base + tid / TPR;
+        const bool live = r < rows; // every lane shuffles; those past the tile hold zeros
+        T *row = sm + (live ? r : 0) * (D + PAD) + tid % TPR * PER * 8;
+        uint4 c[PER];
+        float ss = 0.f;
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            c[i] = live ? *reinterpret_cast<const uint4 *>(row + i * 8) : make_uint4(0, 0, 0, 0);
+            const T *e = reinterpret_cast<const T *>(&c[i]);
+#pragma unroll
+            for (int k = 0; k < 8; k++) ss = fmaf(si_to_f(e[k]), si_to_f(e[k]), ss);
+        }
+#pragma unroll
+        for (int o = 1; o < TPR; o *= 2) ss += __shfl_xor_sync(0xffffffff, ss, o);
+        const float g = f / fmaxf(sqrtf(ss), eps);
+        if (!live) continue;
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            T *e = reinterpret_cast<T *>(&c[i]);
+#pragma unroll
+            for (int k = 0; k < 8; k++) e[k] = si_from_f<T>(si_to_f(e[k]) * g);
+            *reinterpret_cast<uint4 *>(row + i * 8) = c[i];
+        }
     }
 }
 
@@ -298,7 +336,8 @@ __device__ inline void store_o(T *yb, int64_t ld, int T_, const int (&row)[2],
 // blockDim.x / 32 warps (at most 8), 16 query rows each; K and V tiles double-buffered: tile
 // i+1 loads while i computes. Scores are kept in the log2 domain (exp2). Key groups wholly
 // beyond S (the last tile's padding) are skipped.
-template <typename T, int DK, int DV>
+// NORM: cosine attention, Q's rows and each K tile's normalised in shared memory as they land.
+template <typename T, int DK, int DV, bool NORM = false>
 __global__ void __launch_bounds__(256, DK <= 64 && DV <= 64 ? 2 : 1)
     k_flash(si_k_attn p, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
             const T *__restrict__ bias, T *__restrict__ y, int row_blocks) {
@@ -334,12 +373,21 @@ __global__ void __launch_bounds__(256, DK <= 64 && DV <= 64 ? 2 : 1)
     const int row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
     const int64_t boff = bias ? si_attn_bias_off(p, b) : 0;
     const float sl2 = p.scale * 1.4426950408889634f; // scores to the log2 domain
+    float qf = 1.f; // cosine attention: Q's scale, read while the tiles load
+    if constexpr (NORM)
+        if (p.qk_scale) qf = si_to_f(static_cast<const T *>(p.qk_scale)[b / p.qs_div % p.qs_mod]);
     const uint32_t kv_sh = (uint32_t)__cvta_generic_to_shared(kv);
     for (int it = 0; it < tiles; it++) {
         if (it + 1 < tiles) load_tile(it + 1);
         cp_commit();
         cp_wait<1>(); // tile it (and Q) landed
         __syncthreads();
+        if constexpr (NORM) {
+            norm_rows<T, DK>(kv + (it & 1) * (TK + TV), BN, threadIdx.x, blockDim.x, p.qk_eps, 1.f);
+            if (it == 0) // this warp's rows of Q
+                norm_rows<T, DK>(qs + r0 * (DK + PAD), 16, threadIdx.x % 32, 32, p.qk_eps, qf);
+            __syncthreads();
+        }
         if (it == 0) load_qa<T, DK>(qa, qs + r0 * (DK + PAD));
         const uint32_t ks = kv_sh + (it & 1) * (TK + TV) * sizeof(T);
         flash_tile<T, DK, DV>(padded_keys<T, DK, DV>(ks, ks + TK * sizeof(T)), min(BN, S - it * BN),
@@ -529,6 +577,15 @@ __global__ void k_attn_rows(si_k_attn p, const T *__restrict__ q, const T *__res
     const T *kb = k + off[1], *vb = v + off[2];
     const int64_t lk = p.ld[1], lv = p.ld[2];
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = si_to_f(qr[d]);
+    float qf = 1.f; // cosine attention (K's rows keys): q's factor, and each key's below
+    if (p.qk_eps > 0.f) {
+        float ss = 0.f;
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) ss += qs[d] * qs[d];
+        ss = block_reduce(ss, false, red);
+        qf = (p.qk_scale ? si_to_f(static_cast<const T *>(p.qk_scale)[b / p.qs_div % p.qs_mod])
+                         : 1.f) /
+             fmaxf(sqrtf(ss), p.qk_eps);
+    }
     __syncthreads();
     const int64_t boff = bias ? si_attn_bias_off(p, b) + r * p.bst_t : 0;
     float mx = -INFINITY;
@@ -536,6 +593,11 @@ __global__ void k_attn_rows(si_k_attn p, const T *__restrict__ q, const T *__res
         float acc = 0.f;
         for (int64_t d = 0; d < D; d++)
             acc += qs[d] * si_to_f(p.trans_b ? kb[s * lk + d] : kb[d * lk + s]);
+        if (p.qk_eps > 0.f) {
+            float kk = 0.f;
+            for (int64_t d = 0; d < D; d++) kk += si_to_f(kb[s * lk + d]) * si_to_f(kb[s * lk + d]);
+            acc *= qf / fmaxf(sqrtf(kk), p.qk_eps);
+        }
         acc *= p.scale;
         if (bias) acc += si_to_f(bias[boff + s * p.bst_s]);
         sc[s] = acc;
@@ -573,14 +635,16 @@ cudaError_t launch_flash(cudaStream_t s, const si_k_attn &p, const void *q, cons
         return sizeof(T) * ((size_t)(16 * warps + 2 * BN) * (DK + PAD) + 2 * BN * (DV + PAD));
     };
     size_t smem = bytes(w);
-    static bool attr = false;
-    if (!attr) {
-        cudaError_t e = cudaFuncSetAttribute(
-            k_flash<T, DK, DV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes(WMAX));
+    static bool attr[2] = {false, false};
+    const bool norm = p.qk_eps > 0.f;
+    auto kernel = norm ? k_flash<T, DK, DV, true> : k_flash<T, DK, DV>;
+    if (!attr[norm]) {
+        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)bytes(WMAX));
         if (e != cudaSuccess) return e;
-        attr = true;
+        attr[norm] = true;
     }
-    k_flash<T, DK, DV><<<(unsigned)(p.nb * blocks), w * 32, smem, s>>>(
+    kernel<<<(unsigned)(p.nb * blocks), w * 32, smem, s>>>(
         p, (const T *)q, (const T *)k, (const T *)v, (const T *)bias, (T *)y, (int)blocks);
     return cudaGetLastError();
 }
@@ -674,10 +738,13 @@ template <typename T>
 int which(int t, const si_k_attn &p, const void *q, const void *k, const void *v, const void *bias,
           const void *y) {
     if constexpr (sizeof(T) == 2) {
-        if (attn90_here() && si_cuda_attn90_ok(t, &p, q, k, v, bias, y)) return SI_ATTN_WGMMA;
+        const bool cosine = p.qk_eps > 0.f; // the tiled kernel alone normalises q and k
+        if (!cosine && attn90_here() && si_cuda_attn90_ok(t, &p, q, k, v, bias, y))
+            return SI_ATTN_WGMMA;
         if (flash_heads(p.d, p.dv) && flash_fits<T>(p, q, k, v, y)) {
             cudaError_t err = cudaSuccess;
-            if (p.d == 64 && !bias && resident_slots<T>(p, &err) >= 2) return SI_ATTN_RESIDENT;
+            if (!cosine && p.d == 64 && !bias && resident_slots<T>(p, &err) >= 2)
+                return SI_ATTN_RESIDENT;
             return SI_ATTN_FLASH;
         }
     }

@@ -18,6 +18,12 @@ typedef struct {
     int64_t bdims[SI_TV_MAXD], bst[SI_TV_MAXD], bmod[SI_TV_MAXD];
     int64_t bst_t, bst_s;
     int64_t ost[4][SI_TV_MAXD], ld[4];
+    /* qk_eps > 0: cosine attention (trans_b), each row of Q and K divided by max(|row|, qk_eps)
+     * as it is loaded, Q's then multiplied by qk_scale[(b / qs_div) % qs_mod] (element type T;
+     * NULL: 1) */
+    float qk_eps;
+    const void *qk_scale;
+    int64_t qs_div, qs_mod;
 } si_k_attn;
 
 cudaError_t si_k_attention(cudaStream_t s, int t, const si_k_attn *p, const void *q, const void *k,

@@ -217,9 +217,11 @@ void si_cuda_attn_params(const si_graph *g, const si_gnode *n, si_k_attn *p, int
 enum { SI_SDPA_NEVER, SI_SDPA_TIMED, SI_SDPA_ALWAYS }; // SI_CUDNN_SDPA=0, unset, 1
 // The choice is the autotune cache's where memo has it (mode SI_SDPA_TIMED), and is added there.
 si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode, algo_memo *memo);
-// Queues node j on sl: Q, K, V, bias (or NULL) and Y's values at in[0..3] and y, row-major.
+// Queues node j on sl: Q, K, V, bias (or NULL), a cosine attention's scales of Q (or NULL) and
+// Y's values at in[0..4] and y, row-major.
+enum { SI_ATTN_INPUTS = 5 };
 si_status si_cuda_attn_run(cuda_state *cs, slot_x *sl, const si_graph *g, int j,
-                           const void *const in[4], void *y);
+                           const void *const in[SI_ATTN_INPUTS], void *y);
 void si_cuda_attn_release(attn_x *x); // the plan if it owns it
 
 // --- dispatch.cu ------------------------------------------------------------------------------

@@ -44,8 +44,13 @@ void si_cuda_attn_params(const si_graph *g, const si_gnode *n, si_k_attn *p, int
     p->dv = v->dims[nd - 1];
     p->scale = n->alpha;
     p->trans_b = n->trans_b;
-    if (n->n_in > 3) {
-        si_tview bv = tv_align(tv_rowmajor(&g->values[n->in[3]].shape), nd);
+    if (n->qk_norm) {
+        p->qk_eps = n->epsilon;
+        p->qs_div = n->qk_norm == 2 ? n->rn_div : 1;
+        p->qs_mod = n->qk_norm == 2 ? n->rn_mod : 1;
+    }
+    if (si_attention_bias(n) >= 0) {
+        si_tview bv = tv_align(tv_rowmajor(&g->values[si_attention_bias(n)].shape), nd);
         for (int d = 0; d < nd; d++)
             if (bv.dims[d] == 1) bv.st[d] = 0;
         for (int d = 0; d < nd - 2; d++) {
@@ -187,18 +192,20 @@ static cudnnStatus_t sdpa_exec(desc plan, cudnnHandle_t h, void *ws, float scale
 
 // node j's Q, K, V, bias and Y where they lie in slot sl (init's timing reads and writes them
 // there; a run converts operands stored NHWC into row-major scratch first, dispatch.cu)
-static void operands(cuda_state *cs, const si_graph *g, const slot_x *sl, int j, const void *in[4],
-                     void **y) {
+static void operands(cuda_state *cs, const si_graph *g, const slot_x *sl, int j,
+                     const void *in[SI_ATTN_INPUTS], void **y) {
     const si_gnode *n = &g->nodes[j];
+    const int bias = si_attention_bias(n), qsc = si_attention_qk_scale(n);
     for (int i = 0; i < 3; i++) in[i] = vptr(cs, g, sl, n->in[i]);
-    in[3] = n->n_in > 3 ? vptr(cs, g, sl, n->in[3]) : NULL;
+    in[3] = bias >= 0 ? vptr(cs, g, sl, bias) : NULL;
+    in[4] = qsc >= 0 ? vptr(cs, g, sl, qsc) : NULL;
     *y = vptr(cs, g, sl, n->out);
 }
 
 // which of our kernels runs node j on slot 0's operands (init times it there)
 static int our_kernel(cuda_state *cs, const si_graph *g, int j) {
     const attn_x *x = &cs->attn[j];
-    const void *in[4];
+    const void *in[SI_ATTN_INPUTS];
     void *y;
     operands(cs, g, &cs->slots[0], j, in, &y);
     size_t es = si_gtype_size(cs->t);
@@ -208,7 +215,7 @@ static int our_kernel(cuda_state *cs, const si_graph *g, int j) {
 }
 
 si_status si_cuda_attn_run(cuda_state *cs, slot_x *sl, const si_graph *g, int j,
-                           const void *const in[4], void *y) {
+                           const void *const in[SI_ATTN_INPUTS], void *y) {
     const attn_x *x = &cs->attn[j];
     size_t es = si_gtype_size(cs->t);
     const char *q = (const char *)in[0] + x->off[0] * es, *k = (const char *)in[1] + x->off[1] * es,
@@ -218,6 +225,12 @@ si_status si_cuda_attn_run(cuda_state *cs, slot_x *sl, const si_graph *g, int j,
         cudnnStatus_t st = sdpa_exec(x->plan, sl->dnn, sl->ws, x->p.scale, q, k, v, yy);
         if (st != CUDNN_STATUS_SUCCESS)
             return cudnnFail(st, "node '%s' (cuDNN's fused attention): ", g->nodes[j].name);
+        return SI_OK;
+    }
+    if (x->p.qk_eps > 0.f) { // a cosine attention: its scales of q where this slot has them
+        si_k_attn p = x->p;
+        p.qk_scale = in[4];
+        cudaCheck(si_k_attention(sl->stream, cs->t, &p, q, k, v, in[3], yy));
         return SI_OK;
     }
     cudaCheck(si_k_attention(sl->stream, cs->t, &x->p, q, k, v, in[3], yy));
@@ -232,7 +245,7 @@ typedef struct {
 } node_run;
 static bool run_node(void *ctx) {
     const node_run *r = (const node_run *)ctx;
-    const void *in[4];
+    const void *in[SI_ATTN_INPUTS];
     void *y;
     operands(r->cs, r->g, &r->cs->slots[0], r->j, in, &y);
     return si_cuda_attn_run(r->cs, &r->cs->slots[0], r->g, r->j, in, y) == SI_OK;
@@ -338,7 +351,7 @@ static bool plan_agrees(cuda_state *cs, const si_graph *g, int j, desc plan, flo
     attn_x *x = &cs->attn[j];
     const int64_t ny = si_shape_numel(&g->values[n->out].shape);
     const size_t es = si_gtype_size(cs->t);
-    const void *in[4];
+    const void *in[SI_ATTN_INPUTS];
     void *y, *ref = NULL;
     unsigned *cmp = NULL, got[3] = {0, 0, 0};
     *err = -1.f;
@@ -567,7 +580,7 @@ static bool cached_choice(si_engine *e, cuda_state *cs, int j, const int64_t key
 static void warn_rows(cuda_state *cs, const si_graph *g, int j) {
     const attn_x *x = &cs->attn[j];
     if (x->plan || x->ours != SI_ATTN_ROWS || cs->t == SI_GT_F32) return;
-    const void *in[4];
+    const void *in[SI_ATTN_INPUTS];
     void *y;
     operands(cs, g, &cs->slots[0], j, in, &y);
     size_t es = si_gtype_size(cs->t);
@@ -600,7 +613,9 @@ static si_status attn_choose(si_engine *e, cuda_state *cs, int j, int mode, algo
         why = "SI_CUDNN_SDPA=0";
     else if (cs->t == SI_GT_F32)
         why = "FP32";
-    else if (n->n_in > 3)
+    else if (n->qk_norm)
+        why = "q and k normalised in our kernel (cosine attention)";
+    else if (si_attention_bias(n) >= 0)
         why = "a bias or mask";
     else if ((x->p.d != 32 && x->p.d != 64 && x->p.d != 128) || x->p.dv != x->p.d)
         why = "a head size other than 32, 64 or 128";

@@ -65,14 +65,15 @@ EXPECT = {
     # folds into them (the BatchNorms before its two heads stay)
     "levit_128": ({"attention": 14, "operands": 56, "residual": 26},
                   ["Softmax", "BatchNormalization>2"]),
-    # Swin V2's cosine attention: q and k's L2 normalisation one RowNorm node each, the per-head
-    # logit scale folded into q's; the RowNorms read q and k from the packed projection in place
-    # as the attention reads V (so no head-split Transpose, Slice or Squeeze is left); its
-    # relative-position MLP over constant coordinates (MatMul, Relu, GatherND, Sigmoid) folds at
-    # load, so no such node runs per batch; its post-norm blocks' Adds run in their LayerNorms
+    # Swin V2's cosine attention: q and k's L2 normalisation and the per-head logit scale run in
+    # the attention node (no RowNorm left), which reads q, k and v from the packed projection in
+    # place (so no head-split Transpose, Slice or Squeeze is left); its relative-position MLP
+    # over constant coordinates (MatMul, Relu, GatherND, Sigmoid) folds at load, so no such node
+    # runs per batch; its post-norm blocks' Adds run in their LayerNorms
     "swinv2_t": ({"attention": 12, "operands": 48, "bias": 48, "norm": 24},
                  ["Softmax", "Sigmoid", "GatherND", "Relu", "Exp", "ReduceL2", "Clip", "Expand",
-                  "Div", "Mul", "Add", "Slice", "Squeeze", "Transpose>28"]),
+                  "Div", "Mul", "Add", "Slice", "Squeeze", "Transpose>28",
+                  "RowNorm(ReduceL2+Clip+Div)"]),
     # Hugging Face's towers (tests/hf_models.py: 4 blocks), eager and SDPA attention: separate
     # q/k/v projections read in place through their (N, T, H, D) Reshapes; ViT's eager mask of
     # zeros dropped ("zero masks"), so the kernels without a bias run

@@ -1377,41 +1377,47 @@ def c_attention_cosine(c):
 
 def c_attention_cosine_packed(c):
     # Swin V2's cosine attention as its blocks write it: q, k and v Gathered from one packed
-    # projection reshaped to (B, T, 3, H, D) and Transposed to (3, B, H, T, D). q's and k's
-    # RowNorm read their rows from the projection in place (attention_views.c), so the Transpose
-    # dies; head size 32 (16-byte rows in FP16) and 20 (not: the row-by-row kernel)
+    # projection reshaped to (B, T, 3, H, D) and Transposed to (3, B, H, T, D). q and k's
+    # normalisation runs in the attention node, which reads them from the projection in place
+    # (attention_views.c), so the Transpose dies; head size 32 (16-byte rows in FP16: the tiled
+    # kernel), 20 (the row-by-row kernel) and 64 (the tiled one, not the wgmma or resident ones);
+    # a scale per head or one for all (then the attention's own). Where k's unit vectors are also
+    # an output, q and k's RowNorms stay, each reading its rows in place
     c.opset = 18
     eps = c.init("eps", np.array(1e-12, np.float32))
     axes = c.init("last", np.array([-1], np.int64))
-    for b, t, h, d in ((4, 36, 3, 32), (3, 25, 2, 20)):
-        e = h * d
-        x = c.input(f"x{d}", normal(c.rng, (b, t, e)))
-        qkv = c.node("Add", [c.node("MatMul", [x, c.init(f"qkv{d}.w", normal(c.rng, (e, 3 * e),
+    for b, t, h, d, per_head, k_out in ((4, 36, 3, 32, True, False), (3, 25, 2, 20, True, False),
+                                        (2, 40, 2, 64, False, False), (2, 16, 2, 32, True, True)):
+        e, tag = h * d, f"{d}{'k' if k_out else ''}"
+        x = c.input(f"x{tag}", normal(c.rng, (b, t, e)))
+        qkv = c.node("Add", [c.node("MatMul", [x, c.init(f"qkv{tag}.w", normal(c.rng, (e, 3 * e),
                                                                                 e ** -0.5))],
-                                    [f"qkv{d}_mm"]),
-                             c.init(f"qkv{d}.b", normal(c.rng, (3 * e,), 0.1))], [f"qkv{d}"])
-        qkv = c.node("Reshape", [qkv, c.init(f"split{d}", np.array([b, t, 3, h, d], np.int64))],
-                     [f"qkv{d}_5d"])
-        qkv = c.node("Transpose", [qkv], [f"qkv{d}_heads"], perm=[2, 0, 3, 1, 4])
-        parts = [c.node("Gather", [qkv, c.init(f"which{d}{i}", np.array(i, np.int64))],
-                        [f"{n}{d}"], axis=0) for i, n in enumerate("qkv")]
+                                    [f"qkv{tag}_mm"]),
+                             c.init(f"qkv{tag}.b", normal(c.rng, (3 * e,), 0.1))], [f"qkv{tag}"])
+        qkv = c.node("Reshape", [qkv, c.init(f"split{tag}", np.array([b, t, 3, h, d], np.int64))],
+                     [f"qkv{tag}_5d"])
+        qkv = c.node("Transpose", [qkv], [f"qkv{tag}_heads"], perm=[2, 0, 3, 1, 4])
+        parts = [c.node("Gather", [qkv, c.init(f"which{tag}{i}", np.array(i, np.int64))],
+                        [f"{n}{tag}"], axis=0) for i, n in enumerate("qkv")]
         unit = []
         for n, part in zip("qk", parts):
-            nrm = c.node("Clip", [c.node("ReduceL2", [part, axes], [f"{n}{d}_l2"], keepdims=1),
-                                  eps], [f"{n}{d}_norm"])
-            unit.append(c.node("Div", [part, nrm], [f"{n}{d}_unit"]))
-        logit = c.init(f"logit{d}", uniform(c.rng, (h, 1, 1), 1.5, 3.0))
-        scale = c.node("Exp", [logit], [f"head_scale{d}"])
-        kt = c.node("Transpose", [unit[1]], [f"k{d}_t"], perm=[0, 1, 3, 2])
-        scores = c.node("Mul", [c.node("MatMul", [unit[0], kt], [f"cos{d}"]), scale],
-                        [f"scaled{d}"])
-        bias = c.init(f"bias{d}", normal(c.rng, (1, h, t, t), 0.5))
-        p = c.node("Softmax", [c.node("Add", [scores, bias], [f"biased{d}"])], [f"probs{d}"],
+            nrm = c.node("Clip", [c.node("ReduceL2", [part, axes], [f"{n}{tag}_l2"], keepdims=1),
+                                  eps], [f"{n}{tag}_norm"])
+            unit.append(c.node("Div", [part, nrm], [f"{n}{tag}_unit"]))
+        if k_out:
+            c.output(unit[1])
+        logit = c.init(f"logit{tag}", uniform(c.rng, (h, 1, 1) if per_head else (), 1.5, 3.0))
+        scale = c.node("Exp", [logit], [f"head_scale{tag}"])
+        kt = c.node("Transpose", [unit[1]], [f"k{tag}_t"], perm=[0, 1, 3, 2])
+        scores = c.node("Mul", [c.node("MatMul", [unit[0], kt], [f"cos{tag}"]), scale],
+                        [f"scaled{tag}"])
+        bias = c.init(f"bias{tag}", normal(c.rng, (1, h, t, t), 0.5))
+        p = c.node("Softmax", [c.node("Add", [scores, bias], [f"biased{tag}"])], [f"probs{tag}"],
                    axis=-1)
-        y = c.node("Transpose", [c.node("MatMul", [p, parts[2]], [f"attn{d}"])], [f"merged{d}"],
+        y = c.node("Transpose", [c.node("MatMul", [p, parts[2]], [f"attn{tag}"])], [f"merged{tag}"],
                    perm=[0, 2, 1, 3])
-        c.output(c.node("Reshape", [y, c.init(f"back{d}", np.array([b, t, e], np.int64))],
-                        [f"out{d}"]))
+        c.output(c.node("Reshape", [y, c.init(f"back{tag}", np.array([b, t, e], np.int64))],
+                        [f"out{tag}"]))
 
 
 def _rotate_pairs(c, x, name):

@@ -196,9 +196,10 @@ static void print_attention(const si_graph *g) {
         if (n++ == 0)
             printf("fused attention (softmax(scale Q K^T [+ bias]) V, scores kept on chip):\n");
         if (n <= 4)
-            printf("  %-40s %.0f x (%lld x %lld keys, head %lld)%s\n", a->name, mats,
+            printf("  %-40s %.0f x (%lld x %lld keys, head %lld)%s%s\n", a->name, mats,
                    (long long)q->dims[nd - 2], (long long)v->dims[nd - 2],
-                   (long long)q->dims[nd - 1], a->n_in > 3 ? " + bias" : "");
+                   (long long)q->dims[nd - 1], si_attention_bias(a) >= 0 ? " + bias" : "",
+                   a->qk_norm ? ", q and k normalised" : "");
         scores += s;
     }
     if (!n) return;

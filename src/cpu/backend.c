@@ -207,9 +207,10 @@ static int64_t *attention_offsets(const si_graph *g, const si_gnode *n, const si
                                   int64_t nb, int64_t *bst) {
     int nd = op[0].shape.ndim;
     int64_t bd[SI_MAX_DIMS];
-    if (n->n_in > 3) {
+    const int bias = si_attention_bias(n);
+    if (bias >= 0) {
         int64_t acc = 1;
-        align_dims(&g->values[n->in[3]].shape, nd, bd);
+        align_dims(&g->values[bias].shape, nd, bd);
         for (int d = nd - 1; d >= 0; d--) {
             bst[d] = bd[d] == 1 ? 0 : acc;
             acc *= bd[d];
@@ -222,7 +223,7 @@ static int64_t *attention_offsets(const si_graph *g, const si_gnode *n, const si
             int64_t r = rem % op[0].shape.dims[d];
             rem /= op[0].shape.dims[d];
             for (int i = 0; i < 4; i++) off[i * nb + b] += r * op[i].st[d];
-            if (n->n_in > 3) off[4 * nb + b] += r % bd[d] * bst[d];
+            if (bias >= 0) off[4 * nb + b] += r % bd[d] * bst[d];
         }
     }
     return off;
@@ -247,8 +248,16 @@ static void run_attention(const op_args *a) {
         p.off[i] = off + i * nb;
         p.ld[i] = op[i].st[nd - 2];
     }
-    if (n->n_in > 3) {
-        p.bias = ptr(a->e, n->in[3]);
+    if (n->qk_norm) {
+        p.qk_eps = n->epsilon;
+        if (n->qk_norm == 2) {
+            p.qk_scale = ptr(a->e, si_attention_qk_scale(n));
+            p.qs_div = n->rn_div;
+            p.qs_mod = n->rn_mod;
+        }
+    }
+    if (si_attention_bias(n) >= 0) {
+        p.bias = ptr(a->e, si_attention_bias(n));
         p.bias_off = off + 4 * nb;
         p.bst_t = bst[nd - 2];
         p.bst_s = bst[nd - 1];

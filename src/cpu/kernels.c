@@ -324,6 +324,29 @@ void si_cpu_softmax(const float *x, int64_t rows, int64_t cols, float *y) {
     }
 }
 
+/* 1 / max(|x|_2, eps) of n elements */
+static float inv_norm(const float *x, int64_t n, float eps) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float nrm = (float)sqrt(ss);
+    return 1.f / (nrm > eps ? nrm : eps);
+}
+
+/* Matrix b's scores q k^T made those of q and k's rows normalised (and q's scaled):
+ * sc[i][j] times q_i's factor and k_j's */
+static void cosine_scores(const si_cpu_attn *p, int64_t b, const float *q, const float *k,
+                          float *sc) {
+    int64_t t = p->t, s = p->s, d = p->d;
+    float qs = p->qk_scale ? p->qk_scale[(b / p->qs_div) % p->qs_mod] : 1.f;
+    float *fk = si_xmalloc(sizeof(float) * (size_t)(s > 0 ? s : 1));
+    for (int64_t j = 0; j < s; j++) fk[j] = inv_norm(k + p->off[1][b] + j * p->ld[1], d, p->qk_eps);
+    for (int64_t i = 0; i < t; i++) {
+        float fq = qs * inv_norm(q + p->off[0][b] + i * p->ld[0], d, p->qk_eps);
+        for (int64_t j = 0; j < s; j++) sc[i * s + j] *= fq * fk[j];
+    }
+    free(fk);
+}
+
 void si_cpu_attention(const si_cpu_attn *p, const float *q, const float *k, const float *v,
                       float *y) {
     int64_t t = p->t, s = p->s, d = p->d, dv = p->dv;
@@ -334,6 +357,7 @@ void si_cpu_attention(const si_cpu_attn *p, const float *q, const float *k, cons
         cblas_sgemm(CblasRowMajor, CblasNoTrans, p->trans_b ? CblasTrans : CblasNoTrans, (int)t,
                     (int)s, (int)d, p->scale, q + p->off[0][b], (int)p->ld[0], k + p->off[1][b],
                     (int)p->ld[1], 0.f, sc, (int)s);
+        if (p->qk_eps > 0.f) cosine_scores(p, b, q, k, sc);
         if (p->bias)
             for (int64_t i = 0; i < t; i++)
                 for (int64_t j = 0; j < s; j++)

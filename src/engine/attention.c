@@ -39,8 +39,14 @@ static si_status infer_attention(si_graph *g, si_gnode *n, const si_shape *x, si
             return si_node_error(g, n, SI_ERR_FORMAT, "Y no longer fits its strided view");
         *y = op[3].src;
     }
-    if (n->n_in > 3) { /* broadcast to the scores; a tiled bias's batch dims divide theirs */
-        const si_shape *b = &g->values[n->in[3]].shape;
+    int qsc = si_attention_qk_scale(n);
+    if (n->qk_norm && (!n->trans_b || !(n->epsilon > 0.f) ||
+                       (qsc >= 0 && (n->rn_div < 1 || n->rn_mod < 1 ||
+                                     si_shape_numel(&g->values[qsc].shape) != n->rn_mod))))
+        return si_node_error(g, n, SI_ERR_FORMAT, "the normalisation of q and k does not fit");
+    if (si_attention_bias(n) >= 0) { /* broadcast to the scores; a tiled bias's batch dims
+                                        divide theirs */
+        const si_shape *b = &g->values[si_attention_bias(n)].shape;
         bool ok = b->ndim <= nd;
         for (int d = 0; d < b->ndim && ok; d++) {
             int64_t bd = b->dims[d],
@@ -462,14 +468,6 @@ int si_fuse_attention(si_graph *g, const float *host_scalars_at_2) {
             continue;
         }
         if (m.head_mul >= 0) scale_q_per_head(g, &m);
-        size_t len = strlen(mm2->op_type) + 64;
-        char *type = si_xmalloc(len);
-        snprintf(type, len, "Attention(MatMul+%sSoftmax+MatMul)",
-                 m.mask >= 0   ? "Add+Add(window mask)+"
-                 : m.bias >= 0 ? "Add+"
-                               : "");
-        free(mm2->op_type);
-        mm2->op_type = type;
         mm2->op = SI_OP_ATTENTION;
         mm2->n_in = 0;
         si_node_add_input(mm2, m.q);
@@ -480,6 +478,16 @@ int si_fuse_attention(si_graph *g, const float *host_scalars_at_2) {
         mm2->bias_tiles = m.mask >= 0;
         mm2->alpha = m.scale;
         mm2->host_f = m.scale; /* given: infer keeps it */
+        /* Swin V2: q and k's L2 normalisation runs in the kernels as they load q and k */
+        bool cosine = si_rownorm_into_attention(g, mm2);
+        size_t len = strlen(mm2->op_type) + 64;
+        char *type = si_xmalloc(len);
+        snprintf(type, len, "Attention(%sMatMul+%sSoftmax+MatMul)", cosine ? "RowNorm(q,k)+" : "",
+                 m.mask >= 0   ? "Add+Add(window mask)+"
+                 : m.bias >= 0 ? "Add+"
+                               : "");
+        free(mm2->op_type);
+        mm2->op_type = type;
         for (int d = 0; d < m.n_dead; d++) g->nodes[m.dead[d]].op = -1;
         si_graph_compact(g);
         fused++;
@@ -509,15 +517,18 @@ int si_attention_drop_zero_bias(si_graph *g) {
         }
         for (int j = 0; j < g->n_nodes; j++) {
             const si_gnode *n = &g->nodes[j];
-            zero[j] = zero[j] && n->n_in > 3 && !n->bias_tiles && all_zero(g, n->in[3]);
+            zero[j] = zero[j] && si_attention_bias(n) >= 0 && !n->bias_tiles &&
+                      all_zero(g, si_attention_bias(n));
         }
     }
     for (int j = 0; j < g->n_nodes; j++) {
         if (!zero[j]) continue;
         si_gnode *n = &g->nodes[j];
-        n->n_in = 3;
+        n->in[3] = n->in[n->n_in - 1]; /* a cosine attention's scales of q stay last */
+        n->n_in--;
         free(n->op_type);
-        n->op_type = si_xstrdup("Attention(MatMul+Softmax+MatMul)");
+        n->op_type = si_xstrdup(n->qk_norm ? "Attention(RowNorm(q,k)+MatMul+Softmax+MatMul)"
+                                           : "Attention(MatMul+Softmax+MatMul)");
         dropped++;
     }
     free(zero);

@@ -173,8 +173,22 @@ typedef struct {
                                per-window mask over (images x windows) */
     int rot_skip;           /* Rotary: the leading tokens left as they are (a class token) */
     bool rot_half;          /* Rotary: partners D/2 apart (rotate_half), not adjacent pairs */
-    int64_t rn_div, rn_mod; /* RowNorm: row r scaled by in[1][(r / rn_div) % rn_mod] (mod 0: 1) */
+    int64_t rn_div, rn_mod; /* RowNorm: row r scaled by in[1][(r / rn_div) % rn_mod] (mod 0: 1);
+                               cosine Attention: matrix b's q by in[n_in - 1][(b / rn_div) %
+                               rn_mod] */
+    int qk_norm; /* Attention: 0, or 1 when q and k rows are L2-normalised first, each divided by
+                    max(|row|, epsilon) (Swin V2's cosine attention, its RowNorms absorbed); 2:
+                    q's then scaled per matrix by the last input, as rn_div and rn_mod say */
 } si_gnode;
+
+/* Attention: the bias or mask added to the scores (in[3]), or -1; a cosine attention's per-head
+ * scales of q come last. */
+static inline int si_attention_bias(const si_gnode *n) {
+    return n->n_in - (n->qk_norm == 2) > 3 ? n->in[3] : -1;
+}
+static inline int si_attention_qk_scale(const si_gnode *n) {
+    return n->qk_norm == 2 ? n->in[n->n_in - 1] : -1;
+}
 
 /* LayerNorm: whether ONNX's B is given (in[2]); a fused premul and residual follow the ONNX
  * inputs in `in`. */

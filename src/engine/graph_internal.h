@@ -131,6 +131,11 @@ si_status si_infer_rotary(si_graph *g, si_gnode *n, const si_shape *x, si_shape 
  * rownorm.c. */
 int si_fuse_rownorm(si_graph *g);
 bool si_rownorm_take_scale(si_graph *g, int q, int c);
+/* The fused attention node att whose q and k (K's rows keys) are each a RowNorm read by it
+ * alone, of one eps, k's unscaled and q's scale constant over each matrix: the normalisation
+ * moves into att (qk_norm, in[0] and in[1] their inputs, q's scale its last input) and the
+ * RowNorms die (op -1; the caller compacts). False, nothing changed, otherwise. */
+bool si_rownorm_into_attention(si_graph *g, si_gnode *att);
 si_status si_infer_rownorm(si_graph *g, si_gnode *n, const si_shape *x, si_shape *y);
 /* The operands' shapes at the current batch from a node's views; an error when the values they
  * read no longer have the shapes the views were made for. */

@@ -3,7 +3,9 @@
  * passes over q or k (the Expand a full copy of the norms); the attention's per-head logit scale
  * then multiplies q once more (attention.c moves it there). Here the four become one
  * SI_OP_ROWNORM node, y = x s[(row / div) % mod] / max(|x row|, eps), and attention.c folds the
- * per-head scale into its s. Run on inferred shapes, before the attention fusion. */
+ * per-head scale into its s. Run on inferred shapes, before the attention fusion, which then
+ * takes q's and k's RowNorm into the attention node itself where it can
+ * (si_rownorm_into_attention: the kernels normalise q and k as they load them). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +92,30 @@ bool si_rownorm_take_scale(si_graph *g, int q, int c) {
     n->rn_div = div;
     n->rn_mod = mod;
     si_node_add_input(n, c);
+    return true;
+}
+
+bool si_rownorm_into_attention(si_graph *g, si_gnode *att) {
+    si_gnode *rq = si_graph_producer(g, att->in[0]), *rk = si_graph_producer(g, att->in[1]);
+    if (!att->trans_b || att->qk_norm || !rq || !rk || rq == rk || rq->op != SI_OP_ROWNORM ||
+        rk->op != SI_OP_ROWNORM || rq->aview || rk->aview || rk->n_in != 1 ||
+        g->values[att->in[0]].uses != 1 || g->values[att->in[1]].uses != 1 ||
+        rq->epsilon != rk->epsilon)
+        return false;
+    const si_shape *qs = &g->values[att->in[0]].shape;
+    int64_t t = qs->ndim >= 3 ? qs->dims[qs->ndim - 2] : 0;
+    bool scaled = rq->n_in > 1 && rq->rn_mod > 0;
+    if (t < 1 || (scaled && rq->rn_div % t != 0)) return false; /* a scale within a matrix */
+    att->in[0] = rq->in[0];
+    att->in[1] = rk->in[0];
+    att->epsilon = rq->epsilon;
+    att->qk_norm = scaled ? 2 : 1;
+    if (scaled) {
+        att->rn_div = rq->rn_div / t;
+        att->rn_mod = rq->rn_mod;
+        si_node_add_input(att, rq->in[1]);
+    }
+    rq->op = rk->op = -1;
     return true;
 }
 
