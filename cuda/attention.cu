@@ -21,6 +21,7 @@
 #include "cuda/attention90.cuh"
 #include "cuda/elem.cuh"
 #include "cuda/ptx.cuh"
+#include "engine/kernel_math.h"
 
 namespace {
 
@@ -312,10 +313,17 @@ __device__ inline void load_qa(uint32_t (&qa)[D / 16][4], const T *qs) {
     }
 }
 
-// a warp's rows row[] (those inside T) of Y = o / l, l the running sums of its lanes' quads
+// an activation on Y: the kinds si_attention_act admits (a call to si_act_eval's every case,
+// out of line, spilled k_flash's accumulators: LeViT's attention ran 1.8x slower)
+__device__ inline float y_act(float v, int kind) {
+    return kind == SI_ACT_RELU ? (v > 0.f ? v : 0.f) : si_hardswish(v);
+}
+
+// a warp's rows row[] (those inside T) of Y = act(o / l), l the running sums of its lanes' quads
+// (act: a kind of si_attention_act, or 0)
 template <typename T, int D>
 __device__ inline void store_o(T *yb, int64_t ld, int T_, const int (&row)[2],
-                               const float (&o)[D / 8][4], float (&l)[2]) {
+                               const float (&o)[D / 8][4], float (&l)[2], int act = 0) {
     const int t4 = threadIdx.x % 4;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -328,7 +336,9 @@ __device__ inline void store_o(T *yb, int64_t ld, int T_, const int (&row)[2],
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             if (row[h] >= T_) continue;
-            uint32_t w = pack2<T>(o[nt][2 * h] * l[h], o[nt][2 * h + 1] * l[h]);
+            float a = o[nt][2 * h] * l[h], b = o[nt][2 * h + 1] * l[h];
+            if (act) a = y_act(a, act), b = y_act(b, act);
+            uint32_t w = pack2<T>(a, b);
             *reinterpret_cast<uint32_t *>(yb + (int64_t)row[h] * ld + nt * 8 + 2 * t4) = w;
         }
 }
@@ -396,7 +406,7 @@ __global__ void __launch_bounds__(256, DK <= 64 && DV <= 64 ? 2 : 1)
     }
     cp_wait<0>();               // nothing in flight at exit (S == 0 issued Q and never waited)
     si_attn_offsets(p, b, off); // again: one 64-bit offset less live through the loop (spills)
-    store_o<T, DV>(y + off[3], p.ld[3], T_, row, o, l);
+    store_o<T, DV>(y + off[3], p.ld[3], T_, row, o, l, p.act.kind);
 }
 
 // Short sequences without a bias (a ViT's 197 or DINOv2's 257 tokens): the flash kernel above
@@ -616,7 +626,7 @@ __global__ void k_attn_rows(si_k_attn p, const T *__restrict__ q, const T *__res
     for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
         float acc = 0.f;
         for (int64_t s = 0; s < S; s++) acc += sc[s] * si_to_f(vb[s * lv + d]);
-        yr[d] = si_from_f<T>(acc * inv);
+        yr[d] = si_from_f<T>(p.act.kind ? y_act(acc * inv, p.act.kind) : acc * inv);
     }
 }
 
@@ -738,12 +748,13 @@ template <typename T>
 int which(int t, const si_k_attn &p, const void *q, const void *k, const void *v, const void *bias,
           const void *y) {
     if constexpr (sizeof(T) == 2) {
-        const bool cosine = p.qk_eps > 0.f; // the tiled kernel alone normalises q and k
-        if (!cosine && attn90_here() && si_cuda_attn90_ok(t, &p, q, k, v, bias, y))
+        // the tiled kernel alone normalises q and k, and applies an activation to Y
+        const bool plain = !(p.qk_eps > 0.f) && !p.act.kind;
+        if (plain && attn90_here() && si_cuda_attn90_ok(t, &p, q, k, v, bias, y))
             return SI_ATTN_WGMMA;
         if (flash_heads(p.d, p.dv) && flash_fits<T>(p, q, k, v, y)) {
             cudaError_t err = cudaSuccess;
-            if (!cosine && p.d == 64 && !bias && resident_slots<T>(p, &err) >= 2)
+            if (plain && p.d == 64 && !bias && resident_slots<T>(p, &err) >= 2)
                 return SI_ATTN_RESIDENT;
             return SI_ATTN_FLASH;
         }

@@ -24,6 +24,7 @@ typedef struct {
     float qk_eps;
     const void *qk_scale;
     int64_t qs_div, qs_mod;
+    si_act act; /* applied to Y as it is stored (LeViT's HardSwish on the merged heads) */
 } si_k_attn;
 
 cudaError_t si_k_attention(cudaStream_t s, int t, const si_k_attn *p, const void *q, const void *k,

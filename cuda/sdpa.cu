@@ -44,6 +44,7 @@ void si_cuda_attn_params(const si_graph *g, const si_gnode *n, si_k_attn *p, int
     p->dv = v->dims[nd - 1];
     p->scale = n->alpha;
     p->trans_b = n->trans_b;
+    p->act = n->act;
     if (n->qk_norm) {
         p->qk_eps = n->epsilon;
         p->qs_div = n->qk_norm == 2 ? n->rn_div : 1;
@@ -615,6 +616,8 @@ static si_status attn_choose(si_engine *e, cuda_state *cs, int j, int mode, algo
         why = "FP32";
     else if (n->qk_norm)
         why = "q and k normalised in our kernel (cosine attention)";
+    else if (n->act.kind)
+        why = "an activation on its output, applied by our kernel";
     else if (si_attention_bias(n) >= 0)
         why = "a bias or mask";
     else if ((x->p.d != 32 && x->p.d != 64 && x->p.d != 128) || x->p.dv != x->p.d)

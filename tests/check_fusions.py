@@ -62,9 +62,10 @@ EXPECT = {
     # fused node
     "beit_b_16": ({"attention": 12, "operands": 48, "bias": 48, "residual": 24}, ["Softmax"]),
     # LeViT: head size 16 with V twice or four times as wide; its Linear layers' BatchNorm1d
-    # folds into them (the BatchNorms before its two heads stay)
+    # folds into them (the BatchNorms before its two heads stay); the HardSwish on the merged
+    # heads runs in the attention node as it stores them
     "levit_128": ({"attention": 14, "operands": 56, "residual": 26},
-                  ["Softmax", "BatchNormalization>2"]),
+                  ["Softmax", "BatchNormalization>2", "HardSwish"]),
     # Swin V2's cosine attention: q and k's L2 normalisation and the per-head logit scale run in
     # the attention node (no RowNorm left), which reads q, k and v from the packed projection in
     # place (so no head-split Transpose, Slice or Squeeze is left); its relative-position MLP

@@ -1584,6 +1584,26 @@ def c_attention_levit_subsample(c):
     _sdpa(c, q, k, v, bias=c.init("attention_biases", normal(c.rng, (8, 49, 196))))
 
 
+def c_attention_levit_act(c):
+    # LeViT's block: the merged heads through a HardSwish before the projection, which the
+    # attention node applies as it stores Y (written in place of the head merge)
+    c.opset = 14  # HardSwish
+    q, k = (c.input(n, normal(c.rng, (2, 4, 49, 16))) for n in ("q", "k"))
+    v = c.input("v", normal(c.rng, (2, 4, 49, 32)))
+    y = _sdpa(c, q, k, v, scale_split=False, out=False,
+              bias=c.init("attention_biases", normal(c.rng, (4, 49, 49))))
+    y = c.node("HardSwish", [_merge_heads(c, y, 49, 4, 32, proj=False)], ["act"])
+    w = c.init("proj.weight", normal(c.rng, (128, 64), 1.0 / np.sqrt(128)))
+    c.output(c.node("MatMul", [y, w], ["proj"]))
+
+
+def c_attention_act_head64(c):
+    # an activation on Y at head size 64 without a bias, whose plain attention goes to the
+    # wgmma or the resident kernel: with it, the tiled one
+    q, k, v = (c.input(n, normal(c.rng, (2, 3, 100, 64))) for n in ("q", "k", "v"))
+    c.output(c.node("Relu", [_sdpa(c, q, k, v, out=False)], ["act"]))
+
+
 def c_attention_head_128(c):
     # head size 128 (the widest towers'): the flash kernel's widest head, and cuDNN's SDPA
     # where init picks it

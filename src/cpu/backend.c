@@ -243,7 +243,8 @@ static void run_attention(const op_args *a) {
                      .d = q->dims[nd - 1],
                      .dv = v->dims[nd - 1],
                      .scale = n->alpha,
-                     .trans_b = n->trans_b};
+                     .trans_b = n->trans_b,
+                     .act = n->act};
     for (int i = 0; i < 4; i++) {
         p.off[i] = off + i * nb;
         p.ld[i] = op[i].st[nd - 2];

@@ -365,6 +365,11 @@ void si_cpu_attention(const si_cpu_attn *p, const float *q, const float *k, cons
         si_cpu_softmax(sc, t, s, sc);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)t, (int)dv, (int)s, 1.f, sc,
                     (int)s, v + p->off[2][b], (int)p->ld[2], 0.f, y + p->off[3][b], (int)p->ld[3]);
+        if (p->act.kind)
+            for (int64_t i = 0; i < t; i++) {
+                float *yr = y + p->off[3][b] + i * p->ld[3];
+                for (int64_t j = 0; j < dv; j++) yr[j] = si_act_eval(yr[j], p->act);
+            }
         free(sc);
     }
 }

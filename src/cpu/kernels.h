@@ -112,7 +112,7 @@ void si_cpu_scatter_elements(const si_elements_geom *geo, int red, const float *
  * starts at off[i][b], its rows ld[i] apart (a row's elements adjacent). bias: NULL or read at
  * bias_off[b] + i * bst_t + j * bst_s (broadcast strides may be 0). qk_eps > 0: cosine
  * attention, each row of q and of k (trans_b) divided by max(|row|, qk_eps) first, q's then
- * multiplied by qk_scale[(b / qs_div) % qs_mod] (qk_scale NULL: 1). */
+ * multiplied by qk_scale[(b / qs_div) % qs_mod] (qk_scale NULL: 1). act: applied to y. */
 typedef struct {
     int64_t nb, t, s, d, dv;
     float scale;
@@ -125,6 +125,7 @@ typedef struct {
     float qk_eps;
     const float *qk_scale;
     int64_t qs_div, qs_mod;
+    si_act act;
 } si_cpu_attn;
 void si_cpu_attention(const si_cpu_attn *p, const float *q, const float *k, const float *v,
                       float *y);

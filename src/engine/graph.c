@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "import.h"
+#include "kernel_math.h"
 
 /* By designator: an op added to si_op without its name here is "?" (and, last, fails the
  * count). */
@@ -560,9 +561,11 @@ bool si_graph_is_linear(const si_graph *g, const si_gnode *p) {
     return w->kind == SI_VAL_CONST && w->shape.ndim == 2 && g->values[p->in[0]].shape.ndim >= 2;
 }
 
-static bool fusable_producer(const si_graph *g, const si_gnode *p) {
+/* Attention too, for the kinds its kernels apply (si_attention_act): LeViT's HardSwish on the
+ * merged heads, before its projection, is elementwise, so it applies to Y as it is stored. */
+static bool fusable_producer(const si_graph *g, const si_gnode *p, int kind) {
     return (p->op == SI_OP_CONV || p->op == SI_OP_BINARY || p->op == SI_OP_GEMM ||
-            si_graph_is_linear(g, p)) &&
+            (p->op == SI_OP_ATTENTION && si_attention_act(kind)) || si_graph_is_linear(g, p)) &&
            p->act.kind == SI_ACT_NONE;
 }
 
@@ -870,6 +873,16 @@ static void fuse_swish(si_graph *g) {
 }
 
 /* An activation whose input comes from a Conv, Add or Gemm with no other reader. */
+/* The attention behind view node v (LeViT's Reshape merging the heads), each read once: an
+ * activation after v applies to the attention's Y as well. NULL otherwise. */
+static si_gnode *attention_behind_view(si_graph *g, const si_gnode *v) {
+    if (v->op != SI_OP_VIEW || v->n_in < 1) return NULL;
+    const si_value *yv = &g->values[v->in[0]];
+    if (yv->producer < 0 || yv->uses != 1 || yv->kind != SI_VAL_RUNTIME) return NULL;
+    si_gnode *p = &g->nodes[yv->producer];
+    return p->op == SI_OP_ATTENTION ? p : NULL;
+}
+
 static void fuse_activations(si_graph *g) {
     for (int j = 0; j < g->n_nodes; j++) {
         si_gnode *a = &g->nodes[j];
@@ -877,8 +890,18 @@ static void fuse_activations(si_graph *g) {
         if (a->op != SI_OP_ACTIVATION || a->n_in > 1) continue;
         si_value *xv = &g->values[a->in[0]];
         if (xv->producer < 0 || xv->uses != 1 || xv->kind != SI_VAL_RUNTIME) continue;
-        si_gnode *p = &g->nodes[xv->producer];
-        if (!fusable_producer(g, p)) continue;
+        si_gnode *p = &g->nodes[xv->producer], *att = attention_behind_view(g, p);
+        if (att && fusable_producer(g, att, a->act.kind) && !si_graph_is_output(g, a->out)) {
+            att->act = a->act; /* act(view(y)) = view(act(y)): the view's readers read a's */
+            char *t = si_graph_join_types(att->op_type, a->op_type);
+            free(att->op_type);
+            att->op_type = t;
+            si_graph_replace_reads(g, a->out, p->out);
+            a->op = -1;
+            g->fused_act++;
+            continue;
+        }
+        if (!fusable_producer(g, p, a->act.kind)) continue;
         if (p->op == SI_OP_GEMM && a->act.kind != SI_ACT_RELU) continue;
         p->act = a->act;
         si_graph_absorb(g, p, a);

@@ -18,6 +18,19 @@ SI_HD static inline float si_softplus(float v) {
     return (v > 0.f ? v : 0.f) + log1pf(expf(-fabsf(v)));
 }
 
+SI_HD static inline float si_hardswish(float v) {
+    float t = v * (1.f / 6.f) + 0.5f;
+    if (t > 1.f) t = 1.f;
+    if (t < 0.f) t = 0.f;
+    return v * t;
+}
+
+/* The activations an attention node applies to Y (graph.c fuses no other kind into it): the
+ * GPU kernels' epilogues take these few, not si_act_eval's every case. */
+SI_HD static inline bool si_attention_act(int kind) {
+    return kind == SI_ACT_RELU || kind == SI_ACT_HARDSWISH;
+}
+
 /* The activations, kind for kind. NaN propagates through every kind but RELU. */
 SI_HD static inline float si_act_eval(float v, si_act a) {
     switch (a.kind) {
@@ -32,12 +45,7 @@ SI_HD static inline float si_act_eval(float v, si_act a) {
         if (t < 0.f) t = 0.f;
         return t;
     }
-    case SI_ACT_HARDSWISH: {
-        float t = v * (1.f / 6.f) + 0.5f;
-        if (t > 1.f) t = 1.f;
-        if (t < 0.f) t = 0.f;
-        return v * t;
-    }
+    case SI_ACT_HARDSWISH: return si_hardswish(v);
     /* the product the unfused Sigmoid + Mul computes, so fusing changes no bit */
     case SI_ACT_SILU: return v * (1.f / (1.f + expf(-v)));
     case SI_ACT_LEAKYRELU: return v >= 0.f ? v : a.alpha * v;
