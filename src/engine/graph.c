@@ -872,7 +872,6 @@ static void fuse_swish(si_graph *g) {
     }
 }
 
-/* An activation whose input comes from a Conv, Add or Gemm with no other reader. */
 /* The attention behind view node v (LeViT's Reshape merging the heads), each read once: an
  * activation after v applies to the attention's Y as well. NULL otherwise. */
 static si_gnode *attention_behind_view(si_graph *g, const si_gnode *v) {
@@ -883,6 +882,8 @@ static si_gnode *attention_behind_view(si_graph *g, const si_gnode *v) {
     return p->op == SI_OP_ATTENTION ? p : NULL;
 }
 
+/* An activation whose input comes from a Conv, Add, Gemm or attention with no other reader
+ * (the attention's also through a view). */
 static void fuse_activations(si_graph *g) {
     for (int j = 0; j < g->n_nodes; j++) {
         si_gnode *a = &g->nodes[j];
