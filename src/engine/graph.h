@@ -166,8 +166,8 @@ typedef struct {
     float host_f;
     si_tensor *host_t;      /* ConstantOfShape value */
     char *equation;         /* Einsum on the host (owned) */
-    si_attn_view *aview;    /* Attention: Q, K, V, Y views (4, owned); RowNorm: its input's (1,
-                               owned); NULL when all are row-major */
+    si_attn_view *aview;    /* Attention: Q, K, V, Y views (4, owned); RowNorm and Rotary: their
+                               input's (1, owned); NULL when all are row-major */
     si_slice_view *sview;   /* Concat: per input (n_in, owned), NULL when none reads a Slice */
     bool bias_tiles;        /* Attention: the bias's batch dims repeat (index mod extent): Swin's
                                per-window mask over (images x windows) */

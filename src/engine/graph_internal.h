@@ -106,8 +106,8 @@ void si_graph_replace_reads(si_graph *g, int from, int to);
 int si_fuse_attention(si_graph *g, const float *host_scalars_at_2);
 /* Lets fused attention read Q, K and V through the layout ops between them and the projection
  * that made them (Reshape, Transpose, Split, Slice, Gather, Squeeze) and write Y through the
- * Transpose after it, where strides can say it, and a RowNorm read its input so (the q and k of
- * a cosine attention); the layout ops then die. Returns the operands rewired. */
+ * Transpose after it, where strides can say it, and a RowNorm or Rotary read its input so (the
+ * q and k of Swin V2 and EVA-02); the layout ops then die. Returns the operands rewired. */
 int si_fuse_attention_views(si_graph *g);
 /* Lets a Concat read each input made by a Slice of a computed value through that Slice (starts
  * and steps), when they are the same at batch 1 and 2; the Slices die. Returns the inputs. */

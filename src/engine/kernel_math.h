@@ -143,8 +143,6 @@ SI_HD static inline int64_t si_gathernd_offset(const si_gathernd_geom *g, int64_
     return off;
 }
 
-/* ScatterElements' reduction (si_scatter_reduction) of the data's value a with the update b; Max
- * and Min as the Max and Min ops (NaN wins). */
 /* The first element of row r (rows of d elements) of the value g describes. */
 SI_HD static inline int64_t si_row_start(const si_row_geom *g, int64_t r, int64_t d) {
     if (g->nd == 0) return r * d;
@@ -156,6 +154,8 @@ SI_HD static inline int64_t si_row_start(const si_row_geom *g, int64_t r, int64_
     return o;
 }
 
+/* ScatterElements' reduction (si_scatter_reduction) of the data's value a with the update b; Max
+ * and Min as the Max and Min ops (NaN wins). */
 SI_HD static inline float si_scatter_eval(int red, float a, float b) {
     switch (red) {
     case SI_SCATTER_ADD: return a + b;

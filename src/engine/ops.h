@@ -81,7 +81,7 @@ typedef enum {
  * si_gathernd_offset. SI_INDEX_MAXD is the graph's SI_MAX_DIMS (graph.c checks). */
 #define SI_INDEX_MAXD 8
 
-/* Rows of a value's last axis (contiguous), as RowNorm reads them (kernel_math.h's
+/* Rows of a value's last axis (contiguous), as RowNorm and Rotary read them (kernel_math.h's
  * si_row_start): row-major rows (nd 0), or a strided view's, its leading nd logical dims
  * (innermost last) at strides st, from element off: the head split of a packed projection read
  * in place. */
