@@ -324,12 +324,12 @@ void si_cpu_softmax(const float *x, int64_t rows, int64_t cols, float *y) {
     }
 }
 
-/* 1 / max(|x|_2, eps) of n elements */
-static float inv_norm(const float *x, int64_t n, float eps) {
-    double ss = 0.0;
-    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    float nrm = (float)sqrt(ss);
-    return 1.f / (nrm > eps ? nrm : eps);
+/* max(|x|_2, eps) of n elements, summed in double: F.normalize's divisor (RowNorm's, and a
+ * cosine attention's of q and k) */
+static double row_norm(const float *x, int64_t n, float eps) {
+    double q = 0;
+    for (int64_t i = 0; i < n; i++) q += (double)x[i] * x[i];
+    return fmax(sqrt(q), eps);
 }
 
 /* Matrix b's scores q k^T made those of q and k's rows normalised (and q's scaled):
@@ -337,11 +337,12 @@ static float inv_norm(const float *x, int64_t n, float eps) {
 static void cosine_scores(const si_cpu_attn *p, int64_t b, const float *q, const float *k,
                           float *sc) {
     int64_t t = p->t, s = p->s, d = p->d;
-    float qs = p->qk_scale ? p->qk_scale[(b / p->qs_div) % p->qs_mod] : 1.f;
+    double qs = p->qk_scale ? p->qk_scale[(b / p->qs_div) % p->qs_mod] : 1.0;
     float *fk = si_xmalloc(sizeof(float) * (size_t)(s > 0 ? s : 1));
-    for (int64_t j = 0; j < s; j++) fk[j] = inv_norm(k + p->off[1][b] + j * p->ld[1], d, p->qk_eps);
+    for (int64_t j = 0; j < s; j++)
+        fk[j] = (float)(1.0 / row_norm(k + p->off[1][b] + j * p->ld[1], d, p->qk_eps));
     for (int64_t i = 0; i < t; i++) {
-        float fq = qs * inv_norm(q + p->off[0][b] + i * p->ld[0], d, p->qk_eps);
+        float fq = (float)(qs / row_norm(q + p->off[0][b] + i * p->ld[0], d, p->qk_eps));
         for (int64_t j = 0; j < s; j++) sc[i * s + j] *= fq * fk[j];
     }
     free(fk);
@@ -774,9 +775,7 @@ void si_cpu_rownorm(const float *x, const si_row_geom *rg, int64_t rows, int64_t
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + si_row_start(rg, r, d);
-        double q = 0;
-        for (int64_t i = 0; i < d; i++) q += (double)xr[i] * xr[i];
-        double f = (s && mod > 0 ? s[(r / div) % mod] : 1.0) / fmax(sqrt(q), eps);
+        double f = (s && mod > 0 ? s[(r / div) % mod] : 1.0) / row_norm(xr, d, eps);
         for (int64_t i = 0; i < d; i++) y[r * d + i] = (float)(xr[i] * f);
     }
 }
