@@ -44,54 +44,6 @@ template <typename T, int V> __device__ __forceinline__ void load_f(const T *p, 
     to_f(v, f);
 }
 
-// act_apply on V values with the switch on the kind taken once, outside the loop: inside each
-// case the kind is a constant, so act_apply's own switch folds away (one formula, no copy of it).
-// FAST (16-bit tensors): Sigmoid and SiLU as x / (1 + 2^(-x log2 e)) with the hardware's
-// approximate exp2 and reciprocal, a few 1e-7 off the CPU's expf and division, far below the
-// 16-bit rounding of the result, and about a quarter of the instructions. In the prologue of an
-// EfficientNet block that is one SiLU per loaded element, which otherwise bounds the kernel.
-// The rarer kinds through one call: inlined into every instantiation below, the transcendental
-// ones (Sin, Cos, Log, Mish, ...) grew this file's object from 5 to 14 MB.
-__device__ __noinline__ float act_rare(float v, si_act a) {
-    return act_apply(v, a);
-}
-
-template <bool FAST, int V>
-__device__ __forceinline__ void act_vec(float (&f)[V], const si_act &a) {
-#define SI_ACT_CASE(K)                                                                             \
-    case K: {                                                                                      \
-        si_act k = a;                                                                              \
-        k.kind = K;                                                                                \
-        _Pragma("unroll") for (int i = 0; i < V; i++) f[i] = act_apply(f[i], k);                   \
-        return;                                                                                    \
-    }
-    if (FAST && a.kind == SI_ACT_SILU) {
-#pragma unroll
-        for (int i = 0; i < V; i++) f[i] = __fdividef(f[i], 1.f + __expf(-f[i]));
-        return;
-    }
-    if (FAST && a.kind == SI_ACT_SIGMOID) {
-#pragma unroll
-        for (int i = 0; i < V; i++) f[i] = __fdividef(1.f, 1.f + __expf(-f[i]));
-        return;
-    }
-    switch (a.kind) {
-    case SI_ACT_NONE:
-        return;
-        SI_ACT_CASE(SI_ACT_RELU)
-        SI_ACT_CASE(SI_ACT_CLIP)
-        SI_ACT_CASE(SI_ACT_SIGMOID)
-        SI_ACT_CASE(SI_ACT_HARDSIGMOID)
-        SI_ACT_CASE(SI_ACT_HARDSWISH)
-        SI_ACT_CASE(SI_ACT_SILU)
-        SI_ACT_CASE(SI_ACT_LEAKYRELU)
-    default:
-#pragma unroll
-        for (int i = 0; i < V; i++) f[i] = act_rare(f[i], a);
-    }
-#undef SI_ACT_CASE
-}
-
 // One staged chunk of N channels in float: the loaded values with the prologue (the previous
 // conv's bias and activation) applied where p.pro says, or zeros outside the image. Both
 // kernels' staging loops end here.
@@ -108,7 +60,7 @@ __device__ __forceinline__ void stage_chunk(const T (&e)[N], bool in, int pro, c
     if (pro) {
 #pragma unroll
         for (int i = 0; i < N; i++) f[i] += pb[i];
-        act_vec<FAST>(f, pact);
+        si_act_vec<FAST>(f, pact);
     }
 }
 
@@ -257,7 +209,7 @@ __device__ __forceinline__ void dw_epilogue(const dw_params &p, const float (&ac
 #pragma unroll
             for (int i = 0; i < V; i++) o[i] += zf[i];
         }
-        act_vec<sizeof(T) == 2>(o, p.act);
+        si_act_vec<sizeof(T) == 2>(o, p.act);
         *reinterpret_cast<vec<T, V> *>(y + t * p.c) = from_f<T, V>(o);
     }
 }
@@ -426,7 +378,7 @@ __device__ __forceinline__ void dw2_epilogue(const dw2_params &p, const float2 (
                 load_f<T, 2>((const T *)p.z + o, zf);
                 f[0] += zf[0], f[1] += zf[1];
             }
-            act_vec<sizeof(T) == 2>(f, p.act);
+            si_act_vec<sizeof(T) == 2>(f, p.act);
             *reinterpret_cast<vec<T, 2> *>((T *)p.y + o) = from_f<T, 2>(f);
         }
     }
