@@ -1,4 +1,4 @@
-// The autotune cache's file (autotune.cuh). Layout: "SIAT0005", u32 sizeof(memo_entry), u32 n,
+// The autotune cache's file (autotune.cuh). Layout: "SIAT0006", u32 sizeof(memo_entry), u32 n,
 // char[256] the GPU's name, i32 compute capability, i32 cuDNN version, u64 workspace, u32
 // sizeof(gemm_memo_entry), u32 gn, u64 cuBLASLt version, u32 sizeof(attn_memo_entry), u32 an, n
 // conv entries, gn GEMM entries, an attention entries, u32 CRC-32 of all that precedes it.
@@ -19,8 +19,8 @@
 // picks: 0004, the wgmma attention kernel (a file from before says cuDNN's SDPA for the ViTs'
 // 197 tokens, which it now beats); 0005, an attention entry's key names which of our kernels
 // its choice was timed against, and the fused Linear kernels' table (the GEMM entries' variant
-// indices) has six tiles
-#define AT_MAGIC "SIAT0005"
+// indices) has six tiles; 0006, a conv entry says whether the narrow-channel kernel ran it
+#define AT_MAGIC "SIAT0006"
 
 typedef struct {
     char magic[8];

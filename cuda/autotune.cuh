@@ -1,8 +1,8 @@
 // The convolution and GEMM algorithms and the attention kernels chosen at init, remembered within
-// one init (the same shape is timed once) and across runs in the autotune cache: one file per (GPU, cuDNN version,
-// workspace size) under --autotune-cache DIR, holding every shape ever timed there, whatever the
-// model. A warm cache skips cuDNN's Find and the retiming (most of a start's second) and makes the
-// choice the same from run to run.
+// one init (the same shape is timed once) and across runs in the autotune cache: one file per (GPU,
+// cuDNN version, workspace size) under --autotune-cache DIR, holding every shape ever timed there,
+// whatever the model. A warm cache skips cuDNN's Find and the retiming (most of a start's second)
+// and makes the choice the same from run to run.
 #ifndef SI_CUDA_AUTOTUNE_CUH
 #define SI_CUDA_AUTOTUNE_CUH
 
@@ -13,10 +13,13 @@
 typedef struct {
     si_conv_shape s;
     int t, cpad; // the activation type and the padded channels: what the descriptors are made of
+    int epi;     // the node's bias, residual and activation (conv_epi): the narrow kernel's
+                 // choice was timed with them
     cudnnConvolutionFwdAlgo_t algo;
     cudnnMathType_t math;
     size_t ws;
     float ms;
+    int nconv; // our narrow-channel kernel beat cuDNN on the whole node (narrowconv.cu)
 } memo_entry;
 
 // A timed matmul: what cuda/gemm.cu's lt_setup makes its descriptors of, and the place of the
@@ -41,7 +44,7 @@ typedef struct {
     float ms;
 } attn_memo_entry;
 
-#define MEMO_CAP 4096
+#define MEMO_CAP      4096
 #define GEMM_MEMO_CAP 1024
 #define ATTN_MEMO_CAP 256
 struct algo_memo {

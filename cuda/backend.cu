@@ -230,6 +230,8 @@ static si_status init_nodes(si_engine *e, cuda_state *cs) {
     si_graph *g = e->g;
     const char *dw_env = getenv("SI_CUDNN_DEPTHWISE"); // read once: the A/B switch (the weights'
     cs->dw_cudnn = dw_env && *dw_env && strcmp(dw_env, "0") != 0; // layout depends on it too)
+    const char *nc_env = getenv("SI_NCONV"); // the narrow-channel convs' A/B switch
+    cs->nconv_mode = !nc_env || !*nc_env ? -1 : strcmp(nc_env, "0") == 0 ? 0 : 1;
     double t0 = si_now();
     si_status st = si_cuda_upload_consts(e, cs);
     if (st != SI_OK) return st;

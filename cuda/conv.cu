@@ -1,6 +1,7 @@
 // The CUDA backend's convolutions: cuDNN's descriptors and a timed algorithm choice per conv at
 // init, and the launch per batch (cuDNN, with bias + residual + ReLU fused where it fuses them, or
-// our depthwise kernel, cuda/dwconv.cu, with the producer's bias and activation as its prologue).
+// our depthwise kernel, cuda/dwconv.cu, with the producer's bias and activation as its prologue,
+// or our narrow-channel kernel, cuda/narrowconv.cu, where it beats cuDNN on the whole node).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "cuda/autotune.cuh"
 #include "cuda/backend_internal.cuh"
 #include "cuda/dwconv.cuh"
+#include "cuda/narrowconv.cuh"
 
 algo_memo *si_cuda_memo_new(void) {
     return (algo_memo *)si_xcalloc(1, sizeof(algo_memo));
@@ -131,18 +133,28 @@ static si_status conv_descriptors(cuda_state *cs, conv_x *c, const si_conv_shape
     return SI_OK;
 }
 
-// A choice made earlier for the same descriptors: taken over (math type included); *hit says so.
-static si_status memo_find(cuda_state *cs, conv_x *c, const si_conv_shape *s, algo_memo *memo,
-                           bool *hit) {
+// What the narrow-channel kernel's timing of a node depended on besides its shape: its bias,
+// residual and activation (or none of them, raw).
+static int conv_epi(const conv_x *c, const si_gnode *n) {
+    if (c->raw) return 0;
+    return 1 + (n->n_in - (n->residual >= 0) > 2) + 2 * (n->residual >= 0) + 4 * (int)n->act.kind;
+}
+
+// A choice made earlier for the same descriptors and epilogue: taken over (math type and the
+// narrow kernel's verdict included); *hit says so.
+static si_status memo_find(cuda_state *cs, conv_x *c, const si_conv_shape *s, int epi,
+                           algo_memo *memo, bool *hit) {
     *hit = false;
     memo->asked++;
     for (int k = 0; k < memo->n; k++) {
         const memo_entry *m = &memo->e[k];
-        if (!memcmp(&m->s, s, sizeof *s) && m->t == cs->t && m->cpad == c->cpad) {
+        if (!memcmp(&m->s, s, sizeof *s) && m->t == cs->t && m->cpad == c->cpad && m->epi == epi) {
             if (k < memo->loaded) memo->hits++;
             c->algo = m->algo;
+            c->math = m->math;
             c->ws = m->ws;
             c->ms = m->ms;
+            c->nconv = m->nconv != 0;
             if (cs->t != SI_GT_F32) cudnnCheck(cudnnSetConvolutionMathType(c->cd, m->math));
             *hit = true;
             return SI_OK;
@@ -200,9 +212,8 @@ static si_status conv_retime(cuda_state *cs, const si_graph *g, int j, void *xp,
     return SI_OK;
 }
 
-// cuDNN's Find on slot 0's buffers, the candidates timed again (conv_retime), the choice
-// remembered in memo.
-static si_status conv_choose(cuda_state *cs, const si_graph *g, int j, algo_memo *memo) {
+// cuDNN's Find on slot 0's buffers, the candidates timed again (conv_retime).
+static si_status conv_choose(cuda_state *cs, const si_graph *g, int j) {
     const si_gnode *n = &g->nodes[j];
     const si_conv_shape *s = &n->conv;
     conv_x *c = &cs->conv[j];
@@ -226,12 +237,10 @@ static si_status conv_choose(cuda_state *cs, const si_graph *g, int j, algo_memo
                         s->n, s->c, s->h, s->w, s->m, s->kh, s->kw, s->group,
                         cs->plan.workspace >> 20);
     c->algo = perf[pick].algo;
+    c->math = perf[pick].mathType;
     c->ws = perf[pick].memory;
     c->ms = best;
-    if (cs->t != SI_GT_F32) cudnnCheck(cudnnSetConvolutionMathType(c->cd, perf[pick].mathType));
-    if (memo->n < MEMO_CAP)
-        memo->e[memo->n++] =
-            (memo_entry){*s, cs->t, c->cpad, c->algo, perf[pick].mathType, c->ws, c->ms};
+    if (cs->t != SI_GT_F32) cudnnCheck(cudnnSetConvolutionMathType(c->cd, c->math));
     return SI_OK;
 }
 
@@ -255,6 +264,66 @@ static si_status conv_fuse(si_engine *e, cuda_state *cs, int j) {
     return SI_OK;
 }
 
+// The narrow-channel kernel's arguments for conv j on slot sl.
+static si_nconv_args nconv_args(cuda_state *cs, const si_graph *g, slot_x *sl, int j) {
+    const si_gnode *n = &g->nodes[j];
+    const conv_x *c = &cs->conv[j];
+    si_tview vx = tv_of(&g->values[n->in[0]]);
+    si_nconv_args a;
+    memset(&a, 0, sizeof a);
+    a.s = n->conv;
+    a.x = (const char *)vptr(cs, g, sl, n->in[0]) + vx.off * (int64_t)cs->plan.elem;
+    for (int k = 0; k < 4; k++) a.xst[k] = vx.st[k];
+    a.w = vptr(cs, g, sl, n->in[1]);
+    a.wc = c->cpad; // the weights' channels, padded as cuDNN's input is
+    a.y = vptr(cs, g, sl, n->out);
+    if (!c->raw) { // raw: bias and activation are the depthwise conv's after it (no residual)
+        a.b = n->n_in - (n->residual >= 0) > 2 ? vptr(cs, g, sl, n->in[2]) : NULL;
+        a.z = n->residual >= 0 ? vptr(cs, g, sl, n->residual) : NULL;
+        a.act = n->act;
+    }
+    return a;
+}
+
+// Whether the narrow-channel kernel can run conv j: its shape, and the operands' strides and
+// alignment on slot 0, the same on every slot (their arenas are aligned alike).
+static bool nconv_fits(cuda_state *cs, const si_graph *g, int j) {
+    if (!si_nconv_supported(&g->nodes[j].conv)) return false;
+    si_nconv_args a = nconv_args(cs, g, &cs->slots[0], j);
+    return si_nconv_fits(&a);
+}
+
+// one run of conv j as it stands on slot 0 (si_cuda_time_best's launch)
+typedef struct {
+    si_engine *e;
+    cuda_state *cs;
+    int j;
+} conv_run1;
+static bool conv_run_once(void *ctx) {
+    const conv_run1 *r = (const conv_run1 *)ctx;
+    return si_cuda_conv_run(r->e, r->cs, &r->cs->slots[0], r->j) == SI_OK;
+}
+
+// Whether our narrow-channel kernel beats cuDNN on conv j: each timed as the whole node, cuDNN's
+// with the copy into its padded input and the epilogue pass it needs (LeViT's stem: cuDNN fuses
+// no HardSwish, and wants the image's 3 channels padded to 8).
+static si_status nconv_choose(si_engine *e, cuda_state *cs, int j) {
+    conv_x *c = &cs->conv[j];
+    c->nconv = false;
+    if (!nconv_fits(cs, e->g, j)) return SI_OK;
+    conv_run1 r = {e, cs, j};
+    float theirs = si_cuda_time_best(cs->slots[0].stream, conv_run_once, &r);
+    c->nconv = true;
+    float ours = si_cuda_time_best(cs->slots[0].stream, conv_run_once, &r);
+    c->nconv = ours >= 0.f && (theirs < 0.f || ours < theirs);
+    if (e->opts.verbose) {
+        const si_gnode *n = &e->g->nodes[j];
+        fprintf(stderr, "cuda: %s (%s) narrow-channel kernel %.3f ms, cuDNN's node %.3f ms\n",
+                n->name, n->op_type, ours, theirs);
+    }
+    return SI_OK;
+}
+
 si_status si_cuda_conv_init(si_engine *e, cuda_state *cs, int j, algo_memo *memo) {
     si_graph *g = e->g;
     si_gnode *n = &g->nodes[j];
@@ -275,10 +344,20 @@ si_status si_cuda_conv_init(si_engine *e, cuda_state *cs, int j, algo_memo *memo
     c->cpad = si_devplan_conv_cpad(g, n, cs->plan.elem);
     si_status st = conv_descriptors(cs, c, s);
     bool hit = false;
-    if (st == SI_OK) st = memo_find(cs, c, s, memo, &hit);
-    if (st == SI_OK && !hit) st = conv_choose(cs, g, j, memo);
+    int epi = conv_epi(c, n);
+    if (st == SI_OK) st = memo_find(cs, c, s, epi, memo, &hit);
+    if (st == SI_OK && !hit) st = conv_choose(cs, g, j);
+    if (st == SI_OK) st = conv_fuse(e, cs, j);
+    if (st == SI_OK && !hit) st = nconv_choose(e, cs, j);
     if (st != SI_OK) return st;
-    return conv_fuse(e, cs, j);
+    if (!hit && memo->n < MEMO_CAP)
+        memo->e[memo->n++] =
+            (memo_entry){*s, cs->t, c->cpad, epi, c->algo, c->math, c->ws, c->ms, c->nconv};
+    if (cs->nconv_mode >= 0) c->nconv = cs->nconv_mode == 1;
+    c->nconv = c->nconv && nconv_fits(cs, g, j);
+    if (e->opts.verbose && c->nconv)
+        fprintf(stderr, "cuda: %s (%s) the narrow-channel kernel runs it\n", n->name, n->op_type);
+    return SI_OK;
 }
 
 void si_cuda_conv_release(conv_x *c) {
@@ -344,11 +423,22 @@ si_status si_cuda_conv_run(si_engine *e, cuda_state *cs, slot_x *sl, int j) {
         cudaCheck(si_k_dwconv(sl->stream, cs->t, &a));
         return SI_OK;
     }
+    if (c->nconv) {
+        si_nconv_args a = nconv_args(cs, g, sl, j);
+        cudaCheck(si_k_nconv(sl->stream, cs->t, &a));
+        return SI_OK;
+    }
     if (c->patch) { // patches as rows (n, oh, ow) of (kh, kw, c) and zeros to kp, then the GEMM
         si_tview vx = tv_of(&g->values[n->in[0]]);
         int64_t kp = si_devplan_patch_k(g, n, cs->plan.elem);
-        si_k_patch pp = {(int)s->n, s->c,          s->kh, s->kw, (int)s->oh,
-                         (int)s->ow, {vx.st[0], vx.st[1], vx.st[2], vx.st[3]}, kp};
+        si_k_patch pp = {(int)s->n,
+                         s->c,
+                         s->kh,
+                         s->kw,
+                         (int)s->oh,
+                         (int)s->ow,
+                         {vx.st[0], vx.st[1], vx.st[2], vx.st[3]},
+                         kp};
         // rows padded to kp (DINOv2's 588 taps to 592): the staged kernel where it takes the
         // input; elsewhere the strided copy, measured as fast (ViT-B's, ConvNeXt's)
         cudaError_t e = cudaErrorNotSupported;

@@ -750,6 +750,25 @@ def c_conv_clip6(c):
     c.output(c.clip(y, "relu6"))
 
 
+def c_conv_stem_hardswish(c):
+    # LeViT's stem cut small: three narrow convs at stride 2, each with a HardSwish cuDNN cannot
+    # fuse (the GPU's narrow-channel kernel applies it, cuda/narrowconv.cu)
+    c.opset = 14  # HardSwish
+    x = c.input("images", uniform(c.rng, (3, 3, 24, 24)))
+    y = x
+    for i, (cin, cout) in enumerate(((3, 16), (16, 32), (32, 64))):
+        y = c.conv(y, "stem.%d.c" % i, cin, cout, 3, strides=[2, 2], pads=[1, 1, 1, 1])
+        y = c.node("HardSwish", [y], ["stem.%d.act" % i], name="stem.%d.act" % i)
+    c.output(y)
+
+
+def c_conv_narrow_residual_relu(c):
+    x = c.input("features", normal(c.rng, (3, 24, 9, 10)))
+    y = c.conv(x, "block.conv", 24, 24, 3, pads=[1, 1, 1, 1])
+    y = c.node("Add", [y, x], ["block.add"], name="block.add")
+    c.output(c.relu(y, "block.relu"))
+
+
 def c_conv_bn_clip6_depthwise(c):
     x = c.input("features", normal(c.rng, (3, 24, 12, 12), scale=2.0))
     y = c.conv(x, "_depthwise_conv", 24, 24, 5, group=24, bias=False, strides=[2, 2],
