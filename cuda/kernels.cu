@@ -942,12 +942,13 @@ __global__ void k_rotary(const T *__restrict__ x, si_row_geom rg, I pairs, I tok
         const I e0 = half ? j : 2 * j, e1 = half ? j + hd : 2 * j + 1;
         const int64_t xs = si_row_start(&rg, r, d); // the row in x (a view: in place)
         const I a = r * d + e0, b = r * d + e1;
-        const float x0 = si_to_f(x[xs + e0]), x1 = si_to_f(x[xs + e1]);
-        if (t < skip) {
-            y[a] = x[xs + e0];
-            y[b] = x[xs + e1];
+        const T r0 = x[xs + e0], r1 = x[xs + e1];
+        if (t < skip) { // the class token, as it is
+            y[a] = r0;
+            y[b] = r1;
             continue;
         }
+        const float x0 = si_to_f(r0), x1 = si_to_f(r1);
         const I at = (t - skip) * d;
         y[a] = si_from_f<T>(si_rotary(x0, x1, si_to_f(c[at + e0]), si_to_f(sn[at + e0]), true));
         y[b] = si_from_f<T>(si_rotary(x1, x0, si_to_f(c[at + e1]), si_to_f(sn[at + e1]), false));
@@ -1021,29 +1022,22 @@ cudaError_t si_k_rotary(cudaStream_t s, int t, const void *x, const si_row_geom 
                al16(y) && al16(c) && al16(sn);
     for (int k = 0; k < rg->nd; k++) vec = vec && (rg->st[k] * es) % 16 == 0;
     bool small = rows * tok * d < INT32_MAX; // 32-bit indices (x's row starts stay 64-bit)
+#define SI_ROT(K, N, I)                                                                            \
+    SI_DISPATCH(t, T,                                                                              \
+                K<T, I><<<blocks_for(N, 256), 256, 0, s>>>((const T *)x, *rg, (I)N, (I)tok, (I)d,  \
+                                                           (I)skip, half, (const T *)c,            \
+                                                           (const T *)sn, (T *)y))
     if (vec) {
         int64_t units = rows * tok * (half ? d / 2 / V : d / V);
-#define SI_ROT_VEC(I)                                                                              \
-    SI_DISPATCH(t, T,                                                                              \
-                k_rotary_vec<T, I><<<blocks_for(units, 256), 256, 0, s>>>(                         \
-                    (const T *)x, *rg, (I)units, (I)tok, (I)d, (I)skip, half, (const T *)c,        \
-                    (const T *)sn, (T *)y))
         if (small)
-            SI_ROT_VEC(uint32_t);
+            SI_ROT(k_rotary_vec, units, uint32_t);
         else
-            SI_ROT_VEC(int64_t);
-#undef SI_ROT_VEC
-        return cudaGetLastError();
+            SI_ROT(k_rotary_vec, units, int64_t);
+    } else if (small) {
+        SI_ROT(k_rotary, pairs, uint32_t);
+    } else {
+        SI_ROT(k_rotary, pairs, int64_t);
     }
-#define SI_ROT(I)                                                                                  \
-    SI_DISPATCH(t, T,                                                                              \
-                k_rotary<T, I><<<blocks_for(pairs, 256), 256, 0, s>>>(                             \
-                    (const T *)x, *rg, (I)pairs, (I)tok, (I)d, (I)skip, half, (const T *)c,        \
-                    (const T *)sn, (T *)y))
-    if (small)
-        SI_ROT(uint32_t);
-    else
-        SI_ROT(int64_t);
 #undef SI_ROT
     return cudaGetLastError();
 }
