@@ -220,9 +220,13 @@ void si_cuda_attn_params(const si_graph *g, const si_gnode *n, si_k_attn *p, int
 enum { SI_SDPA_NEVER, SI_SDPA_TIMED, SI_SDPA_ALWAYS }; // SI_CUDNN_SDPA=0, unset, 1
 // The choice is the autotune cache's where memo has it (mode SI_SDPA_TIMED), and is added there.
 si_status si_cuda_attn_init(si_engine *e, cuda_state *cs, int j, int mode, algo_memo *memo);
+enum { SI_ATTN_INPUTS = 5 };
+// Attention node n's operands among its inputs node_in[] (the node's order) into in[]: Q, K, V,
+// then the bias and q's scales (a cosine attention's), NULL where it has none.
+void si_cuda_attn_inputs(const si_gnode *n, const void *const *node_in,
+                         const void *in[SI_ATTN_INPUTS]);
 // Queues node j on sl: Q, K, V, bias (or NULL), a cosine attention's scales of Q (or NULL) and
 // Y's values at in[0..4] and y, row-major.
-enum { SI_ATTN_INPUTS = 5 };
 si_status si_cuda_attn_run(cuda_state *cs, slot_x *sl, const si_graph *g, int j,
                            const void *const in[SI_ATTN_INPUTS], void *y);
 void si_cuda_attn_release(attn_x *x); // the plan if it owns it

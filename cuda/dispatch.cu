@@ -318,9 +318,8 @@ static si_status run_lnorm(const op_ctx *c) {
 
 // softmax(alpha Q K^T + bias) V: cuDNN's fused SDPA or our kernel, as init chose (sdpa.cu)
 static si_status run_attention(const op_ctx *c) {
-    const int bias = si_attention_bias(c->n), qsc = si_attention_qk_scale(c->n);
-    const void *in[SI_ATTN_INPUTS] = {c->in[0], c->in[1], c->in[2], bias >= 0 ? c->in[3] : NULL,
-                                      qsc >= 0 ? c->in[c->n->n_in - 1] : NULL};
+    const void *in[SI_ATTN_INPUTS];
+    si_cuda_attn_inputs(c->n, c->in, in);
     return si_cuda_attn_run(c->cs, c->sl, c->g, c->j, in, c->y);
 }
 

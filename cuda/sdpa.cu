@@ -193,13 +193,20 @@ static cudnnStatus_t sdpa_exec(desc plan, cudnnHandle_t h, void *ws, float scale
 
 // node j's Q, K, V, bias and Y where they lie in slot sl (init's timing reads and writes them
 // there; a run converts operands stored NHWC into row-major scratch first, dispatch.cu)
+void si_cuda_attn_inputs(const si_gnode *n, const void *const *node_in,
+                         const void *in[SI_ATTN_INPUTS]) {
+    for (int i = 0; i < 3; i++) in[i] = node_in[i];
+    in[3] = si_attention_bias(n) >= 0 ? node_in[3] : NULL;
+    in[4] = si_attention_qk_scale(n) >= 0 ? node_in[n->n_in - 1] : NULL;
+}
+
 static void operands(cuda_state *cs, const si_graph *g, const slot_x *sl, int j,
                      const void *in[SI_ATTN_INPUTS], void **y) {
     const si_gnode *n = &g->nodes[j];
-    const int bias = si_attention_bias(n), qsc = si_attention_qk_scale(n);
-    for (int i = 0; i < 3; i++) in[i] = vptr(cs, g, sl, n->in[i]);
-    in[3] = bias >= 0 ? vptr(cs, g, sl, bias) : NULL;
-    in[4] = qsc >= 0 ? vptr(cs, g, sl, qsc) : NULL;
+    const void *node_in[SI_ATTN_INPUTS];
+    SI_ASSERT(n->n_in <= SI_ATTN_INPUTS); // Q, K, V, a bias, q's scales
+    for (int i = 0; i < n->n_in; i++) node_in[i] = vptr(cs, g, sl, n->in[i]);
+    si_cuda_attn_inputs(n, node_in, in);
     *y = vptr(cs, g, sl, n->out);
 }
 
@@ -228,13 +235,9 @@ si_status si_cuda_attn_run(cuda_state *cs, slot_x *sl, const si_graph *g, int j,
             return cudnnFail(st, "node '%s' (cuDNN's fused attention): ", g->nodes[j].name);
         return SI_OK;
     }
-    if (x->p.qk_eps > 0.f) { // a cosine attention: its scales of q where this slot has them
-        si_k_attn p = x->p;
-        p.qk_scale = in[4];
-        cudaCheck(si_k_attention(sl->stream, cs->t, &p, q, k, v, in[3], yy));
-        return SI_OK;
-    }
-    cudaCheck(si_k_attention(sl->stream, cs->t, &x->p, q, k, v, in[3], yy));
+    si_k_attn p = x->p;
+    p.qk_scale = in[4]; // a cosine attention's scales of q, where this slot has them
+    cudaCheck(si_k_attention(sl->stream, cs->t, &p, q, k, v, in[3], yy));
     return SI_OK;
 }
 
