@@ -228,10 +228,8 @@ static si_status slot_create(cuda_state *cs, int k) {
 // Weights, then each Conv, Gemm and MatMul set up (cuDNN's algorithms timed on slot 0).
 static si_status init_nodes(si_engine *e, cuda_state *cs) {
     si_graph *g = e->g;
-    const char *dw_env = getenv("SI_CUDNN_DEPTHWISE"); // read once: the A/B switch (the weights'
-    cs->dw_cudnn = dw_env && *dw_env && strcmp(dw_env, "0") != 0; // layout depends on it too)
-    const char *nc_env = getenv("SI_NCONV"); // the narrow-channel convs' A/B switch
-    cs->nconv_mode = !nc_env || !*nc_env ? -1 : strcmp(nc_env, "0") == 0 ? 0 : 1;
+    const si_engine_switches *sw = &e->opts.sw;
+    cs->dw_cudnn = sw->cudnn_depthwise;
     double t0 = si_now();
     si_status st = si_cuda_upload_consts(e, cs);
     if (st != SI_OK) return st;
@@ -244,20 +242,15 @@ static si_status init_nodes(si_engine *e, cuda_state *cs) {
     int dev = 0;
     cudaCheck(cudaGetDevice(&dev));
     si_cuda_autotune_load(memo, e->opts.autotune_dir, dev, cs->plan.workspace);
-    // CUTLASS's fused Linear + activation is built for sm_90a (H100, H200) alone; SI_LINEAR90=0
-    // is the A/B switch back to cuBLASLt and the activation pass
+    // CUTLASS's fused Linear + activation is built for sm_90a (H100, H200) alone
     int major = 0, minor = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    const char *l90_env = getenv("SI_LINEAR90");
-    cs->linear90 = major == 9 && minor == 0 && !(l90_env && strcmp(l90_env, "0") == 0);
-    const char *lt_env = getenv("SI_LT_TIME"); // 0: cuBLASLt's first heuristic answer, untimed
-    cs->lt_timed = !(lt_env && strcmp(lt_env, "0") == 0);
-    // SI_CUDNN_SDPA=0: our attention kernel everywhere; 1: cuDNN's wherever it runs (tests)
-    const char *sdpa_env = getenv("SI_CUDNN_SDPA");
-    int sdpa = !sdpa_env || !*sdpa_env      ? SI_SDPA_TIMED
-               : strcmp(sdpa_env, "0") == 0 ? SI_SDPA_NEVER
-                                            : SI_SDPA_ALWAYS;
+    cs->linear90 = major == 9 && minor == 0 && !sw->no_linear90;
+    cs->lt_timed = !sw->lt_first;
+    int sdpa = sw->cudnn_sdpa == SI_CHOICE_OFF  ? SI_SDPA_NEVER
+               : sw->cudnn_sdpa == SI_CHOICE_ON ? SI_SDPA_ALWAYS
+                                                : SI_SDPA_TIMED;
     for (int j = 0; j < g->n_nodes && st == SI_OK; j++) {
         int op = g->nodes[j].op;
         double tj = si_now();

@@ -96,7 +96,6 @@ typedef struct {
     bool batch_rows;   // every output's dim 0 is the batch: short batches download fewer rows
     int64_t in_pixels; // H * W of the pixel input
     bool dw_cudnn;     // SI_CUDNN_DEPTHWISE=1: cuDNN runs depthwise convs, no prologue fusion
-    int nconv_mode;    // SI_NCONV: 1 the narrow-channel kernel wherever it runs, 0 never, -1 timed
     float pscale[3], pshift[3];
     bool linear90;    // Linear + bias + GELU may run as one Hopper GEMM (SI_LINEAR90=0: never)
     bool lt_timed;    // cuBLASLt's candidates for a large matmul are timed (SI_LT_TIME=0: never)

@@ -353,7 +353,7 @@ si_status si_cuda_conv_init(si_engine *e, cuda_state *cs, int j, algo_memo *memo
     if (!hit && memo->n < MEMO_CAP)
         memo->e[memo->n++] =
             (memo_entry){*s, cs->t, c->cpad, epi, c->algo, c->math, c->ws, c->ms, c->nconv};
-    if (cs->nconv_mode >= 0) c->nconv = cs->nconv_mode == 1;
+    if (e->opts.sw.nconv != SI_CHOICE_TIMED) c->nconv = e->opts.sw.nconv == SI_CHOICE_ON;
     c->nconv = c->nconv && nconv_fits(cs, g, j);
     if (e->opts.verbose && c->nconv)
         fprintf(stderr, "cuda: %s (%s) the narrow-channel kernel runs it\n", n->name, n->op_type);

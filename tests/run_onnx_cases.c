@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli/cli.h"
 #include "engine/engine.h"
 #ifdef SI_HAVE_CUDA
 #include "cuda/cuda.h"
@@ -250,6 +251,7 @@ static int run_set(si_model_proto *m, const char *setdir, const char *name) {
         goto done;
     }
     si_engine_opts eo = {.precision = precision, .slots = 1, .verbose = verbose};
+    si_cli_engine_switches(&eo.sw); /* the tests of each side of an A/B switch set it */
     if ((st = si_engine_create_opts(g, backend, batch, &eo, &e)) != SI_OK) {
         printf("%s %s: %s\n",
                st == SI_ERR_UNSUPPORTED && expect_unsupported(name) ? "UNSUPPORTED (expected)"

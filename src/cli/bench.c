@@ -194,6 +194,7 @@ static void print_result(const bench_args *a, const si_engine *e, const double *
 int si_cli_bench(int argc, char **argv) {
     bench_args a = {
         .backend = "cpu", .run = {.batch = 32, .iters = 10, .warmup = 2}, .eo = {.slots = 1}};
+    si_cli_engine_switches(&a.eo.sw);
     int code = parse_bench(argc, argv, &a);
     if (code >= 0) return code;
     double t0 = si_now(), first_done = 0;

@@ -16,6 +16,20 @@ int si_cli_launcher_local_rank(void) {
     return lr && si_parse_int(lr, 0, 1 << 20, &v) ? (int)v : -1;
 }
 
+/* unset or empty: timed; "0": off; anything else: on */
+static int env_choice(const char *name) {
+    const char *v = getenv(name);
+    return !v || !*v ? SI_CHOICE_TIMED : strcmp(v, "0") == 0 ? SI_CHOICE_OFF : SI_CHOICE_ON;
+}
+
+void si_cli_engine_switches(si_engine_switches *sw) {
+    sw->cudnn_depthwise = env_choice("SI_CUDNN_DEPTHWISE") == SI_CHOICE_ON;
+    sw->nconv = env_choice("SI_NCONV");
+    sw->no_linear90 = env_choice("SI_LINEAR90") == SI_CHOICE_OFF;
+    sw->lt_first = env_choice("SI_LT_TIME") == SI_CHOICE_OFF;
+    sw->cudnn_sdpa = env_choice("SI_CUDNN_SDPA");
+}
+
 /* "shardinfer run --model ..." as typed (argv here starts at the subcommand). */
 char *si_cli_join_args(int argc, char **argv) {
     size_t n = sizeof "shardinfer";

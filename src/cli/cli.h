@@ -6,6 +6,7 @@
 
 #include "base/exit.h"
 #include "base/parse.h"
+#include "engine/engine.h"
 
 #include <stdbool.h>
 
@@ -15,6 +16,9 @@ char *si_cli_join_args(int argc, char **argv);
  * OMPI_COMM_WORLD_LOCAL_RANK, MPICH's MPI_LOCALRANKID, in that order); -1 without one or where
  * it is not a plain non-negative integer. */
 int si_cli_launcher_local_rank(void);
+/* The engine's A/B switches from their environment variables (engine.h names them); read once by
+ * each command that creates an engine, and by the test tools. */
+void si_cli_engine_switches(si_engine_switches *sw);
 
 int si_cli_pack(int argc, char **argv);
 int si_cli_run(int argc, char **argv);

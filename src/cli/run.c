@@ -633,6 +633,7 @@ int si_cli_run(int argc, char **argv) {
     si_mpi_init(&argc, &argv, &m);
     run_args a = {.job = si_job_config_default(), .m = &m, .resize_on = -1};
     a.job.launcher_local_rank = si_cli_launcher_local_rank();
+    si_cli_engine_switches(&a.job.eo.sw);
     a.job.backend = "auto"; /* the library's default is the CPU; the command's is the GPU if any */
     char buf[512];
     const char *problem = parse_run(argc, argv, &a, buf, sizeof buf);

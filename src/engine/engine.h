@@ -26,6 +26,18 @@ int si_precision_parse(const char *s);
 /* GPU: cuDNN/cuBLASLt workspace per slot when opts.workspace_bytes is 0 */
 #define SI_ENGINE_WORKSPACE_DEFAULT ((size_t)256 << 20)
 
+/* GPU A/B switches: which implementation runs a kind of node, for measurements and the tests of
+ * each side. All zero is the default (docs/user-guide.md); the CLI and the test tools fill them
+ * from the environment variables named here (si_cli_engine_switches). */
+enum { SI_CHOICE_TIMED = 0, SI_CHOICE_OFF, SI_CHOICE_ON }; /* unset, "0", anything else */
+typedef struct {
+    bool cudnn_depthwise; /* SI_CUDNN_DEPTHWISE=1: cuDNN's depthwise convs, no prologue fusion */
+    int nconv;        /* SI_NCONV: the narrow-channel conv kernel timed, never, wherever it runs */
+    bool no_linear90; /* SI_LINEAR90=0: cuBLASLt and an activation pass, no CUTLASS Linear */
+    bool lt_first;    /* SI_LT_TIME=0: cuBLASLt's first heuristic answer, untimed */
+    int cudnn_sdpa;   /* SI_CUDNN_SDPA: cuDNN's fused attention timed, never, wherever it runs */
+} si_engine_switches;
+
 typedef struct {
     int precision; /* si_precision; the CPU backend runs FP32 only */
     int slots;     /* GPU: batches in flight, each with its stream and buffers (0: the default) */
@@ -43,6 +55,7 @@ typedef struct {
     bool verbose;                 /* GPU: print each conv's algorithm choice */
     const char *autotune_dir;     /* GPU: the autotune cache's folder (cuda/autotune.cuh); NULL: the
                                      default under $XDG_CACHE_HOME or ~/.cache; "off": none */
+    si_engine_switches sw;        /* GPU: the A/B switches */
 } si_engine_opts;
 
 /* What a GPU backend allocated, in bytes (zeros on the CPU). */
