@@ -333,19 +333,17 @@ static double row_norm(const float *x, int64_t n, float eps) {
 }
 
 /* Matrix b's scores q k^T made those of q and k's rows normalised (and q's scaled):
- * sc[i][j] times q_i's factor and k_j's */
+ * sc[i][j] times q_i's factor and k_j's; fk: s floats of scratch for the keys' */
 static void cosine_scores(const si_cpu_attn *p, int64_t b, const float *q, const float *k,
-                          float *sc) {
+                          float *sc, float *fk) {
     int64_t t = p->t, s = p->s, d = p->d;
     double qs = p->qk_scale ? p->qk_scale[(b / p->qs_div) % p->qs_mod] : 1.0;
-    float *fk = si_xmalloc(sizeof(float) * (size_t)(s > 0 ? s : 1));
     for (int64_t j = 0; j < s; j++)
         fk[j] = (float)(1.0 / row_norm(k + p->off[1][b] + j * p->ld[1], d, p->qk_eps));
     for (int64_t i = 0; i < t; i++) {
         float fq = (float)(qs / row_norm(q + p->off[0][b] + i * p->ld[0], d, p->qk_eps));
         for (int64_t j = 0; j < s; j++) sc[i * s + j] *= fq * fk[j];
     }
-    free(fk);
 }
 
 void si_cpu_attention(const si_cpu_attn *p, const float *q, const float *k, const float *v,
@@ -353,12 +351,14 @@ void si_cpu_attention(const si_cpu_attn *p, const float *q, const float *k, cons
     int64_t t = p->t, s = p->s, d = p->d, dv = p->dv;
     if (p->nb <= 0 || t <= 0 || dv <= 0) return;
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t b = 0; b < p->nb; b++) { /* the scores of one matrix, on the heap: T x S */
-        float *sc = si_xmalloc(sizeof(float) * (size_t)(t * (s > 0 ? s : 1)));
+    for (int64_t b = 0; b < p->nb; b++) { /* the scores of one matrix, on the heap: T x S, and
+                                             a cosine attention's S key factors after them */
+        const int64_t rows = t + (p->qk_eps > 0.f);
+        float *sc = si_xmalloc(sizeof(float) * (size_t)(rows * (s > 0 ? s : 1)));
         cblas_sgemm(CblasRowMajor, CblasNoTrans, p->trans_b ? CblasTrans : CblasNoTrans, (int)t,
                     (int)s, (int)d, p->scale, q + p->off[0][b], (int)p->ld[0], k + p->off[1][b],
                     (int)p->ld[1], 0.f, sc, (int)s);
-        if (p->qk_eps > 0.f) cosine_scores(p, b, q, k, sc);
+        if (p->qk_eps > 0.f) cosine_scores(p, b, q, k, sc, sc + t * s);
         if (p->bias)
             for (int64_t i = 0; i < t; i++)
                 for (int64_t j = 0; j < s; j++)
