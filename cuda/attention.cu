@@ -600,14 +600,13 @@ __global__ void k_attn_rows(si_k_attn p, const T *__restrict__ q, const T *__res
     const int64_t boff = bias ? si_attn_bias_off(p, b) + r * p.bst_t : 0;
     float mx = -INFINITY;
     for (int64_t s = threadIdx.x; s < S; s += blockDim.x) {
-        float acc = 0.f;
-        for (int64_t d = 0; d < D; d++)
-            acc += qs[d] * si_to_f(p.trans_b ? kb[s * lk + d] : kb[d * lk + s]);
-        if (p.qk_eps > 0.f) {
-            float kk = 0.f;
-            for (int64_t d = 0; d < D; d++) kk += si_to_f(kb[s * lk + d]) * si_to_f(kb[s * lk + d]);
-            acc *= qf / fmaxf(sqrtf(kk), p.qk_eps);
+        float acc = 0.f, kk = 0.f; // kk: the key's squared norm, for the cosine attention
+        for (int64_t d = 0; d < D; d++) {
+            const float kd = si_to_f(p.trans_b ? kb[s * lk + d] : kb[d * lk + s]);
+            acc += qs[d] * kd;
+            kk += kd * kd;
         }
+        if (p.qk_eps > 0.f) acc *= qf / fmaxf(sqrtf(kk), p.qk_eps);
         acc *= p.scale;
         if (bias) acc += si_to_f(bias[boff + s * p.bst_s]);
         sc[s] = acc;
